@@ -1,0 +1,147 @@
+"""The versioned run envelope: what a run carries through Redis.
+
+msgpack on the wire (JSON accepted from hand-written clients: an envelope whose first byte is
+`{` is JSON). Never pickle. docs/protocol.md documents every field for other languages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any, NewType
+
+import msgpack
+
+from .errors import PayloadError
+
+RunId = NewType("RunId", str)
+ScheduleId = NewType("ScheduleId", str)
+QueueName = NewType("QueueName", str)
+#: User data carried by a run: anything msgpack can encode (None, bool, int, float, str,
+#: bytes, lists and dicts of those).
+Payload = Any
+
+#: Major protocol version this code writes and reads. Unknown majors are dead-lettered.
+VERSION = 1
+DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
+MAX_RUN_ID_BYTES = 512
+MAX_TASK_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One run as it travels through Redis."""
+
+    run_id: str
+    task: str
+    payload: Payload
+    #: When this attempt is due (epoch ms). Retries move it later.
+    run_at_ms: int
+    #: When the run was meant to happen: the first run_at, or a rule's slot.
+    scheduled_ms: int
+    #: When it was enqueued (epoch ms; client clock, informational).
+    enqueued_at_ms: int
+    #: 1 on the first attempt; each retry adds one.
+    attempt: int = 1
+    #: The recurring rule that fired this run, if any.
+    schedule_id: str | None = None
+    #: Per-run override of the task's max_attempts.
+    max_attempts: int | None = None
+
+    def encode(self) -> bytes:
+        """msgpack bytes of this envelope."""
+        return pack_fields(self.as_fields())
+
+    def as_fields(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "v": VERSION,
+            "run_id": self.run_id,
+            "task": self.task,
+            "payload": self.payload,
+            "run_at_ms": self.run_at_ms,
+            "scheduled_ms": self.scheduled_ms,
+            "enqueued_at_ms": self.enqueued_at_ms,
+            "attempt": self.attempt,
+        }
+        if self.schedule_id is not None:
+            d["schedule_id"] = self.schedule_id
+        if self.max_attempts is not None:
+            d["max_attempts"] = self.max_attempts
+        return d
+
+    def next_attempt(self, run_at_ms: int) -> Envelope:
+        """The envelope of the retry: attempt + 1, due at `run_at_ms`."""
+        return replace(self, attempt=self.attempt + 1, run_at_ms=run_at_ms)
+
+
+def pack_fields(fields: dict[str, Any]) -> bytes:
+    try:
+        return msgpack.packb(fields, use_bin_type=True)  # type: ignore[no-any-return]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(f"payload cannot be encoded as msgpack: {exc}") from exc
+
+
+def check_payload(payload: Payload, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> int:
+    """Refuse a payload that msgpack cannot encode or that is over `max_bytes`; return its size."""
+    try:
+        size = len(msgpack.packb(payload, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PayloadError(
+            f"payload of type {type(payload).__name__} cannot be serialised "
+            f"(msgpack types only: None, bool, int, float, str, bytes, list, dict): {exc}"
+        ) from exc
+    if size > max_bytes:
+        raise PayloadError(f"payload is {size} bytes, over the limit of {max_bytes} bytes")
+    return size
+
+
+def _require(d: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in d:
+        raise PayloadError(f"envelope field {name!r} is missing")
+    value = d[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise PayloadError(f"envelope field {name!r} has type {type(value).__name__}")
+    return value
+
+
+def decode(raw: bytes) -> Envelope:
+    """Decode envelope bytes (msgpack, or JSON starting with `{`). Raises PayloadError."""
+    if not raw:
+        raise PayloadError("envelope is empty")
+    try:
+        if raw[:1] == b"{":
+            d = json.loads(raw)
+        else:
+            d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise PayloadError(f"envelope is neither msgpack nor JSON: {exc}") from exc
+    if not isinstance(d, dict):
+        raise PayloadError(f"envelope is a {type(d).__name__}, not a map")
+    version = d.get("v")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise PayloadError("envelope field 'v' (protocol version) is missing or not an integer")
+    if version != VERSION:
+        raise PayloadError(f"unknown protocol version {version} (this worker reads {VERSION})")
+    run_id = _require(d, "run_id", str)
+    task = _require(d, "task", str)
+    if not task:
+        raise PayloadError("envelope field 'task' is empty")
+    run_at_ms = _require(d, "run_at_ms", int)
+    scheduled_ms = d.get("scheduled_ms", run_at_ms)
+    attempt = d.get("attempt", 1)
+    if not isinstance(attempt, int) or attempt < 1:
+        raise PayloadError(f"envelope field 'attempt' must be a positive integer, got {attempt!r}")
+    max_attempts = d.get("max_attempts")
+    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+        raise PayloadError("envelope field 'max_attempts' must be a positive integer")
+    return Envelope(
+        run_id=run_id,
+        task=task,
+        payload=d.get("payload"),
+        run_at_ms=run_at_ms,
+        scheduled_ms=int(scheduled_ms) if isinstance(scheduled_ms, int) else run_at_ms,
+        enqueued_at_ms=int(d.get("enqueued_at_ms") or 0),
+        attempt=attempt,
+        schedule_id=d.get("schedule_id"),
+        max_attempts=max_attempts,
+    )

@@ -1,0 +1,103 @@
+"""Every Redis key name of zsched. This is the only module that spells one.
+
+All keys of one queue (or one partition of a queue) carry the same hash tag, so every script
+touches a single Redis Cluster slot. The layout is documented for other languages in
+docs/protocol.md; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PREFIX = "zsched"
+#: Name of the consumer group every worker joins on the ready stream.
+GROUP = "workers"
+
+
+def hash_tag(queue: str, partition: int | None = None) -> str:
+    """The cluster hash tag of a queue, or of one of its partitions."""
+    if not queue or any(c in queue for c in "{}"):
+        raise ValueError(f"queue name {queue!r} must be non-empty and contain no braces")
+    return f"{{{queue}}}" if partition is None else f"{{{queue}#{partition}}}"
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Key names of one queue (partition). Each attribute names its Redis type."""
+
+    queue: str
+    partition: int | None = None
+    tag: str = field(init=False)
+    #: ZSET run_id -> run_at_ms. Runs waiting for their time.
+    delayed: str = field(init=False)
+    #: HASH run_id -> envelope. Every live run (delayed, ready or running); the live set.
+    runs: str = field(init=False)
+    #: STREAM of due runs; fields run_id, envelope. Read by the consumer group GROUP.
+    ready: str = field(init=False)
+    #: HASH run_id -> stream entry id of the run while it is on the ready stream.
+    entries: str = field(init=False)
+    #: STREAM of dead letters; fields run_id, reason, envelope, dead_at_ms, attempt.
+    dead: str = field(init=False)
+    #: ZSET run_id -> done_at_ms. Completion records, trimmed after the dedupe window.
+    done: str = field(init=False)
+    #: HASH counter -> integer. Queue-wide counts kept by the scripts (duplicates, fenced ...).
+    stats: str = field(init=False)
+    #: Pub/sub CHANNEL. Enqueue publishes the new earliest run_at_ms here to wake dispatchers.
+    wake: str = field(init=False)
+    #: HASH schedule_id -> rule (msgpack). Recurring rules.
+    rules: str = field(init=False)
+    #: ZSET schedule_id -> next fire ms. When each active rule fires next.
+    rule_next: str = field(init=False)
+    #: HASH schedule_id -> rule state (msgpack): last fire, last outcome, missed count.
+    rule_state: str = field(init=False)
+    #: HASH schedule_id -> envelope of the one fire waiting for its rule's lease (overlap=queue).
+    rule_waiting: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        tag = hash_tag(self.queue, self.partition)
+        base = f"{PREFIX}:{tag}:"
+        set_ = object.__setattr__
+        set_(self, "tag", tag)
+        for name in (
+            "delayed",
+            "runs",
+            "ready",
+            "entries",
+            "dead",
+            "done",
+            "stats",
+            "wake",
+            "rules",
+            "rule_next",
+            "rule_state",
+            "rule_waiting",
+        ):
+            set_(self, name, base + name)
+
+    def lease(self, schedule_id: str) -> str:
+        """STRING with a TTL: the overlap lease of a rule's running fire (value = run_id)."""
+        return f"{PREFIX}:{self.tag}:lease:{schedule_id}"
+
+    def ledger(self, schedule_id: str) -> str:
+        """STREAM, capped: the fire ledger of one rule (one outcome per slot)."""
+        return f"{PREFIX}:{self.tag}:ledger:{schedule_id}"
+
+    def all_fixed(self) -> list[str]:
+        """Every fixed key of the queue (not the per-rule ones), for cleanup and inspection."""
+        return [
+            self.delayed,
+            self.runs,
+            self.ready,
+            self.entries,
+            self.dead,
+            self.done,
+            self.stats,
+            self.rules,
+            self.rule_next,
+            self.rule_state,
+            self.rule_waiting,
+        ]
+
+    def pattern(self) -> str:
+        """A SCAN pattern that matches every key of this queue (partition)."""
+        return f"{PREFIX}:{self.tag.replace('{', '[{]').replace('}', '[}]')}:*"
