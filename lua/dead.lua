@@ -1,0 +1,44 @@
+-- dead: move runs from the ready stream to the dead-letter stream, with the reason.
+-- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[4] dead (stream)    KEYS[5] stats (hash)
+-- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
+-- ARGV[4..] groups of 4: entry_id, run_id, reason, envelope (the raw bytes as read; run_id may
+--   be "" for an entry that could not be decoded; at most 1000 groups)
+-- Returns {code, ...} one per group: 1 dead-lettered, 0 refused (fenced: not the owner).
+-- Invariant: a run leaves the stream only in the call that adds it to `dead`, and only by the
+--   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed.
+-- Bound: 1000 groups per call.
+local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now_ms = tonumber(ARGV[1])
+local group, consumer = ARGV[2], ARGV[3]
+if not now_ms then
+  local t = redis.call('TIME')
+  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if (#ARGV - 3) % 4 ~= 0 or #ARGV - 3 > 4000 then
+  return redis.error_reply('ERR zsched dead: expected up to 1000 groups of (entry_id, run_id, reason, envelope)')
+end
+
+local codes, moved, fenced = {}, 0, 0
+for i = 4, #ARGV, 4 do
+  local entry, run_id, reason, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local owned = redis.call('XPENDING', ready, group, entry, entry, 1, consumer)
+  if owned[1] then
+    redis.call('XACK', ready, group, entry)
+    redis.call('XDEL', ready, entry)
+    if run_id ~= '' and redis.call('HGET', entries, run_id) == entry then
+      redis.call('HDEL', runs, run_id)
+      redis.call('HDEL', entries, run_id)
+    end
+    redis.call('XADD', dead, '*', 'run_id', run_id, 'reason', reason, 'envelope', env,
+      'dead_at_ms', now_ms, 'entry_id', entry)
+    moved = moved + 1
+    codes[#codes + 1] = 1
+  else
+    fenced = fenced + 1
+    codes[#codes + 1] = 0
+  end
+end
+if moved > 0 then redis.call('HINCRBY', stats, 'dead', moved) end
+if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
+return codes

@@ -1,0 +1,97 @@
+-- enqueue: add runs to the delayed set, unless their run id is live or recently done.
+-- KEYS[1] delayed (zset: run_id -> run_at_ms)   KEYS[2] runs (hash: run_id -> envelope)
+-- KEYS[3] done (zset: run_id -> done_at_ms)     KEYS[4] stats (hash: counter -> n)
+-- KEYS[5] wake (pub/sub channel, tagged like the keys)
+-- ARGV[1] now_ms            "" = server TIME; tests pass a value
+-- ARGV[2] dedupe_window_ms  a done run id stays a duplicate this long
+-- ARGV[3] max_envelope_bytes
+-- ARGV[4..] groups of 4: run_id, run_at_ms, task, envelope (one group per run; at most 1000);
+--   run_at_ms may be "+N": N ms after now (server TIME), so relative delays ignore client skew
+-- Returns {code, ...} one per run: 1 enqueued, 0 duplicate of a live run,
+--   2 duplicate of a run done within the window. Bad input: error reply naming the run and
+--   the field; nothing of the batch is written.
+-- Publishes the earliest new run_at_ms on `wake` when it is the new head of `delayed`.
+-- Invariant: a run id is live in `runs` at most once; a run enters `delayed` and `runs` together.
+-- Bound: 1000 runs per call.
+local delayed, runs, done, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now_ms = tonumber(ARGV[1])
+local window_ms = tonumber(ARGV[2])
+local max_bytes = tonumber(ARGV[3])
+local nargs = #ARGV - 3
+if not now_ms then
+  local t = redis.call('TIME')
+  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if not window_ms or not max_bytes then
+  return redis.error_reply('ERR zsched enqueue: dedupe_window_ms and max_envelope_bytes must be numbers')
+end
+if nargs % 4 ~= 0 or nargs == 0 then
+  return redis.error_reply('ERR zsched enqueue: expected groups of 4 arguments (run_id, run_at_ms, task, envelope)')
+end
+if nargs > 4000 then
+  return redis.error_reply('ERR zsched enqueue: at most 1000 runs per call')
+end
+
+-- Validate the whole batch before writing anything: scripts are not transactional.
+for i = 4, #ARGV, 4 do
+  local run_id, run_at, task, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local n = (i - 4) / 4
+  if run_id == '' then
+    return redis.error_reply('ERR zsched enqueue: run ' .. n .. ': run_id is empty')
+  end
+  if #run_id > 512 then
+    return redis.error_reply('ERR zsched enqueue: run ' .. n .. ': run_id is longer than 512 bytes')
+  end
+  local at
+  if string.sub(run_at, 1, 1) == '+' then at = tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end
+  if not at or at ~= at or at < 0 or at ~= math.floor(at) or at > 253402300799999 then
+    return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': run_at_ms must be a whole number of epoch milliseconds >= 0, got ' .. string.sub(run_at, 1, 40))
+  end
+  if task == '' then
+    return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': task is empty')
+  end
+  if #task > 256 then
+    return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': task name is longer than 256 bytes')
+  end
+  if env == '' then
+    return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': envelope is empty')
+  end
+  if #env > max_bytes then
+    return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': envelope is ' .. #env .. ' bytes, over the limit of ' .. max_bytes)
+  end
+end
+
+local codes = {}
+local added, dups = 0, 0
+local earliest = nil
+local horizon = now_ms - window_ms
+for i = 4, #ARGV, 4 do
+  local run_id, run_at, env = ARGV[i], ARGV[i + 1], ARGV[i + 3]
+  local at
+  if string.sub(run_at, 1, 1) == '+' then at = now_ms + tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end
+  local code
+  if redis.call('HEXISTS', runs, run_id) == 1 then
+    code = 0
+  else
+    local done_at = redis.call('ZSCORE', done, run_id)
+    if done_at and tonumber(done_at) > horizon then
+      code = 2
+    else
+      redis.call('HSET', runs, run_id, env)
+      redis.call('ZADD', delayed, at, run_id)
+      if not earliest or at < earliest then earliest = at end
+      code = 1
+    end
+  end
+  if code == 1 then added = added + 1 else dups = dups + 1 end
+  codes[#codes + 1] = code
+end
+if added > 0 then redis.call('HINCRBY', stats, 'enqueued', added) end
+if dups > 0 then redis.call('HINCRBY', stats, 'duplicate', dups) end
+if earliest then
+  local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if head[2] and tonumber(head[2]) >= earliest then
+    redis.call('PUBLISH', wake, earliest)
+  end
+end
+return codes

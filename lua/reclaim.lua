@@ -1,0 +1,66 @@
+-- reclaim: take over pending entries idle longer than the visibility timeout; dead-letter the
+--   ones delivered too many times.
+-- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[4] dead (stream)    KEYS[5] stats (hash)
+-- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer (the new owner)
+-- ARGV[4] min_idle_ms      the visibility timeout
+-- ARGV[5] count            at most this many entries examined per call (1..1000)
+-- ARGV[6] max_deliveries   an entry delivered more often than this goes to `dead`
+-- ARGV[7] cursor           XAUTOCLAIM start id ("0-0" to begin)
+-- Returns {next_cursor, {entry_id, run_id, envelope, deliveries}..., dead_count, gone_count}
+--   as {cursor, claimed, dead_count, gone_count}; claimed is a flat list of 4 values per entry.
+--   gone_count counts pending ids whose entry was deleted (they leave the PEL).
+-- Invariant: every reclaimed entry has exactly one owner (`consumer`) afterwards; an entry
+--   over max_deliveries leaves the stream only in the call that adds it to `dead`.
+-- Bound: `count` entries per call.
+local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now_ms = tonumber(ARGV[1])
+local group, consumer = ARGV[2], ARGV[3]
+local min_idle, count, max_deliveries = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local cursor = ARGV[7]
+if not now_ms then
+  local t = redis.call('TIME')
+  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if not min_idle or not count or count < 1 or count > 1000 or not max_deliveries then
+  return redis.error_reply('ERR zsched reclaim: min_idle_ms, count (1..1000) and max_deliveries must be numbers')
+end
+
+local r = redis.call('XAUTOCLAIM', ready, group, consumer, min_idle, cursor, 'COUNT', count)
+local claimed, n_dead, n_gone, n_claimed = {}, 0, 0, 0
+for _, e in ipairs(r[2]) do
+  if type(e) ~= 'table' or not e[2] then
+    n_gone = n_gone + 1
+  else
+    local entry, fields = e[1], e[2]
+    local run_id, env = '', ''
+    for j = 1, #fields, 2 do
+      if fields[j] == 'run_id' then run_id = fields[j + 1]
+      elseif fields[j] == 'envelope' then env = fields[j + 1] end
+    end
+    local p = redis.call('XPENDING', ready, group, entry, entry, 1)
+    local deliveries = p[1] and tonumber(p[1][4]) or 1
+    if deliveries > max_deliveries then
+      redis.call('XACK', ready, group, entry)
+      redis.call('XDEL', ready, entry)
+      if run_id ~= '' and redis.call('HGET', entries, run_id) == entry then
+        redis.call('HDEL', runs, run_id)
+        redis.call('HDEL', entries, run_id)
+      end
+      redis.call('XADD', dead, '*', 'run_id', run_id,
+        'reason', 'delivered ' .. deliveries .. ' times without an ack (max_deliveries ' .. max_deliveries .. ')',
+        'envelope', env, 'dead_at_ms', now_ms, 'entry_id', entry)
+      n_dead = n_dead + 1
+    else
+      claimed[#claimed + 1] = entry
+      claimed[#claimed + 1] = run_id
+      claimed[#claimed + 1] = env
+      claimed[#claimed + 1] = deliveries
+      n_claimed = n_claimed + 1
+    end
+  end
+end
+if r[3] then n_gone = n_gone + #r[3] end
+if n_claimed > 0 then redis.call('HINCRBY', stats, 'reclaimed', n_claimed) end
+if n_dead > 0 then redis.call('HINCRBY', stats, 'dead', n_dead) end
+return {r[1], claimed, n_dead, n_gone}

@@ -1,0 +1,27 @@
+-- renew: extend the lease of runs a consumer is still working on (reset their idle time).
+-- KEYS[1] ready (stream)   KEYS[2] stats (hash)
+-- ARGV[1] group   ARGV[2] consumer   ARGV[3..] entry ids (at most 1000)
+-- Returns {code, ...} one per entry: 1 renewed, 0 refused (fenced: another consumer owns it
+--   now, or it is no longer pending) — the worker then knows it lost the run.
+-- Invariant: a lease is renewed only by the consumer that owns the entry; renewing never
+--   moves an entry to another consumer and never raises its delivery count.
+-- Bound: 1000 entries per call.
+local ready, stats = KEYS[1], KEYS[2]
+local group, consumer = ARGV[1], ARGV[2]
+if #ARGV - 2 > 1000 then
+  return redis.error_reply('ERR zsched renew: at most 1000 entries per call')
+end
+local codes, fenced = {}, 0
+for i = 3, #ARGV do
+  local entry = ARGV[i]
+  local owned = redis.call('XPENDING', ready, group, entry, entry, 1, consumer)
+  if owned[1] then
+    redis.call('XCLAIM', ready, group, consumer, 0, entry, 'JUSTID')
+    codes[#codes + 1] = 1
+  else
+    fenced = fenced + 1
+    codes[#codes + 1] = 0
+  end
+end
+if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
+return codes

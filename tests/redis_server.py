@@ -1,0 +1,91 @@
+"""Start private redis-server processes on free loopback ports for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    exe = os.environ.get("ZSCHED_REDIS_SERVER") or shutil.which("redis-server")
+    if not exe:
+        raise RuntimeError(
+            "redis-server not found: run `make test` (it installs one) or set ZSCHED_REDIS_SERVER"
+        )
+    return exe
+
+
+class RedisServer:
+    """A redis-server child process in its own temp dir. Use as a context manager."""
+
+    def __init__(self, *extra: str, port: int | None = None, dir: str | None = None) -> None:
+        self.port = port or free_port()
+        self.dir = dir or tempfile.mkdtemp(prefix="zsched-redis-")
+        self.extra = list(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        args = [
+            redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", self.dir,
+            "--logfile", str(Path(self.dir) / "redis.log"), *self.extra,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        try:
+            while True:
+                try:
+                    if client.ping():
+                        return
+                except (redis.ConnectionError, redis.exceptions.BusyLoadingError):
+                    pass
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server exited early, see {self.dir}/redis.log")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {self.port} did not start")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

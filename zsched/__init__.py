@@ -1,0 +1,55 @@
+"""zsched: a durable scheduler for future work, built on Redis."""
+
+from __future__ import annotations
+
+from .app import App, EnqueuedId
+from .clock import Clock, FakeClock, SystemClock
+from .config import DispatcherSettings, QueueSettings, WorkerSettings
+from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
+from .errors import (
+    ConfigError,
+    Fail,
+    NotFound,
+    PayloadError,
+    Retry,
+    RuleError,
+    RunNotFound,
+    ScheduleNotFound,
+    ScriptError,
+    UnknownTask,
+    ZschedError,
+)
+from .inspect import DeadLetter, QueueStatus, RunStatus
+from .tasks import RunInfo, current_run
+
+__all__ = [
+    "App",
+    "Clock",
+    "ConfigError",
+    "DeadLetter",
+    "DispatcherSettings",
+    "EnqueuedId",
+    "Envelope",
+    "Fail",
+    "FakeClock",
+    "NotFound",
+    "Payload",
+    "PayloadError",
+    "QueueName",
+    "QueueSettings",
+    "QueueStatus",
+    "Retry",
+    "RuleError",
+    "RunId",
+    "RunInfo",
+    "RunNotFound",
+    "RunStatus",
+    "ScheduleId",
+    "ScheduleNotFound",
+    "ScriptError",
+    "SystemClock",
+    "UnknownTask",
+    "WorkerSettings",
+    "ZschedError",
+    "current_run",
+]

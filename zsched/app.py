@@ -1,0 +1,252 @@
+"""The App: task registry, enqueue, cancel and inspection of one queue."""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, overload
+
+from . import inspect as _inspect
+from . import scripts as S
+from .clock import Clock, SystemClock
+from .config import QueueSettings, redis_url_from_env
+from .connection import sync_client
+from .envelope import Envelope, Payload, check_payload
+from .errors import ZschedError
+from .keys import QueueKeys
+from .metrics import Metrics
+from .tasks import Backoff, Task, make_task
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+class EnqueuedId(str):
+    """A run id returned by enqueue; `.duplicate` says whether it was already live or done."""
+
+    duplicate: bool
+
+    def __new__(cls, value: str, duplicate: bool = False) -> EnqueuedId:
+        obj = super().__new__(cls, value)
+        obj.duplicate = duplicate
+        return obj
+
+
+def _to_ms(run_at: datetime | float | int) -> int:
+    if isinstance(run_at, datetime):
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ValueError(
+                f"run_at {run_at.isoformat()} is a naive datetime; pass an aware one "
+                "(e.g. datetime.now(timezone.utc)) so the instant is unambiguous"
+            )
+        return int(round(run_at.timestamp() * 1000))
+    if isinstance(run_at, bool) or not isinstance(run_at, int | float):
+        raise ValueError(f"run_at must be an aware datetime or epoch seconds, got {run_at!r}")
+    if not math.isfinite(run_at) or run_at < 0:
+        raise ValueError(f"run_at must be finite epoch seconds >= 0, got {run_at!r}")
+    return int(round(run_at * 1000))
+
+
+def _delay_ms(delay: timedelta | float | int) -> int:
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"delay must be a timedelta or seconds, got {delay!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"delay must be finite and >= 0 seconds, got {delay!r}")
+    return int(round(seconds * 1000))
+
+
+class App:
+    """One queue: register tasks, enqueue runs, inspect them; builds dispatchers and workers."""
+
+    def __init__(
+        self,
+        redis: Any = None,
+        queue: str = "default",
+        *,
+        settings: QueueSettings | None = None,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if redis is None:
+            redis = redis_url_from_env() or DEFAULT_URL
+        self.url: str | None = redis if isinstance(redis, str) else None
+        self.redis: Any = sync_client(redis) if isinstance(redis, str) else redis
+        self.queue = queue
+        self.keys = QueueKeys(queue)
+        self.settings = settings or QueueSettings()
+        self.clock: Clock = clock or SystemClock()
+        self.metrics = metrics or Metrics()
+        self.tasks: dict[str, Task] = {}
+        self._scripts: S.Scripts | None = None
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        backoff: Backoff = 1.0,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`."""
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            t = make_task(f, **options)
+            if t.name in self.tasks and self.tasks[t.name].fn is not f:
+                raise ZschedError(f"task name {t.name!r} is already registered on {self.queue}")
+            self.tasks[t.name] = t
+            return f
+
+        return register(fn) if fn is not None else register
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    @property
+    def scripts(self) -> S.Scripts:
+        if self._scripts is None:
+            self._scripts = S.Scripts(self.redis)
+        return self._scripts
+
+    def _local_ms(self) -> int:
+        # Informational only (envelope fields); due times of relative delays come from Redis TIME.
+        now = self.clock.now_ms()
+        return now if now is not None else int(time.time() * 1000)
+
+    def build(
+        self,
+        task_name: str,
+        payload: Payload = None,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
+    ) -> tuple[str, int | str, str, bytes]:
+        """Validate one run and return its enqueue group (run_id, run_at, task, envelope)."""
+        if not isinstance(task_name, str) or not task_name:
+            raise ValueError(f"task name must be a non-empty string, got {task_name!r}")
+        if run_at is not None and delay is not None:
+            raise ValueError("give run_at or delay, not both")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
+        if run_id is not None and len(run_id.encode()) > 512:
+            raise ValueError(f"run_id is {len(run_id.encode())} bytes, over the limit of 512")
+        check_payload(payload, self.settings.max_payload_bytes)
+        now = self._local_ms()
+        at: int | str
+        if run_at is not None:
+            at = due = _to_ms(run_at)
+        else:
+            d = _delay_ms(delay) if delay is not None else 0
+            due = now + d
+            at = f"+{d}" if self.clock.now_ms() is None else due
+        rid = run_id or secrets.token_urlsafe(12)
+        env = Envelope(rid, task_name, payload, due, due, now).encode()
+        return rid, at, task_name, env
+
+    def enqueue(
+        self,
+        task_name: str,
+        payload: Payload = None,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
+    ) -> EnqueuedId:
+        """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
+        group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
+        (code,) = self.scripts.run(self._enqueue_call([group]))
+        self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
+        return EnqueuedId(group[0], code != S.ENQUEUED)
+
+    def enqueue_many(self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]) -> list[EnqueuedId]:
+        """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
+        (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
+        groups = []
+        for item in items:
+            if isinstance(item, Mapping):
+                kw = dict(item)
+                groups.append(self.build(kw.pop("task"), kw.pop("payload", None), **kw))
+            else:
+                groups.append(self.build(*item))
+        if not groups:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        calls = [
+            self._enqueue_call(groups[i : i + S.MAX_BATCH])
+            for i in range(0, len(groups), S.MAX_BATCH)
+        ]
+        for call in calls:
+            self.scripts.queue(call, pipe)
+        codes: list[int] = []
+        for call, reply in zip(calls, pipe.execute(), strict=True):
+            codes.extend(call.decode(reply))
+        added = sum(1 for c in codes if c == S.ENQUEUED)
+        self._count(added, len(codes) - added)
+        return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]
+
+    def _enqueue_call(self, groups: list[tuple[str, int | str, str, bytes]]) -> S.Call[list[int]]:
+        return S.enqueue(
+            self.keys,
+            groups,  # type: ignore[arg-type]
+            now_ms=self.clock.now_ms(),
+            dedupe_window_ms=self.settings.dedupe_window_ms,
+            max_envelope_bytes=self.settings.max_payload_bytes + 4096,
+        )
+
+    def _count(self, added: int, duplicates: int) -> None:
+        if added:
+            self.metrics.enqueued.labels(self.queue).inc(added)
+        if duplicates:
+            self.metrics.duplicates.labels(self.queue, "enqueue").inc(duplicates)
+
+    # -- inspect -----------------------------------------------------------------------------
+
+    def cancel(self, run_id: str) -> bool:
+        """Remove a run that is still delayed. False if it is not delayed (or unknown)."""
+        return self.scripts.run(S.cancel(self.keys, run_id)) == S.CANCELLED
+
+    def get_run(self, run_id: str) -> _inspect.RunStatus:
+        """The state of a run: scheduled, ready, running, done or dead. Raises RunNotFound."""
+        return _inspect.get_run(self.redis, self.keys, run_id)
+
+    def status(self) -> _inspect.QueueStatus:
+        """Counts and ages of the queue (delayed, due backlog, stream, pending, dead)."""
+        return _inspect.queue_status(self.redis, self.keys)
+
+    def dead_letters(self, count: int = 100, start: str = "-") -> list[_inspect.DeadLetter]:
+        """Dead letters, oldest first."""
+        return _inspect.dead_letters(self.redis, self.keys, count, start)
+
+    def replay_dead(self, entry_ids: Iterable[str] | None = None) -> dict[str, int]:
+        """Put dead letters back as fresh runs (attempt 1, due now). None = all of them."""
+        return _inspect.replay_dead(self, entry_ids)
+
+    def purge_dead(self, entry_ids: Iterable[str] | None = None) -> int:
+        """Delete dead letters. None = all of them. Returns how many were deleted."""
+        return _inspect.purge_dead(self.redis, self.keys, entry_ids)
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def dispatcher(self, **settings: Any) -> Any:
+        """A Dispatcher for this queue (see zsched.dispatcher)."""
+        from .dispatcher import Dispatcher
+
+        return Dispatcher(self, **settings)
+
+    def worker(self, **settings: Any) -> Any:
+        """A Worker for this queue (see zsched.worker)."""
+        from .worker import Worker
+
+        return Worker(self, **settings)
+
+    def close(self) -> None:
+        self.redis.close()

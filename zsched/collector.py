@@ -1,0 +1,310 @@
+"""Queue gauges read from Redis at scrape time: a prometheus_client custom collector.
+
+`QueueCollector` keeps no state between scrapes. Each scrape reads every queue it watches with
+ONE non-transactional pipeline (one round trip per queue) and turns the replies into gauges
+labelled `queue`:
+
+=============================================== ==============================================
+metric                                          read from
+=============================================== ==============================================
+zsched_delayed_runs                             ZCARD delayed
+zsched_due_backlog_runs                         ZCOUNT delayed -inf now
+zsched_due_backlog_oldest_age_seconds           now - lowest score of delayed, if due, else 0
+zsched_stream_length                            XLEN ready
+zsched_consumer_group_lag                       XINFO GROUPS ready -> lag of GROUP (see below)
+zsched_pending_runs                             XPENDING ready GROUP (summary count)
+zsched_pending_oldest_idle_seconds              XPENDING ready GROUP - + 100 -> max idle
+zsched_dead_letters                             XLEN dead
+zsched_rule_next_fire_timestamp_seconds         ZRANGE rule_next 0 -1 WITHSCORES  (+ schedule)
+zsched_rule_last_fire_timestamp_seconds         HGETALL rule_state -> last_fire_ms  (+ schedule)
+zsched_collector_up                             1 if the queue was read, 0 on a Redis error
+=============================================== ==============================================
+
+Notes on the readings:
+
+* **One clock.** "now" is the Redis server's TIME, read by a small read-only script in the same
+  pipeline that also counts the delayed set, so `due backlog` and its age use the same instant
+  as Redis itself (a pipeline cannot feed one reply into the next command). A `Clock` that
+  returns a pinned instant (`FakeClock`) replaces TIME, for tests.
+* **Lag.** `lag` of XINFO GROUPS (Redis >= 7) is the number of entries not yet delivered to the
+  group. Redis reports it as nil when it cannot compute it (an entry was deleted from the part
+  of the stream the group has not read yet). The collector then falls back to
+  `XLEN - pending`: every acknowledged entry is deleted from the stream by the ack script, so
+  what is on the stream and not pending is exactly what has not been delivered. Without the
+  group (no worker ever joined) everything on the stream is undelivered: lag = XLEN.
+* **Oldest pending idle.** XPENDING's extended form lists pending entries in id order; the
+  collector reads the first `PENDING_SAMPLE` (100) and reports the largest idle time among them.
+  The oldest entries are normally the longest idle, but a reclaimed entry restarts its idle
+  clock, so with more than 100 pending entries the value is a lower bound of the true maximum.
+* **Missing keys** read as zeros (and no rule series); a missing consumer group gives zero
+  pending. A Redis error (connection refused, timeout, a key of the wrong type) drops every
+  series of that queue for this scrape and sets `zsched_collector_up{queue}` to 0. A scrape
+  never raises. After a connection error or time-out the remaining queues of that scrape are
+  marked down without trying again. A scrape waits as long as the client lets it: give the
+  client a short `socket_timeout`/`socket_connect_timeout` and few retries (redis-py retries a
+  connection error 3 times with backoff by default) so that a Redis outage cannot outlast
+  Prometheus's scrape timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import redis
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from zsched.clock import Clock
+from zsched.keys import GROUP, QueueKeys
+
+logger = logging.getLogger(__name__)
+
+#: Every metric name this collector exposes (the PromQL name test reads it).
+COLLECTED_METRICS: tuple[str, ...] = (
+    "zsched_delayed_runs",
+    "zsched_due_backlog_runs",
+    "zsched_due_backlog_oldest_age_seconds",
+    "zsched_stream_length",
+    "zsched_consumer_group_lag",
+    "zsched_pending_runs",
+    "zsched_pending_oldest_idle_seconds",
+    "zsched_dead_letters",
+    "zsched_rule_next_fire_timestamp_seconds",
+    "zsched_rule_last_fire_timestamp_seconds",
+    "zsched_collector_up",
+)
+
+#: How many pending entries are read to find the oldest idle one.
+PENDING_SAMPLE = 100
+
+_HELP: dict[str, str] = {
+    "zsched_delayed_runs": "Runs in the delayed set (due or not).",
+    "zsched_due_backlog_runs": "Runs in the delayed set whose time has come but not dispatched.",
+    "zsched_due_backlog_oldest_age_seconds": (
+        "How long the oldest due run of the delayed set has been due (0 if none is due)."
+    ),
+    "zsched_stream_length": "Entries on the ready stream (waiting or pending).",
+    "zsched_consumer_group_lag": "Entries of the ready stream not yet delivered to any worker.",
+    "zsched_pending_runs": "Entries delivered to a worker and not yet acknowledged.",
+    "zsched_pending_oldest_idle_seconds": (
+        f"Largest idle time among the first {PENDING_SAMPLE} pending entries (0 if none)."
+    ),
+    "zsched_dead_letters": "Entries on the dead-letter stream.",
+    "zsched_rule_next_fire_timestamp_seconds": "Unix time of a recurring rule's next fire.",
+    "zsched_rule_last_fire_timestamp_seconds": "Unix time of a recurring rule's last fire.",
+    "zsched_collector_up": "1 if the last scrape read the queue from Redis, 0 if it failed.",
+}
+
+#: Reads TIME (or takes a pinned now from ARGV[1]) and the delayed set at that instant.
+#: Returns {now_s, now_us, zcard, zcount_due, lowest_score_or_nil}. Read-only.
+_DELAYED_SCRIPT = """
+local now_ms
+local sec, usec
+if ARGV[1] ~= '' then
+  now_ms = tonumber(ARGV[1])
+  sec = string.format('%.0f', math.floor(now_ms / 1000))
+  usec = string.format('%.0f', (now_ms % 1000) * 1000)
+else
+  local t = redis.call('TIME')
+  sec, usec = t[1], t[2]
+  now_ms = tonumber(sec) * 1000 + math.floor(tonumber(usec) / 1000)
+end
+local size = redis.call('ZCARD', KEYS[1])
+local due = redis.call('ZCOUNT', KEYS[1], '-inf', string.format('%.0f', now_ms))
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {sec, usec, size, due, first[2] or false}
+"""
+
+
+def _is_missing(exc: BaseException) -> bool:
+    """Whether a reply error only says that a stream or its group does not exist yet."""
+    if not isinstance(exc, redis.ResponseError):
+        return False
+    text = str(exc)
+    return text.startswith("NOGROUP") or "no such key" in text.lower()
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """What one scrape read about one queue. Times are seconds."""
+
+    queue: str
+    now: float
+    delayed: int
+    due_backlog: int
+    due_backlog_oldest_age: float
+    stream_length: int
+    group_lag: int
+    pending: int
+    pending_oldest_idle: float
+    dead_letters: int
+    rule_next_fire: dict[str, float] = field(default_factory=dict)
+    rule_last_fire: dict[str, float] = field(default_factory=dict)
+
+
+class QueueCollector(Collector):
+    """Yields the queue gauges of `queues`, read from Redis at every scrape.
+
+    `redis_client` is a synchronous redis-py client (RESP2, decode_responses=False). If a
+    `registry` is given the collector registers itself on it; otherwise register it yourself.
+    `clock` pins "now" for tests; by default (or when it returns None) the server's TIME is used.
+    """
+
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        queues: Sequence[str],
+        registry: CollectorRegistry | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._redis = redis_client
+        self._keys = [QueueKeys(q) for q in queues]
+        self._clock = clock
+        if registry is not None:
+            registry.register(self)
+
+    @property
+    def queues(self) -> list[str]:
+        return [k.queue for k in self._keys]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, queue: str | QueueKeys) -> QueueSnapshot:
+        """Read one queue in one pipeline. Raises `redis.RedisError` if Redis fails."""
+        keys = queue if isinstance(queue, QueueKeys) else QueueKeys(queue)
+        pinned = self._clock.now_ms() if self._clock is not None else None
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.eval(_DELAYED_SCRIPT, 1, keys.delayed, "" if pinned is None else str(int(pinned)))
+        pipe.xlen(keys.ready)
+        pipe.xinfo_groups(keys.ready)
+        pipe.xpending(keys.ready, GROUP)
+        pipe.xpending_range(keys.ready, GROUP, "-", "+", PENDING_SAMPLE)
+        pipe.xlen(keys.dead)
+        pipe.zrange(keys.rule_next, 0, -1, withscores=True)
+        pipe.hgetall(keys.rule_state)
+        replies = pipe.execute(raise_on_error=False)
+        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r) = replies
+
+        # Only "this stream/group does not exist yet" is tolerated; any other error is raised.
+        for reply in (groups_r, pend_r, pend_range_r):
+            if isinstance(reply, Exception) and not _is_missing(reply):
+                raise reply
+        for reply in (delayed_r, xlen_r, dead_r, next_r, state_r):
+            if isinstance(reply, Exception):
+                raise reply
+
+        sec, usec, size, due, lowest = delayed_r
+        now = int(sec) + int(usec) / 1_000_000
+        oldest_age = 0.0
+        if lowest is not None:
+            lowest_s = float(lowest) / 1000.0
+            if lowest_s <= now:
+                oldest_age = now - lowest_s
+
+        stream_length = int(xlen_r)
+        pending = 0 if isinstance(pend_r, Exception) else int(pend_r["pending"])
+        oldest_idle = 0.0
+        if not isinstance(pend_range_r, Exception) and pend_range_r:
+            oldest_idle = max(int(e["time_since_delivered"]) for e in pend_range_r) / 1000.0
+
+        group: Mapping[str, Any] | None = None
+        if not isinstance(groups_r, Exception):
+            for g in groups_r:
+                if _text(g.get("name")) == GROUP:
+                    group = g
+                    break
+        if group is None:
+            lag = stream_length
+        elif group.get("lag") is not None:
+            lag = int(group["lag"])
+        else:
+            lag = max(0, stream_length - pending)
+
+        return QueueSnapshot(
+            queue=keys.queue,
+            now=now,
+            delayed=int(size),
+            due_backlog=int(due),
+            due_backlog_oldest_age=oldest_age,
+            stream_length=stream_length,
+            group_lag=lag,
+            pending=pending,
+            pending_oldest_idle=oldest_idle,
+            dead_letters=int(dead_r),
+            rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
+            rule_last_fire=dict(_last_fires(keys.queue, state_r)),
+        )
+
+    # -- prometheus_client interface ----------------------------------------------------------
+
+    def describe(self) -> Iterable[Metric]:
+        """Names only, so registering does not read Redis."""
+        return list(self._families().values())
+
+    def collect(self) -> Iterable[Metric]:
+        fams = self._families()
+        unreachable = False
+        for keys in self._keys:
+            q = keys.queue
+            if unreachable:  # one client, one server: do not wait for it once per queue
+                fams["zsched_collector_up"].add_metric([q], 0.0)
+                continue
+            try:
+                snap = self.read(keys)
+            except (redis.RedisError, OSError, ValueError, TypeError, KeyError) as exc:
+                logger.warning("collector could not read queue %s: %r", q, exc, extra={"queue": q})
+                fams["zsched_collector_up"].add_metric([q], 0.0)
+                unreachable = isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError)
+                continue
+            fams["zsched_collector_up"].add_metric([q], 1.0)
+            fams["zsched_delayed_runs"].add_metric([q], snap.delayed)
+            fams["zsched_due_backlog_runs"].add_metric([q], snap.due_backlog)
+            fams["zsched_due_backlog_oldest_age_seconds"].add_metric(
+                [q], snap.due_backlog_oldest_age
+            )
+            fams["zsched_stream_length"].add_metric([q], snap.stream_length)
+            fams["zsched_consumer_group_lag"].add_metric([q], snap.group_lag)
+            fams["zsched_pending_runs"].add_metric([q], snap.pending)
+            fams["zsched_pending_oldest_idle_seconds"].add_metric([q], snap.pending_oldest_idle)
+            fams["zsched_dead_letters"].add_metric([q], snap.dead_letters)
+            for schedule, ts in sorted(snap.rule_next_fire.items()):
+                fams["zsched_rule_next_fire_timestamp_seconds"].add_metric([q, schedule], ts)
+            for schedule, ts in sorted(snap.rule_last_fire.items()):
+                fams["zsched_rule_last_fire_timestamp_seconds"].add_metric([q, schedule], ts)
+        return list(fams.values())
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily]:
+        fams: dict[str, GaugeMetricFamily] = {}
+        for name in COLLECTED_METRICS:
+            labels = ["queue", "schedule"] if name.startswith("zsched_rule_") else ["queue"]
+            fams[name] = GaugeMetricFamily(name, _HELP[name], labels=labels)
+        return fams
+
+
+def _last_fires(queue: str, state: Mapping[bytes, bytes]) -> Iterator[tuple[str, float]]:
+    """(schedule, last fire in seconds) for every rule state that has a last fire."""
+    for raw_id, blob in state.items():
+        schedule = _text(raw_id)
+        try:
+            decoded = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            logger.debug(
+                "rule state of %s is not msgpack: %r", schedule, exc, extra={"queue": queue}
+            )
+            continue
+        if not isinstance(decoded, dict):
+            continue
+        last = decoded.get("last_fire_ms")
+        if isinstance(last, int | float) and not isinstance(last, bool):
+            yield schedule, float(last) / 1000.0

@@ -1,0 +1,103 @@
+"""Frozen settings. `ZSCHED_*` environment variables are read here, at start-up, never at import.
+
+An unknown setting name is an error, not ignored: `settings_from(Cls, {...})` and
+`from_env(Cls)` both raise ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """Settings that enqueue, dispatcher and worker of one queue share."""
+
+    #: A completed run id stays a duplicate this long (ms).
+    dedupe_window_ms: int = 3_600_000
+    #: Largest accepted payload (bytes, msgpack-encoded).
+    max_payload_bytes: int = 512 * 1024
+
+
+@dataclass(frozen=True)
+class DispatcherSettings:
+    """How a dispatcher moves due runs."""
+
+    #: Runs moved per dispatch call (1..1000); bounds the time one script holds Redis.
+    batch_size: int = 500
+    #: Dispatch calls per tick before other work (rules) gets a turn.
+    max_batches_per_tick: int = 20
+    #: Hold back while the ready stream holds this many entries; 0 = no limit.
+    max_backlog: int = 50_000
+    #: Longest sleep without hearing from Redis (ms); a safety net for lost wake-ups.
+    max_idle_ms: int = 5_000
+    #: Sleep while held back by the backlog limit (ms).
+    held_poll_ms: int = 20
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a worker consumes runs."""
+
+    #: Handlers running at once.
+    concurrency: int = 16
+    #: A pending entry idle this long is reclaimed by another worker (ms).
+    visibility_timeout_ms: int = 30_000
+    #: Entries read per XREADGROUP call at most.
+    read_batch: int = 100
+    #: How long one blocking read waits for new entries (ms).
+    block_ms: int = 5_000
+    #: An entry delivered more often than this goes to the dead letters.
+    max_deliveries: int = 5
+    #: How long shutdown waits for running handlers before handing their runs back (ms).
+    shutdown_grace_ms: int = 10_000
+    #: Default cap on attempts of a task that does not set its own.
+    max_attempts: int = 3
+    #: Longest backoff between attempts (ms).
+    max_backoff_ms: int = 3_600_000
+
+
+def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:
+    """Build settings from a mapping; unknown names and bad values raise ConfigError."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown {cls.__name__} setting(s): {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(fields))}"
+        )
+    clean: dict[str, Any] = {}
+    for name, value in values.items():
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"setting {name} must be an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise ConfigError(f"setting {name} must be a number, got {value!r}")
+        if value < 0:
+            raise ConfigError(f"setting {name} must not be negative, got {value!r}")
+        clean[name] = int(value)
+    return cls(**clean)
+
+
+def from_env(cls: type[T], prefix: str, environ: Mapping[str, str] | None = None) -> T:
+    """Read `PREFIX_NAME` variables (e.g. ZSCHED_WORKER_CONCURRENCY) into settings."""
+    env = os.environ if environ is None else environ
+    values = {k[len(prefix) :].lower(): v for k, v in env.items() if k.startswith(prefix)}
+    return settings_from(cls, values)
+
+
+def redis_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """ZSCHED_REDIS_URL, the one place a secret-bearing URL comes from besides the CLI."""
+    env = os.environ if environ is None else environ
+    return env.get("ZSCHED_REDIS_URL") or None

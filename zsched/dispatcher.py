@@ -1,0 +1,151 @@
+"""The dispatcher: moves due runs onto the ready stream, and lets extensions (rules) fire.
+
+It keeps the due-time timer on the client and listens on the wake channel only to hear that a
+run is due sooner: Redis checks blocking timeouts only `hz` times a second, so a blocking wait
+meant to end at a due time could be 100 ms late. Any number of dispatchers may run at once:
+every move is one atomic script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import redis.exceptions
+
+from . import scripts as S
+from .config import DispatcherSettings, settings_from
+from .connection import async_client, async_from_sync
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger(__name__)
+REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+class TickPart(Protocol):
+    """Extra work a dispatcher does each pass (recurring rules). Returns its next due ms."""
+
+    async def tick(self, now_ms: int | None) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class TickResult:
+    moved: int
+    next_due_ms: int | None
+    now_ms: int
+    held: bool
+    more: bool
+
+
+class Dispatcher:
+    """Dispatches due runs of one queue. `run()` loops; `tick()` does one pass."""
+
+    def __init__(self, app: App, redis: Any = None, **settings: Any) -> None:
+        self.app = app
+        self.settings = settings_from(DispatcherSettings, settings)
+        if redis is None:
+            redis = async_client(app.url) if app.url else async_from_sync(app.redis)
+        self.redis = redis
+        self.scripts = S.AsyncScripts(redis)
+        self.parts: list[TickPart] = []
+        self.metrics = app.metrics
+        self._q = app.queue
+
+    async def tick(self) -> TickResult:
+        """Dispatch due runs in bounded batches, then run the extensions once."""
+        s, k, clock = self.settings, self.app.keys, self.app.clock
+        moved, more = 0, False
+        r: S.DispatchResult | None = None
+        for _ in range(s.max_batches_per_tick):
+            r = await self.scripts.run(
+                S.dispatch(k, now_ms=clock.now_ms(), limit=s.batch_size, max_backlog=s.max_backlog)
+            )
+            moved += r.moved
+            self._observe(r)
+            more = r.moved == s.batch_size and not r.held
+            if not more:
+                break
+        assert r is not None
+        next_due = r.next_due_ms
+        for part in self.parts:
+            due = await part.tick(clock.now_ms())
+            if due is not None and (next_due is None or due < next_due):
+                next_due = due
+        self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
+        return TickResult(moved, next_due, r.now_ms, r.held, more)
+
+    def _observe(self, r: S.DispatchResult) -> None:
+        if not r.moved:
+            return
+        self.metrics.dispatched.labels(self._q).inc(r.moved)
+        lag = self.metrics.dispatch_lag.labels(self._q)
+        for at in r.run_at_ms:
+            lag.observe(max(0, r.now_ms - at) / 1000)
+
+    def _sleep_s(self, t: TickResult) -> float:
+        s = self.settings
+        if t.more:
+            return 0.0
+        if t.held:
+            return s.held_poll_ms / 1000
+        if t.next_due_ms is None:
+            return s.max_idle_ms / 1000
+        return min(max(0, t.next_due_ms - t.now_ms), s.max_idle_ms) / 1000
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""
+        stop = stop or asyncio.Event()
+        backoff = 0.1
+        log.info("dispatcher started", extra={"queue": self._q})
+        while not stop.is_set():
+            pubsub = self.redis.pubsub()
+            try:
+                await pubsub.subscribe(self.app.keys.wake)
+                while not stop.is_set():
+                    t = await self.tick()
+                    backoff = 0.1
+                    await self._wait(pubsub, self._sleep_s(t), stop)
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
+                log.warning("dispatcher lost Redis (%s); retrying in %.1fs", type(exc).__name__,
+                            backoff, extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                try:
+                    await pubsub.aclose()
+                except REDIS_ERRORS:
+                    pass
+        log.info("dispatcher stopped", extra={"queue": self._q})
+
+    async def _wait(self, pubsub: Any, seconds: float, stop: asyncio.Event) -> None:
+        """Wait `seconds` on the client's clock, or less if a wake-up or stop arrives."""
+        if seconds <= 0:
+            # Still drain pending wake-ups so they don't pile up while we are busy.
+            while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.0):
+                pass
+            return
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            # Check `stop` at least every 0.5 s without costing any Redis command.
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(left, 0.5))
+            if msg is not None:
+                return
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass

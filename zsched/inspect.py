@@ -1,0 +1,233 @@
+"""Read-side views of a queue: one run's state, queue status, dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from . import scripts as S
+from .envelope import Envelope, decode
+from .errors import PayloadError, RunNotFound
+from .keys import GROUP, QueueKeys
+from .tasks import ms_to_datetime
+
+if TYPE_CHECKING:
+    from .app import App
+
+#: How far back get_run looks through the dead-letter stream for a run id.
+DEAD_SCAN_LIMIT = 10_000
+
+
+def _s(b: Any) -> str:
+    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Where a run is and its times. state: scheduled, ready, running, done or dead."""
+
+    run_id: str
+    state: str
+    task: str | None = None
+    attempt: int | None = None
+    run_at: datetime | None = None
+    scheduled_for: datetime | None = None
+    done_at: datetime | None = None
+    dead_reason: str | None = None
+    consumer: str | None = None
+    idle_ms: int | None = None
+    deliveries: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()
+        }
+
+
+def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> RunStatus:
+    env: Envelope | None = None
+    if raw:
+        try:
+            env = decode(raw)
+        except PayloadError:
+            env = None
+    if env is None:
+        return RunStatus(run_id, state, **extra)
+    return RunStatus(
+        run_id,
+        state,
+        task=env.task,
+        attempt=env.attempt,
+        run_at=ms_to_datetime(env.run_at_ms),
+        scheduled_for=ms_to_datetime(env.scheduled_ms),
+        **extra,
+    )
+
+
+def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
+    pipe = r.pipeline(transaction=False)
+    pipe.zscore(k.delayed, run_id)
+    pipe.hget(k.runs, run_id)
+    pipe.hget(k.entries, run_id)
+    pipe.zscore(k.done, run_id)
+    score, raw, entry, done_at = pipe.execute()
+    if score is not None:
+        st = _from_envelope(run_id, "scheduled", raw)
+        return RunStatus(**{**vars(st), "run_at": ms_to_datetime(int(score))})
+    if raw is not None and entry is not None:
+        pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)
+        if pending:
+            p = pending[0]
+            return _from_envelope(
+                run_id, "running", raw, consumer=_s(p["consumer"]),
+                idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
+            )  # fmt: skip
+        return _from_envelope(run_id, "ready", raw)
+    if done_at is not None:
+        return RunStatus(run_id, "done", done_at=ms_to_datetime(int(float(done_at))))
+    for entry_id, fields in _scan_dead(r, k):
+        if _s(fields.get(b"run_id", b"")) == run_id:
+            return _from_envelope(
+                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b""))
+            )
+    raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+
+
+def _scan_dead(r: Any, k: QueueKeys) -> Iterable[tuple[bytes, dict[bytes, bytes]]]:
+    end, seen = "+", 0
+    while seen < DEAD_SCAN_LIMIT:
+        batch = r.xrevrange(k.dead, end, "-", count=500)
+        if not batch:
+            return
+        yield from batch
+        seen += len(batch)
+        if len(batch) < 500:
+            return
+        end = "(" + _s(batch[-1][0])
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """A snapshot of one queue."""
+
+    queue: str
+    now_ms: int
+    delayed: int
+    due: int
+    oldest_due_age_ms: int
+    stream_length: int
+    pending: int
+    oldest_pending_idle_ms: int
+    dead: int
+    done_records: int
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
+    pipe = r.pipeline(transaction=False)
+    pipe.time()
+    pipe.zcard(k.delayed)
+    pipe.zrange(k.delayed, 0, 0, withscores=True)
+    pipe.xlen(k.ready)
+    pipe.xlen(k.dead)
+    pipe.zcard(k.done)
+    pipe.hgetall(k.stats)
+    t, delayed, head, xlen, dead, done, stats = pipe.execute()
+    now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+    due = int(r.zcount(k.delayed, "-inf", now_ms)) if delayed else 0
+    oldest_due = max(0, now_ms - int(head[0][1])) if head and head[0][1] <= now_ms else 0
+    pending, oldest_idle = 0, 0
+    if xlen:
+        try:
+            summary = r.xpending(k.ready, GROUP)
+            pending = int(summary["pending"])
+            if pending:
+                rows = r.xpending_range(k.ready, GROUP, "-", "+", 100)
+                oldest_idle = max(int(x["time_since_delivered"]) for x in rows)
+        except Exception as exc:  # noqa: BLE001 - a missing group just means nothing pending
+            if "NOGROUP" not in str(exc):
+                raise
+    return QueueStatus(
+        k.queue, now_ms, int(delayed), due, oldest_due, int(xlen), pending, oldest_idle,
+        int(dead), int(done), {_s(a): int(b) for a, b in stats.items()},
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One entry of the dead-letter stream."""
+
+    entry_id: str
+    run_id: str
+    reason: str
+    dead_at: datetime | None
+    envelope: bytes
+    task: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in vars(self).items() if k != "envelope"}
+        d["dead_at"] = self.dead_at.isoformat() if self.dead_at else None
+        return d
+
+
+def _dead_letter(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
+    raw = f.get(b"envelope", b"")
+    try:
+        task: str | None = decode(raw).task
+    except PayloadError:
+        task = None
+    at = f.get(b"dead_at_ms")
+    return DeadLetter(
+        _s(entry_id), _s(f.get(b"run_id", b"")), _s(f.get(b"reason", b"")),
+        ms_to_datetime(int(at)) if at else None, raw, task,
+    )  # fmt: skip
+
+
+def dead_letters(r: Any, k: QueueKeys, count: int, start: str = "-") -> list[DeadLetter]:
+    return [_dead_letter(i, f) for i, f in r.xrange(k.dead, start, "+", count=count)]
+
+
+def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
+    """Returns counts: replayed, missing, live (a run with that id is live), undecodable."""
+    r, k = app.redis, app.keys
+    if entry_ids is None:
+        letters = [_dead_letter(i, f) for i, f in r.xrange(k.dead, "-", "+")]
+    else:
+        letters = []
+        for eid in entry_ids:
+            rows = r.xrange(k.dead, eid, eid)
+            letters.extend(_dead_letter(i, f) for i, f in rows)
+    counts = {"replayed": 0, "missing": 0, "live": 0, "undecodable": 0}
+    if entry_ids is not None:
+        counts["missing"] = len(list(entry_ids)) - len(letters)
+    groups: list[tuple[str, str, bytes]] = []
+    now = app._local_ms()
+    for d in letters:
+        try:
+            env = decode(d.envelope)
+        except PayloadError:
+            counts["undecodable"] += 1
+            continue
+        fresh = Envelope(env.run_id, env.task, env.payload, now, env.scheduled_ms, now,
+                         1, env.schedule_id, env.max_attempts)  # fmt: skip
+        groups.append((d.entry_id, env.run_id, fresh.encode()))
+    for i in range(0, len(groups), S.MAX_BATCH):
+        codes = app.scripts.run(S.replay(k, groups[i : i + S.MAX_BATCH], now_ms=app.clock.now_ms()))
+        for c in codes:
+            key = {S.REPLAYED: "replayed", S.NOT_FOUND: "missing", S.REPLAY_LIVE: "live"}[c]
+            counts[key] += 1
+    return counts
+
+
+def purge_dead(r: Any, k: QueueKeys, entry_ids: Iterable[str] | None) -> int:
+    if entry_ids is None:
+        n = int(r.xlen(k.dead))
+        r.delete(k.dead)
+        return n
+    ids = list(entry_ids)
+    return int(r.xdel(k.dead, *ids)) if ids else 0

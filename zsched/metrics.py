@@ -1,0 +1,107 @@
+"""Every Prometheus metric of zsched, built on an injectable registry.
+
+Names start with `zsched_`, use base units, and only counters end in `_total`. Labels come from
+a fixed set (queue, task, schedule, outcome, reason, policy, where, role) and never a run id.
+Queue gauges (backlog, pending, ...) are read from Redis at scrape time by a collector
+(see zsched/collector.py), not kept here.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+#: Lag buckets from 1 ms to 1 h.
+LAG_BUCKETS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+)  # fmt: skip
+DURATION_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+)  # fmt: skip
+
+
+class Metrics:
+    """The metrics of one process. Pass a registry to isolate (tests, several apps)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.registry = r
+        self.dispatch_lag = Histogram(
+            "zsched_dispatch_lag_seconds",
+            "Delay from a run's intended time to its dispatch onto the ready stream.",
+            ["queue"], buckets=LAG_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.start_lag = Histogram(
+            "zsched_start_lag_seconds",
+            "Delay from a run's intended time to its handler's start.",
+            ["queue", "task"], buckets=LAG_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.job_duration = Histogram(
+            "zsched_job_duration_seconds",
+            "Time a handler ran, by task.",
+            ["queue", "task"], buckets=DURATION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.enqueued = Counter(
+            "zsched_runs_enqueued_total", "Runs accepted by enqueue (duplicates excluded).",
+            ["queue"], registry=r,
+        )  # fmt: skip
+        self.dispatched = Counter(
+            "zsched_runs_dispatched_total", "Runs moved from the delayed set to the ready stream.",
+            ["queue"], registry=r,
+        )  # fmt: skip
+        self.completed = Counter(
+            "zsched_runs_completed_total",
+            "Handler outcomes: succeeded, failed, retried, dead.",
+            ["queue", "task", "outcome"], registry=r,
+        )  # fmt: skip
+        self.retried = Counter(
+            "zsched_runs_retried_total", "Runs put back in the delayed set for another attempt.",
+            ["queue", "task"], registry=r,
+        )  # fmt: skip
+        self.dead_lettered = Counter(
+            "zsched_runs_dead_lettered_total", "Runs sent to the dead-letter stream, by reason.",
+            ["queue", "reason"], registry=r,
+        )  # fmt: skip
+        self.reclaimed = Counter(
+            "zsched_runs_reclaimed_total",
+            "Pending entries taken over from a consumer that stopped acknowledging.",
+            ["queue"], registry=r,
+        )  # fmt: skip
+        self.fenced = Counter(
+            "zsched_fenced_total",
+            "Acks, retries or lease renewals refused because this consumer no longer owned the run.",
+            ["queue", "reason"], registry=r,
+        )  # fmt: skip
+        self.duplicates = Counter(
+            "zsched_duplicates_total",
+            "Duplicate runs caught, by where: enqueue, fire, worker.",
+            ["queue", "where"], registry=r,
+        )  # fmt: skip
+        self.missed_slots = Counter(
+            "zsched_missed_slots_total",
+            "Rule slots not run on time, by misfire policy.",
+            ["queue", "schedule", "policy"], registry=r,
+        )  # fmt: skip
+        self.overlap_skips = Counter(
+            "zsched_overlap_skips_total",
+            "Fires skipped because the rule's previous run was still running.",
+            ["queue", "schedule"], registry=r,
+        )  # fmt: skip
+        self.fires = Counter(
+            "zsched_rule_fires_total", "Runs materialised from recurring rules.",
+            ["queue", "schedule"], registry=r,
+        )  # fmt: skip
+        self.heartbeat = Gauge(
+            "zsched_process_heartbeat_timestamp_seconds",
+            "Unix time of the last loop pass of this dispatcher or worker process.",
+            ["queue", "role"], registry=r,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            "zsched_worker_in_flight_runs", "Runs this worker holds (running or buffered).",
+            ["queue"], registry=r,
+        )  # fmt: skip
+        self.redis_errors = Counter(
+            "zsched_redis_errors_total", "Redis connection errors seen by a loop, by role.",
+            ["queue", "role"], registry=r,
+        )  # fmt: skip

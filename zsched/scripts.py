@@ -1,0 +1,294 @@
+"""Lua loading and one typed wrapper per script.
+
+Each wrapper builds a `Call` (script name, KEYS, ARGV, reply decoder) so the same call runs
+on a sync or an asyncio client, alone or in a pipeline. `Scripts`/`AsyncScripts` register the
+sources with redis-py (EVALSHA, reload after NOSCRIPT, pipeline-safe) and decode every reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from .errors import ScriptError
+from .keys import GROUP, QueueKeys
+
+T = TypeVar("T")
+
+NAMES = (
+    "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
+    "replay",
+)  # fmt: skip
+#: Hard bound of every batched script (runs per call).
+MAX_BATCH = 1000
+
+# Reply codes, named once.
+ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE = 1, 0, 2
+OK, FENCED = 1, 0
+CANCELLED, NOT_FOUND, NOT_CANCELLABLE = 1, 0, 2
+REPLAYED, REPLAY_LIVE = 1, 2
+
+
+def lua_dir() -> Path:
+    """The folder holding the .lua files (the repo's lua/ or the installed package data)."""
+    here = Path(__file__).resolve().parent.parent / "lua"
+    if (here / "enqueue.lua").exists():
+        return here
+    return Path(str(resources.files("zsched.lua")))
+
+
+@cache
+def source(name: str) -> str:
+    """The Lua source of one script."""
+    if name not in NAMES and not (lua_dir() / f"{name}.lua").exists():
+        raise ScriptError(f"no Lua script named {name!r}")
+    try:
+        return (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScriptError(f"cannot read Lua script {name!r}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script invocation, ready to run on any client."""
+
+    name: str
+    keys: list[str]
+    args: list[Any]
+    decode: Callable[[Any], T]
+
+
+def _now(now_ms: int | None) -> str | int:
+    return "" if now_ms is None else int(now_ms)
+
+
+def _int_list(reply: Any) -> list[int]:
+    if not isinstance(reply, list):
+        raise ScriptError(f"expected a list reply, got {reply!r}")
+    return [int(x) for x in reply]
+
+
+def _flatten(groups: Iterable[Sequence[Any]]) -> list[Any]:
+    out: list[Any] = []
+    for g in groups:
+        out.extend(g)
+    return out
+
+
+# -- wrappers ---------------------------------------------------------------------------------
+
+
+def enqueue(
+    k: QueueKeys,
+    runs: Sequence[tuple[str, int, str, bytes]],
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    max_envelope_bytes: int,
+) -> Call[list[int]]:
+    """runs: (run_id, run_at_ms, task, envelope). Reply: one code per run."""
+    return Call(
+        "enqueue",
+        [k.delayed, k.runs, k.done, k.stats, k.wake],
+        [_now(now_ms), dedupe_window_ms, max_envelope_bytes, *_flatten(runs)],
+        _int_list,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchResult:
+    moved: int
+    next_due_ms: int | None
+    now_ms: int
+    held: bool
+    run_at_ms: list[int]
+
+
+def _decode_dispatch(reply: Any) -> DispatchResult:
+    r = _int_list(reply)
+    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[4:])
+
+
+def dispatch(
+    k: QueueKeys, *, now_ms: int | None, limit: int, max_backlog: int
+) -> Call[DispatchResult]:
+    return Call(
+        "dispatch",
+        [k.delayed, k.runs, k.ready, k.entries, k.stats],
+        [_now(now_ms), limit, max_backlog],
+        _decode_dispatch,
+    )
+
+
+def ack(
+    k: QueueKeys,
+    consumer: str,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    trim_limit: int = 200,
+) -> Call[list[int]]:
+    """pairs: (entry_id, run_id). Reply: OK or FENCED per pair."""
+    return Call(
+        "ack",
+        [k.ready, k.runs, k.entries, k.done, k.stats],
+        [_now(now_ms), GROUP, consumer, dedupe_window_ms, trim_limit, *_flatten(pairs)],
+        _int_list,
+    )
+
+
+def retry(
+    k: QueueKeys,
+    consumer: str,
+    groups: Sequence[tuple[str, str, int, bytes]],
+    *,
+    now_ms: int | None,
+) -> Call[list[int]]:
+    """groups: (entry_id, run_id, delay_ms, next envelope). Reply: OK or FENCED each."""
+    return Call(
+        "retry",
+        [k.ready, k.runs, k.entries, k.delayed, k.stats, k.wake],
+        [_now(now_ms), GROUP, consumer, *_flatten(groups)],
+        _int_list,
+    )
+
+
+def release(
+    k: QueueKeys, consumer: str, pairs: Sequence[tuple[str, str]], *, now_ms: int | None
+) -> Call[list[int]]:
+    """pairs: (entry_id, run_id). Reply: OK or FENCED each."""
+    return Call(
+        "release",
+        [k.ready, k.runs, k.entries, k.delayed, k.wake],
+        [_now(now_ms), GROUP, consumer, *_flatten(pairs)],
+        _int_list,
+    )
+
+
+def dead(
+    k: QueueKeys,
+    consumer: str,
+    groups: Sequence[tuple[str, str, str, bytes]],
+    *,
+    now_ms: int | None,
+) -> Call[list[int]]:
+    """groups: (entry_id, run_id, reason, envelope). Reply: OK or FENCED each."""
+    return Call(
+        "dead",
+        [k.ready, k.runs, k.entries, k.dead, k.stats],
+        [_now(now_ms), GROUP, consumer, *_flatten(groups)],
+        _int_list,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    entry_id: str
+    run_id: str
+    envelope: bytes
+    deliveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimResult:
+    cursor: str
+    claimed: list[Claimed]
+    dead: int
+    gone: int
+
+
+def _s(b: Any) -> str:
+    return b.decode() if isinstance(b, bytes) else str(b)
+
+
+def _decode_reclaim(reply: Any) -> ReclaimResult:
+    cursor, flat, n_dead, n_gone = reply
+    claimed = [
+        Claimed(_s(flat[i]), _s(flat[i + 1]), bytes(flat[i + 2]), int(flat[i + 3]))
+        for i in range(0, len(flat), 4)
+    ]
+    return ReclaimResult(_s(cursor), claimed, int(n_dead), int(n_gone))
+
+
+def reclaim(
+    k: QueueKeys,
+    consumer: str,
+    *,
+    now_ms: int | None,
+    min_idle_ms: int,
+    count: int,
+    max_deliveries: int,
+    cursor: str = "0-0",
+) -> Call[ReclaimResult]:
+    return Call(
+        "reclaim",
+        [k.ready, k.runs, k.entries, k.dead, k.stats],
+        [_now(now_ms), GROUP, consumer, min_idle_ms, count, max_deliveries, cursor],
+        _decode_reclaim,
+    )
+
+
+def renew(k: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Call[list[int]]:
+    """Reply: OK or FENCED per entry id."""
+    return Call("renew", [k.ready, k.stats], [GROUP, consumer, *entry_ids], _int_list)
+
+
+def cancel(k: QueueKeys, run_id: str) -> Call[int]:
+    """Reply: CANCELLED, NOT_FOUND or NOT_CANCELLABLE."""
+    return Call("cancel", [k.delayed, k.runs], [run_id], int)
+
+
+def replay(
+    k: QueueKeys, groups: Sequence[tuple[str, str, bytes]], *, now_ms: int | None
+) -> Call[list[int]]:
+    """groups: (dead entry id, run_id, new envelope). Reply: REPLAYED, NOT_FOUND or REPLAY_LIVE."""
+    return Call(
+        "replay",
+        [k.dead, k.runs, k.delayed, k.wake],
+        [_now(now_ms), *_flatten(groups)],
+        _int_list,
+    )
+
+
+# -- runners ----------------------------------------------------------------------------------
+
+
+class Scripts:
+    """The scripts registered on a sync client (Redis or RedisCluster)."""
+
+    def __init__(self, client: Any, names: Iterable[str] = NAMES) -> None:
+        self._client = client
+        self._scripts = {n: client.register_script(source(n)) for n in names}
+
+    def add(self, name: str) -> None:
+        """Register one more script by name (extensions such as rules)."""
+        self._scripts[name] = self._client.register_script(source(name))
+
+    def run(self, call: Call[T]) -> T:
+        """Run `call` and decode its reply."""
+        script = self._scripts[call.name]
+        return call.decode(script(keys=call.keys, args=call.args))
+
+    def queue(self, call: Call[Any], pipe: Any) -> None:
+        """Queue `call` on a pipeline; decode its reply from `execute()` with `call.decode`."""
+        self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+
+
+class AsyncScripts:
+    """The scripts registered on an asyncio client."""
+
+    def __init__(self, client: Any, names: Iterable[str] = NAMES) -> None:
+        self._client = client
+        self._scripts = {n: client.register_script(source(n)) for n in names}
+
+    def add(self, name: str) -> None:
+        self._scripts[name] = self._client.register_script(source(name))
+
+    async def run(self, call: Call[T]) -> T:
+        script = self._scripts[call.name]
+        return call.decode(await script(keys=call.keys, args=call.args))

@@ -1,0 +1,104 @@
+"""Registered tasks, the handler protocol, and `current_run()`.
+
+A worker runs only task names registered here: nothing named by a payload is imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from .envelope import Payload
+from .errors import ZschedError
+
+
+class Handler(Protocol):
+    """A task body: takes the payload; sync or async."""
+
+    def __call__(self, payload: Payload, /) -> Any | Awaitable[Any]: ...
+
+
+#: Backoff: base seconds (exponential, full jitter) or a function attempt -> seconds.
+Backoff = float | Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered task."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    max_attempts: int | None = None
+    backoff: Backoff = 1.0
+    timeout: float | None = None
+
+    def backoff_seconds(self, attempt: int, max_seconds: float) -> float:
+        """Delay before attempt `attempt + 1`: base * 2^(attempt-1), with full jitter."""
+        if callable(self.backoff):
+            return max(0.0, min(float(self.backoff(attempt)), max_seconds))
+        cap = min(float(self.backoff) * (2 ** (attempt - 1)), max_seconds)
+        # Half fixed, half random: spreads a thundering herd yet keeps the delay growing.
+        return cap / 2 + random.uniform(0, cap / 2)
+
+
+def make_task(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    max_attempts: int | None = None,
+    backoff: Backoff = 1.0,
+    timeout: float | None = None,
+) -> Task:
+    task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+    if not task_name or len(task_name.encode()) > 256:
+        raise ZschedError(f"task name {task_name!r} must be 1..256 bytes")
+    if max_attempts is not None and max_attempts < 1:
+        raise ZschedError(f"task {task_name}: max_attempts must be >= 1, got {max_attempts}")
+    if timeout is not None and not timeout > 0:
+        raise ZschedError(f"task {task_name}: timeout must be > 0 seconds, got {timeout}")
+    if not callable(backoff) and not float(backoff) >= 0:
+        raise ZschedError(f"task {task_name}: backoff must be >= 0 seconds, got {backoff}")
+    is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
+    return Task(task_name, fn, is_async, max_attempts, backoff, timeout)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a handler knows about the run it is executing."""
+
+    run_id: str
+    task: str
+    attempt: int
+    scheduled_for: datetime
+    queue: str
+    schedule_id: str | None = None
+    #: How many times the stream delivered this attempt (> 1 after a reclaim).
+    deliveries: int = 1
+
+
+_current: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(
+    "zsched_current_run", default=None
+)
+
+
+def current_run() -> RunInfo:
+    """The run being executed by this handler. Raises outside a handler."""
+    info = _current.get()
+    if info is None:
+        raise ZschedError("current_run() is only available inside a task handler")
+    return info
+
+
+def set_current(info: RunInfo | None) -> contextvars.Token[RunInfo | None]:
+    return _current.set(info)
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)

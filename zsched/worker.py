@@ -1,0 +1,410 @@
+"""The worker: a consumer in the ready stream's group that runs registered tasks.
+
+Async handlers run on the event loop, sync ones in a thread pool, at most `concurrency` at a
+time. Outcomes are buffered and written in batches (one ack script call for many runs). Every
+write is fenced: a consumer that no longer owns an entry cannot ack, retry or renew it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+
+from . import recovery
+from . import scripts as S
+from .config import WorkerSettings, settings_from
+from .connection import async_client, async_from_sync
+from .envelope import Envelope, decode
+from .errors import Fail, PayloadError, Retry
+from .keys import GROUP
+from .tasks import RunInfo, Task, ms_to_datetime, set_current
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger(__name__)
+REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+@dataclass
+class Delivery:
+    """One stream entry handed to this worker."""
+
+    entry_id: str
+    run_id: str
+    raw: bytes
+    due_ms: int | None
+    deliveries: int = 1
+
+
+def _s(b: Any) -> str:
+    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
+
+
+def _delivery(entry_id: Any, fields: dict[bytes, bytes]) -> Delivery:
+    due = fields.get(b"due_ms")
+    return Delivery(
+        _s(entry_id), _s(fields.get(b"run_id", b"")), fields.get(b"envelope", b""),
+        int(due) if due and due.isdigit() else None,
+    )  # fmt: skip
+
+
+def failure_reason(exc: BaseException, attempts: int) -> str:
+    """'failed after N attempts: Type: message (at file:line in func)' — last traceback line."""
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    where = ""
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        f = tb[-1]
+        where = f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
+    return f"failed after {attempts} attempt(s): {last}{where}"[:2000]
+
+
+class Worker:
+    """Consumes one queue. `run()` loops until stopped; `tick()` does one non-blocking pass."""
+
+    def __init__(
+        self, app: App, redis: Any = None, consumer: str | None = None, **settings: Any
+    ) -> None:
+        self.app = app
+        self.settings = s = settings_from(WorkerSettings, settings)
+        make = (lambda: async_client(app.url)) if app.url else (lambda: async_from_sync(app.redis))
+        self.redis = redis if redis is not None else make()
+        # Blocking reads hold their connection; give them their own client.
+        self._reader = self.redis if redis is not None else make()
+        self.scripts = S.AsyncScripts(self.redis)
+        self.metrics = app.metrics
+        self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.running: dict[str, Delivery] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._acks: list[tuple[str, str]] = []
+        self._retries: list[tuple[str, str, int, bytes]] = []
+        self._deads: list[tuple[str, str, str, bytes]] = []
+        self._flushing: set[str] = set()
+        self._lost: set[str] = set()
+        self._wake_flush = asyncio.Event()
+        self._slot_free = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="zsched")
+        self._group_ready = False
+        self.reclaim_cursor = "0-0"
+        self.stopping = False
+
+    # -- bookkeeping used by recovery ----------------------------------------------------------
+
+    def held_entry_ids(self) -> list[str]:
+        pending = [a[0] for a in self._acks] + [r[0] for r in self._retries]
+        return list(self.running) + pending + [d[0] for d in self._deads] + list(self._flushing)
+
+    def mark_lost(self, entry_id: str) -> None:
+        if entry_id not in self._lost:
+            self._lost.add(entry_id)
+            log.warning("lost entry %s: another consumer owns it now", entry_id,
+                        extra={"queue": self.app.queue})  # fmt: skip
+
+    # -- one pass ----------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        if not self._group_ready:
+            await recovery.ensure_group(self.redis, self.app.keys)
+            self._group_ready = True
+
+    async def _read(self, count: int, block_ms: int | None) -> list[Delivery]:
+        k = self.app.keys
+        try:
+            resp = await self._reader.xreadgroup(
+                GROUP, self.consumer, {k.ready: ">"}, count=count, block=block_ms
+            )
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._group_ready = False
+            await self.setup()
+            return []
+        return [_delivery(eid, f) for _stream, entries in resp or [] for eid, f in entries]
+
+    async def tick(self, count: int | None = None) -> int:
+        """Read what is ready now (no blocking), run it all, write the outcomes. Returns count."""
+        await self.setup()
+        batch = await self._read(count or self.settings.read_batch, None)
+        for d in batch:
+            self._start(d)
+        await self.drain()
+        return len(batch)
+
+    async def drain(self) -> None:
+        """Wait for every started handler, then write all outcomes."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.flush()
+
+    def _start(self, d: Delivery) -> None:
+        self.running[d.entry_id] = d
+        t = asyncio.get_running_loop().create_task(self._execute(d))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # -- executing a run ---------------------------------------------------------------------
+
+    async def _execute(self, d: Delivery) -> None:
+        try:
+            await self._execute_inner(d)
+        finally:
+            self.running.pop(d.entry_id, None)
+            self._slot_free.set()
+            self._wake_flush.set()
+
+    async def _execute_inner(self, d: Delivery) -> None:
+        q = self.app.queue
+        try:
+            env = decode(d.raw)
+        except PayloadError as exc:
+            return self._dead(d, f"undecodable envelope: {exc}", "undecodable")
+        task = self.app.tasks.get(env.task)
+        if task is None:
+            return self._dead(
+                d, f"unknown task {env.task!r}: not registered with this worker", "unknown_task"
+            )
+        info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms), q,
+                       env.schedule_id, d.deliveries)  # fmt: skip
+        started = time.time()
+        due = d.due_ms if d.due_ms is not None else env.run_at_ms
+        self.metrics.start_lag.labels(q, task.name).observe(max(0.0, started - due / 1000))
+        t0 = time.perf_counter()
+        try:
+            await self._call(task, env, info)
+        except Retry as r:
+            self._retry(d, env, task, r.delay, r.reason, outcome="retried")
+        except Fail as f:
+            self._dead(d, f"failed: {f.reason}"[:2000], "failed", task.name)
+        except Exception as exc:  # noqa: BLE001 - any handler error is an outcome, not a crash
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(f"timed out after {task.timeout}s")
+            self._retry(d, env, task, None, None, exc=exc)
+        else:
+            self._acks.append((d.entry_id, d.run_id))
+            self.metrics.completed.labels(q, task.name, "succeeded").inc()
+        finally:
+            self.metrics.job_duration.labels(q, task.name).observe(time.perf_counter() - t0)
+
+    async def _call(self, task: Task, env: Envelope, info: RunInfo) -> None:
+        if task.is_async:
+            set_current(info)
+            coro = task.fn(env.payload)
+            if task.timeout:
+                await asyncio.wait_for(coro, task.timeout)
+            else:
+                await coro
+            return
+        fut = asyncio.get_running_loop().run_in_executor(
+            self._executor, _call_sync, task.fn, env.payload, info
+        )
+        if task.timeout:
+            await asyncio.wait_for(fut, task.timeout)
+        else:
+            await fut
+
+    def _retry(
+        self,
+        d: Delivery,
+        env: Envelope,
+        task: Task,
+        delay: float | None,
+        reason: str | None,
+        exc: BaseException | None = None,
+        outcome: str = "failed",
+    ) -> None:
+        s, q = self.settings, self.app.queue
+        attempts = env.max_attempts or task.max_attempts or s.max_attempts
+        if env.attempt >= attempts:
+            why = failure_reason(exc, env.attempt) if exc else f"{reason} (attempt {env.attempt})"
+            return self._dead(d, why, "exhausted", task.name)
+        if delay is None:
+            delay = task.backoff_seconds(env.attempt, s.max_backoff_ms / 1000)
+        delay_ms = int(max(0.0, delay) * 1000)
+        nxt = env.next_attempt(int(time.time() * 1000) + delay_ms)
+        self._retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
+        self.metrics.completed.labels(q, task.name, outcome).inc()
+        self.metrics.retried.labels(q, task.name).inc()
+        if exc is not None:
+            log.info("run %s failed (attempt %d/%d), retrying in %.1fs: %s", d.run_id,
+                     env.attempt, attempts, delay, exc, extra={"queue": q, "run_id": d.run_id})  # fmt: skip
+
+    def _dead(self, d: Delivery, reason: str, kind: str, task: str = "") -> None:
+        self._deads.append((d.entry_id, d.run_id, reason, d.raw))
+        self.metrics.dead_lettered.labels(self.app.queue, kind).inc()
+        self.metrics.completed.labels(self.app.queue, task or "-", "dead").inc()
+        log.warning("run %s dead-lettered: %s", d.run_id or d.entry_id, reason,
+                    extra={"queue": self.app.queue, "run_id": d.run_id})  # fmt: skip
+
+    # -- writing outcomes --------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write buffered outcomes: one script call per kind per 1000 runs."""
+        k, now, s = self.app.keys, self.app.clock.now_ms(), self.app.settings
+        while self._acks or self._retries or self._deads:
+            acks, self._acks = self._acks[: S.MAX_BATCH], self._acks[S.MAX_BATCH :]
+            retries, self._retries = self._retries[: S.MAX_BATCH], self._retries[S.MAX_BATCH :]
+            deads, self._deads = self._deads[: S.MAX_BATCH], self._deads[S.MAX_BATCH :]
+            self._flushing.update(a[0] for a in acks)
+            try:
+                if acks:
+                    codes = await self.scripts.run(S.ack(k, self.consumer, acks, now_ms=now,
+                                                         dedupe_window_ms=s.dedupe_window_ms))  # fmt: skip
+                    self._fenced("ack", acks, codes)
+                if retries:
+                    codes = await self.scripts.run(S.retry(k, self.consumer, retries, now_ms=now))
+                    self._fenced("retry", retries, codes)
+                if deads:
+                    codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
+                    self._fenced("dead", deads, codes)
+            except REDIS_ERRORS:
+                # Keep the outcomes; the leases keep the entries ours until Redis is back.
+                self._acks[:0], self._retries[:0], self._deads[:0] = acks, retries, deads
+                raise
+            finally:
+                self._flushing.difference_update(a[0] for a in acks)
+
+    def _fenced(self, what: str, items: list[Any], codes: list[int]) -> None:
+        lost = [it for it, c in zip(items, codes, strict=True) if c == S.FENCED]
+        for it in lost:
+            self._lost.discard(it[0])
+            log.warning("%s of run %s refused: this consumer no longer owns entry %s", what,
+                        it[1], it[0], extra={"queue": self.app.queue, "run_id": it[1]})  # fmt: skip
+        if lost:
+            self.metrics.fenced.labels(self.app.queue, what).inc(len(lost))
+            if what == "ack":
+                self.metrics.duplicates.labels(self.app.queue, "worker").inc(len(lost))
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Consume until `stop` is set (or SIGTERM via the CLI), then shut down cleanly."""
+        stop = stop or asyncio.Event()
+        q = self.app.queue
+        log.info("worker %s started", self.consumer, extra={"queue": q})
+        loops = [
+            asyncio.create_task(self._guard(self._read_loop, stop)),
+            asyncio.create_task(self._guard(self._flush_loop, stop)),
+            asyncio.create_task(self._guard(self._lease_loop, stop)),
+        ]
+        await stop.wait()
+        await self.shutdown(loops)
+        log.info("worker %s stopped", self.consumer, extra={"queue": q})
+
+    async def _guard(self, loop: Any, stop: asyncio.Event) -> None:
+        """Run one loop, retrying with backoff while Redis is unreachable."""
+        backoff = 0.1
+        while not stop.is_set():
+            try:
+                await loop(stop)
+                return
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
+                log.warning("worker lost Redis (%s); retrying in %.1fs", type(exc).__name__,
+                            backoff, extra={"queue": self.app.queue})  # fmt: skip
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def _read_loop(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        await self.setup()
+        next_reclaim = 0.0
+        while not stop.is_set():
+            free = s.concurrency - len(self.running)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._slot_free.wait()
+                continue
+            if time.monotonic() >= next_reclaim:
+                for d in await recovery.reclaim_once(self, free):
+                    self._start(d)
+                next_reclaim = time.monotonic() + min(s.visibility_timeout_ms / 2000, 5.0)
+                free = s.concurrency - len(self.running)
+                if free <= 0:
+                    continue
+            block = int(min(s.block_ms, max(1.0, (next_reclaim - time.monotonic()) * 1000)))
+            for d in await self._read(min(free, s.read_batch), block):
+                self._start(d)
+            self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
+            self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
+
+    async def _flush_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._wake_flush.wait()
+            self._wake_flush.clear()
+            await self.flush()
+
+    async def _lease_loop(self, stop: asyncio.Event) -> None:
+        every = self.settings.visibility_timeout_ms / 3000
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+            if not stop.is_set():
+                await recovery.renew_leases(self)
+
+    async def shutdown(self, loops: list[asyncio.Task[None]]) -> None:
+        """Stop reading, let running handlers finish within the grace, hand back the rest."""
+        self.stopping = True
+        reader, others = loops[0], loops[1:]
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        if self._tasks:
+            grace = self.settings.shutdown_grace_ms / 1000
+            await asyncio.wait(list(self._tasks), timeout=grace)
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        try:
+            await self.flush()
+            await self._hand_back()
+        except REDIS_ERRORS:
+            log.error("Redis unreachable at shutdown: held runs will be reclaimed by other "
+                      "workers after the visibility timeout", extra={"queue": self.app.queue})  # fmt: skip
+        for t in list(self._tasks):
+            t.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _hand_back(self) -> None:
+        """Release every entry still pending for this consumer (unfinished or never started)."""
+        k = self.app.keys
+        mine = await recovery.own_pending(self)
+        gone = [eid for eid, run_id in mine if not run_id]
+        pairs = [(eid, run_id) for eid, run_id in mine if run_id]
+        if gone:
+            await self.redis.xack(k.ready, GROUP, *gone)
+        released = 0
+        for i in range(0, len(pairs), S.MAX_BATCH):
+            codes = await self.scripts.run(
+                S.release(k, self.consumer, pairs[i : i + S.MAX_BATCH], now_ms=self.app.clock.now_ms())
+            )
+            released += sum(codes)
+        if released:
+            log.info("handed back %d runs", released, extra={"queue": self.app.queue})
+        if not await recovery.own_pending(self):
+            await self.redis.xgroup_delconsumer(k.ready, GROUP, self.consumer)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        await self.redis.aclose()
+        if self._reader is not self.redis:
+            await self._reader.aclose()
+
+
+def _call_sync(fn: Any, payload: Any, info: RunInfo) -> Any:
+    set_current(info)
+    try:
+        return fn(payload)
+    finally:
+        set_current(None)
