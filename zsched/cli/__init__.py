@@ -1,0 +1,1 @@
+"""The zsched command line: one module per noun; each parses, calls the public API, prints."""

@@ -1,0 +1,46 @@
+"""Shared CLI plumbing: connection options, output, errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import zsched
+
+
+class UsageError(Exception):
+    """A bad argument value found after parsing; exits 2 like argparse does."""
+
+
+def add_connection(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--redis",
+        metavar="URL",
+        default=None,
+        help="Redis URL (default: $ZSCHED_REDIS_URL, else redis://127.0.0.1:6379/0)",
+    )
+    p.add_argument("--queue", default=os.environ.get("ZSCHED_QUEUE", "default"),
+                   help="queue name (default: $ZSCHED_QUEUE or 'default')")  # fmt: skip
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def make_app(args: argparse.Namespace) -> zsched.App:
+    return zsched.App(args.redis, queue=args.queue)
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, default=str, indent=None, sort_keys=True))
+    else:
+        print(text)
+
+
+def fail(msg: str, code: int = 1) -> int:
+    print(f"zsched: error: {msg}", file=sys.stderr)
+    return code

@@ -1,0 +1,60 @@
+"""`zsched` entry point."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import redis.exceptions
+
+from ..connection import redact_text
+from ..errors import ZschedError
+from . import dead, enqueue, processes, runs, status
+from .common import UsageError, fail
+
+MODULES = [processes, enqueue, status, runs, dead]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="zsched", description="zsched: a durable scheduler for future work, built on Redis."
+    )
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for m in MODULES:
+        m.register(sub)
+    try:  # recurring rules add their own noun when present
+        from . import schedules
+
+        schedules.register(sub)
+    except ImportError:
+        pass
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        return fail(str(exc), 2)
+    except redis.exceptions.AuthenticationError as exc:
+        return fail(f"Redis refused the credentials: {redact_text(str(exc))}")
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        return fail(f"cannot reach Redis: {redact_text(str(exc))}")
+    except (ZschedError, ValueError) as exc:
+        return fail(redact_text(str(exc)))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""`zsched dispatcher` and `zsched worker`: the long-running processes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import signal
+import sys
+from typing import Any
+
+import zsched
+
+from .common import UsageError, add_connection, make_app
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("dispatcher", help="move due runs onto the ready stream; fire rules",
+                       description="Run a dispatcher. Any number may run at once.")  # fmt: skip
+    add_connection(p)
+    p.add_argument("--app", dest="app_ref", metavar="MODULE:APP", default=None,
+                   help="load rules declared on this App (optional)")  # fmt: skip
+    p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
+    p.add_argument("--batch-size", type=int, default=500, help="runs per dispatch call (1..1000)")
+    p.add_argument("--max-backlog", type=int, default=50_000,
+                   help="hold back while the stream holds this many entries (0 = no limit)")  # fmt: skip
+    p.set_defaults(func=cmd_dispatcher)
+
+    w = sub.add_parser("worker", help="run registered tasks from the ready stream",
+                       description="Run a worker: a consumer in the queue's group.")  # fmt: skip
+    w.add_argument("app_ref", metavar="MODULE:APP", help="where the App with the tasks lives")
+    add_connection(w)
+    w.add_argument("--concurrency", type=int, default=16, help="handlers at once (default 16)")
+    w.add_argument("--visibility-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="reclaim runs of a worker silent this long (default 30)")  # fmt: skip
+    w.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
+    w.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS",
+                   help="on SIGTERM, wait this long for running handlers (default 10)")  # fmt: skip
+    w.set_defaults(func=cmd_worker)
+
+
+def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
+    """Import MODULE:ATTR and return the App there, pointed at --redis/--queue if given."""
+    if ":" not in ref:
+        raise UsageError(f"expected MODULE:APP, got {ref!r}")
+    mod_name, attr = ref.split(":", 1)
+    sys.path.insert(0, ".")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import module {mod_name!r}: {exc}") from exc
+    app = getattr(mod, attr, None)
+    if not isinstance(app, zsched.App):
+        raise UsageError(f"{ref!r} is not a zsched.App")
+    if args.redis or args.queue != app.queue:
+        fresh = zsched.App(args.redis or app.url, queue=args.queue)
+        fresh.tasks.update(app.tasks)
+        for extra in ("rules",):
+            if hasattr(app, extra):
+                setattr(fresh, extra, getattr(app, extra))
+        app = fresh
+    return app
+
+
+def _serve_metrics(app: zsched.App, port: int | None) -> None:
+    if port is None:
+        return
+    from prometheus_client import start_http_server
+
+    try:
+        from ..collector import QueueCollector
+
+        app.metrics.registry.register(QueueCollector(app.redis, [app.queue]))
+    except (ImportError, TypeError, ValueError):
+        pass
+    start_http_server(port, addr="0.0.0.0", registry=app.metrics.registry)
+
+
+async def _until_signal(main: Any) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await main(stop)
+
+
+def cmd_dispatcher(args: argparse.Namespace) -> int:
+    app = load_app(args.app_ref, args) if args.app_ref else make_app(args)
+    if not 1 <= args.batch_size <= 1000:
+        raise UsageError(f"--batch-size must be 1..1000, got {args.batch_size}")
+    d = app.dispatcher(batch_size=args.batch_size, max_backlog=args.max_backlog)
+    _serve_metrics(app, args.metrics_port)
+
+    async def main(stop: asyncio.Event) -> None:
+        try:
+            await d.run(stop)
+        finally:
+            await d.close()
+
+    asyncio.run(_until_signal(main))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    if args.concurrency < 1:
+        raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if not args.visibility_timeout > 0:
+        raise UsageError(f"--visibility-timeout must be > 0, got {args.visibility_timeout}")
+    app = load_app(args.app_ref, args)
+    w = app.worker(
+        concurrency=args.concurrency,
+        visibility_timeout_ms=int(args.visibility_timeout * 1000),
+        shutdown_grace_ms=int(args.shutdown_grace * 1000),
+    )
+    _serve_metrics(app, args.metrics_port)
+
+    async def main(stop: asyncio.Event) -> None:
+        try:
+            await w.run(stop)
+        finally:
+            await w.close()
+
+    asyncio.run(_until_signal(main))
+    return 0
