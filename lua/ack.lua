@@ -11,6 +11,11 @@
 --   in the same call that records it in `done`.
 -- Bound: 1000 pairs and trim_limit records per call.
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [done] = 'zset', [stats] = 'hash'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched ack: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
 local now_ms = tonumber(ARGV[1])
 local group, consumer = ARGV[2], ARGV[3]
 local window_ms, trim_limit = tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -12,6 +12,11 @@
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
 -- Bound: `limit` runs per call.
 local delayed, runs, ready, entries, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[delayed] = 'zset', [runs] = 'hash', [ready] = 'stream', [entries] = 'hash', [stats] = 'hash'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
 local now_ms = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local max_backlog = tonumber(ARGV[3])

@@ -14,6 +14,11 @@
 -- Invariant: a run id is live in `runs` at most once; a run enters `delayed` and `runs` together.
 -- Bound: 1000 runs per call.
 local delayed, runs, done, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[delayed] = 'zset', [runs] = 'hash', [done] = 'zset', [stats] = 'hash'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched enqueue: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
 local now_ms = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local max_bytes = tonumber(ARGV[3])

@@ -14,6 +14,11 @@
 --   over max_deliveries leaves the stream only in the call that adds it to `dead`.
 -- Bound: `count` entries per call.
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [dead] = 'stream', [stats] = 'hash'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched reclaim: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
 local now_ms = tonumber(ARGV[1])
 local group, consumer = ARGV[2], ARGV[3]
 local min_idle, count, max_deliveries = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])

@@ -7,6 +7,11 @@
 --   moves an entry to another consumer and never raises its delivery count.
 -- Bound: 1000 entries per call.
 local ready, stats = KEYS[1], KEYS[2]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[ready] = 'stream', [stats] = 'hash'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched renew: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
 local group, consumer = ARGV[1], ARGV[2]
 if #ARGV - 2 > 1000 then
   return redis.error_reply('ERR zsched renew: at most 1000 entries per call')

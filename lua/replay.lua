@@ -8,6 +8,11 @@
 -- Invariant: a replayed run leaves `dead` in the same call that puts it in `delayed`.
 -- Bound: 1000 groups per call.
 local dead, runs, delayed, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[dead] = 'stream', [runs] = 'hash', [delayed] = 'zset'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched replay: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
 local now_ms = tonumber(ARGV[1])
 if not now_ms then
   local t = redis.call('TIME')

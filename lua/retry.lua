@@ -9,6 +9,11 @@
 --   by the consumer that owns its entry.
 -- Bound: 1000 groups per call.
 local ready, runs, entries, delayed, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [delayed] = 'zset', [stats] = 'hash'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched retry: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
 local now_ms = tonumber(ARGV[1])
 local group, consumer = ARGV[2], ARGV[3]
 if not now_ms then
