@@ -1,0 +1,79 @@
+"""dispatch.lua: due runs move to the stream in bounded batches; nothing else moves."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+import redis
+
+from helpers import NOW, seed_delayed
+from state import snapshot
+from zsched import scripts as S
+
+
+def dispatch(app, now=NOW, limit=100, max_backlog=0):
+    return app.scripts.run(S.dispatch(app.keys, now_ms=now, limit=limit, max_backlog=max_backlog))
+
+
+def test_dispatch_moves_only_due_runs(backend, queue) -> None:
+    app = seed_delayed(backend, queue, {"past": NOW - 5, "now": NOW, "future": NOW + 1})
+    r = dispatch(app)
+    assert (r.moved, r.next_due_ms, r.now_ms, r.held) == (2, NOW + 1, NOW, False)
+    assert sorted(r.run_at_ms) == [NOW - 5, NOW]
+    st = snapshot(backend.sync, app.keys)
+    assert st["delayed"] == {"future": NOW + 1}
+    assert sorted(e["run_id"] for e in st["ready"]) == ["now", "past"]
+    assert st["ready"][0]["due_ms"] == str(NOW - 5)
+    assert st["entries"] == ["now", "past"]
+    assert set(st["runs"]) == {"past", "now", "future"}
+    assert st["stats"]["dispatched"] == 2
+
+
+def test_stream_entry_carries_the_envelope(backend, queue) -> None:
+    app = seed_delayed(backend, queue, {"a": NOW})
+    dispatch(app)
+    (_, fields), = backend.sync.xrange(app.keys.ready)
+    assert msgpack.unpackb(fields[b"envelope"])["run_id"] == "a"
+
+
+def test_dispatch_moves_at_most_limit_runs_oldest_first(backend, queue) -> None:
+    app = seed_delayed(backend, queue, {f"r{i}": NOW - 100 + i for i in range(10)})
+    r = dispatch(app, limit=3)
+    assert r.moved == 3 and r.next_due_ms == NOW - 97
+    assert [e["run_id"] for e in snapshot(backend.sync, app.keys)["ready"]] == ["r0", "r1", "r2"]
+
+
+def test_dispatch_holds_back_while_the_backlog_is_full(backend, queue) -> None:
+    app = seed_delayed(backend, queue, {f"r{i}": NOW for i in range(5)})
+    r = dispatch(app, max_backlog=2)
+    assert (r.moved, r.held) == (2, False)
+    r = dispatch(app, max_backlog=2)
+    assert (r.moved, r.held) == (0, True)
+    assert len(snapshot(backend.sync, app.keys)["delayed"]) == 3
+
+
+def test_empty_queue_reports_no_next_due(backend, queue) -> None:
+    r = dispatch(backend.app(queue))
+    assert (r.moved, r.next_due_ms) == (0, None)
+
+
+def test_dispatch_twice_never_moves_a_run_twice(backend, queue) -> None:
+    app = seed_delayed(backend, queue, {f"r{i}": NOW for i in range(50)})
+    assert dispatch(app).moved + dispatch(app).moved == 50
+    assert backend.sync.xlen(app.keys.ready) == 50
+
+
+@pytest.mark.parametrize("limit", [0, 1001, "x"])
+def test_bad_limit_is_an_error(backend, queue, limit) -> None:
+    app = backend.app(queue)
+    with pytest.raises(redis.ResponseError, match="limit must be 1..1000"):
+        app.scripts.run(S.dispatch(app.keys, now_ms=NOW, limit=limit, max_backlog=0))
+
+
+@pytest.mark.parametrize("key", ["ready", "entries", "stats"])
+def test_wrong_type_key_fails_before_anything_moves(backend, queue, key) -> None:
+    app = seed_delayed(backend, queue, {"a": NOW})
+    backend.sync.set(getattr(app.keys, key), "oops")
+    with pytest.raises(redis.ResponseError, match=f"WRONGTYPE zsched dispatch: key .*{key}"):
+        dispatch(app)
+    assert backend.sync.zscore(app.keys.delayed, "a") == NOW

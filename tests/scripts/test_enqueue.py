@@ -1,0 +1,107 @@
+"""enqueue.lua: given state -> call -> reply and complete resulting state."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from state import snapshot
+from zsched import FakeClock
+from zsched import scripts as S
+from zsched.envelope import Envelope
+
+NOW = 1_800_000_000_000
+
+
+def group(run_id: str, at: int | str = NOW + 1000, task: str = "t") -> tuple:
+    env = Envelope(run_id, task, {"n": 1}, NOW, NOW, NOW).encode()
+    return (run_id, at, task, env)
+
+
+def run(backend, queue, groups, now=NOW, window=60_000, max_bytes=10_000):
+    app = backend.app(queue, clock=FakeClock(now))
+    call = S.enqueue(app.keys, groups, now_ms=now, dedupe_window_ms=window,
+                     max_envelope_bytes=max_bytes)  # fmt: skip
+    return app, app.scripts.run(call)
+
+
+def test_enqueue_adds_to_delayed_and_runs_together(backend, queue) -> None:
+    app, codes = run(backend, queue, [group("a"), group("b", NOW + 5)])
+    assert codes == [S.ENQUEUED, S.ENQUEUED]
+    st = snapshot(backend.sync, app.keys)
+    assert st["delayed"] == {"a": NOW + 1000, "b": NOW + 5}
+    assert set(st["runs"]) == {"a", "b"}
+    assert st["runs"]["a"]["task"] == "t"
+    assert st["stats"] == {"enqueued": 2}
+    assert st["ready"] == [] and st["done"] == {}
+
+
+def test_enqueue_of_a_live_run_id_is_a_duplicate_and_changes_nothing(backend, queue) -> None:
+    app, _ = run(backend, queue, [group("a", NOW + 1000)])
+    before = snapshot(backend.sync, app.keys)
+    _, codes = run(backend, queue, [group("a", NOW + 9999)])
+    after = snapshot(backend.sync, app.keys)
+    assert codes == [S.DUPLICATE_LIVE]
+    assert after["delayed"] == before["delayed"]
+    assert after["stats"]["duplicate"] == 1
+
+
+def test_a_batch_with_the_same_id_twice_enqueues_it_once(backend, queue) -> None:
+    _, codes = run(backend, queue, [group("a"), group("a")])
+    assert codes == [S.ENQUEUED, S.DUPLICATE_LIVE]
+
+
+def test_enqueue_of_a_recently_done_id_is_a_duplicate_until_the_window_passes(backend, queue):
+    app = backend.app(queue)
+    backend.sync.zadd(app.keys.done, {"a": NOW - 10_000})
+    _, codes = run(backend, queue, [group("a")], window=60_000)
+    assert codes == [S.DUPLICATE_DONE]
+    _, codes = run(backend, queue, [group("a")], now=NOW + 60_000)
+    assert codes == [S.ENQUEUED]
+
+
+def test_relative_run_at_is_counted_from_now(backend, queue) -> None:
+    app, _ = run(backend, queue, [group("a", "+2500")])
+    assert snapshot(backend.sync, app.keys)["delayed"] == {"a": NOW + 2500}
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (("", NOW, "t", b"x"), "run_id is empty"),
+        (("a" * 513, NOW, "t", b"x"), "longer than 512"),
+        (("r", "soon", "t", b"x"), "run_at_ms must be a whole number"),
+        (("r", -5, "t", b"x"), "run_at_ms must be a whole number"),
+        (("r", "1.5", "t", b"x"), "run_at_ms must be a whole number"),
+        (("r", NOW, "", b"x"), "task is empty"),
+        (("r", NOW, "t", b""), "envelope is empty"),
+        (("r", NOW, "t", b"x" * 20_000), "over the limit"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_of_the_batch_is_written(backend, queue, bad, message):
+    app = backend.app(queue)
+    with pytest.raises(redis.ResponseError, match=message):
+        run(backend, queue, [group("good"), bad])
+    assert snapshot(backend.sync, app.keys)["runs"] == {}
+
+
+def test_enqueue_wakes_dispatchers_only_when_the_run_is_the_new_head(real, queue) -> None:
+    app = real.app(queue)
+    ps = real.sync.pubsub(ignore_subscribe_messages=True)
+    ps.subscribe(app.keys.wake)
+    ps.get_message(timeout=1)
+    run(real, queue, [group("late", NOW + 10_000)])
+    assert ps.get_message(timeout=1)["data"] == str(NOW + 10_000).encode()
+    run(real, queue, [group("later", NOW + 20_000)])
+    assert ps.get_message(timeout=0.2) is None
+    run(real, queue, [group("sooner", NOW + 1)])
+    assert ps.get_message(timeout=1)["data"] == str(NOW + 1).encode()
+    ps.close()
+
+
+def test_wrong_type_key_is_refused_before_any_write(backend, queue) -> None:
+    app = backend.app(queue)
+    backend.sync.set(app.keys.done, "oops")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue: key .*done is a string"):
+        run(backend, queue, [group("a")])
+    assert backend.sync.exists(app.keys.runs, app.keys.delayed) == 0

@@ -1,0 +1,147 @@
+"""ack, retry, dead, release, renew: fenced by ownership, one place at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import NOW, env, seed_ready
+from state import snapshot
+from zsched import scripts as S
+from zsched.keys import GROUP
+
+
+def test_ack_finishes_the_run_and_records_completion(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a", "b"])
+    codes = app.scripts.run(S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW,
+                                  dedupe_window_ms=60_000))  # fmt: skip
+    assert codes == [S.OK]
+    st = snapshot(backend.sync, app.keys)
+    assert st["done"] == {"a": NOW}
+    assert set(st["runs"]) == {"b"} and st["entries"] == ["b"]
+    assert [e["run_id"] for e in st["ready"]] == ["b"]
+    assert st["pending"] == [("c1", 1)]
+    assert st["stats"]["acked"] == 1
+
+
+def test_ack_from_a_consumer_that_does_not_own_the_entry_is_fenced(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    before = snapshot(backend.sync, app.keys)
+    codes = app.scripts.run(S.ack(app.keys, "zombie", [(ent["a"], "a")], now_ms=NOW,
+                                  dedupe_window_ms=60_000))  # fmt: skip
+    assert codes == [S.FENCED]
+    after = snapshot(backend.sync, app.keys)
+    assert after["stats"]["fenced"] == 1
+    after["stats"].pop("fenced")
+    assert after == before
+
+
+def test_ack_twice_is_fenced_the_second_time(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    call = S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW, dedupe_window_ms=60_000)
+    assert app.scripts.run(call) == [S.OK]
+    assert app.scripts.run(call) == [S.FENCED]
+
+
+def test_ack_trims_completion_records_older_than_the_window(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    backend.sync.zadd(app.keys.done, {f"old{i}": NOW - 70_000 for i in range(5)})
+    app.scripts.run(S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW,
+                          dedupe_window_ms=60_000, trim_limit=3))  # fmt: skip
+    assert backend.sync.zcard(app.keys.done) == 1 + 2
+
+
+def test_retry_puts_the_next_attempt_back_in_delayed(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    codes = app.scripts.run(S.retry(app.keys, "c1", [(ent["a"], "a", 5000, env("a", attempt=2))],
+                                    now_ms=NOW))  # fmt: skip
+    assert codes == [S.OK]
+    st = snapshot(backend.sync, app.keys)
+    assert st["delayed"] == {"a": NOW + 5000}
+    assert st["runs"]["a"]["attempt"] == 2
+    assert st["ready"] == [] and st["pending"] == [] and st["entries"] == []
+
+
+def test_retry_by_a_non_owner_is_fenced(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    codes = app.scripts.run(S.retry(app.keys, "other", [(ent["a"], "a", 0, env("a", attempt=2))],
+                                    now_ms=NOW))  # fmt: skip
+    assert codes == [S.FENCED]
+    assert snapshot(backend.sync, app.keys)["delayed"] == {}
+
+
+def test_dead_moves_the_run_to_the_dead_letters_with_its_reason(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    codes = app.scripts.run(S.dead(app.keys, "c1", [(ent["a"], "a", "boom", env("a"))],
+                                   now_ms=NOW))  # fmt: skip
+    assert codes == [S.OK]
+    st = snapshot(backend.sync, app.keys)
+    assert st["dead"] == [{"run_id": "a", "reason": "boom"}]
+    assert st["runs"] == {} and st["ready"] == [] and st["pending"] == []
+
+
+def test_release_hands_the_run_back_due_now_with_the_same_attempt(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    assert app.scripts.run(S.release(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW)) == [S.OK]
+    st = snapshot(backend.sync, app.keys)
+    assert st["delayed"] == {"a": NOW} and st["runs"]["a"]["attempt"] == 1
+    assert st["ready"] == [] and st["pending"] == []
+
+
+def test_renew_keeps_the_lease_only_for_the_owner(backend, queue) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    assert app.scripts.run(S.renew(app.keys, "c1", [ent["a"]])) == [S.OK]
+    assert app.scripts.run(S.renew(app.keys, "zombie", [ent["a"]])) == [S.FENCED]
+    # Renewal never moves ownership nor raises the delivery count.
+    assert snapshot(backend.sync, app.keys)["pending"] == [("c1", 1)]
+
+
+def test_reclaim_takes_over_idle_entries_and_dead_letters_over_delivered_ones(backend, queue):
+    app, ent = seed_ready(backend, queue, ["a", "b"])
+    r = app.scripts.run(S.reclaim(app.keys, "c2", now_ms=NOW, min_idle_ms=0, count=10,
+                                  max_deliveries=5))  # fmt: skip
+    assert sorted(c.run_id for c in r.claimed) == ["a", "b"]
+    assert all(c.deliveries == 2 for c in r.claimed)
+    assert snapshot(backend.sync, app.keys)["pending"] == [("c2", 2), ("c2", 2)]
+    # The old owner is fenced now.
+    assert app.scripts.run(S.renew(app.keys, "c1", [ent["a"]])) == [S.FENCED]
+    r = app.scripts.run(S.reclaim(app.keys, "c3", now_ms=NOW, min_idle_ms=0, count=10,
+                                  max_deliveries=2))  # fmt: skip
+    assert r.dead == 2 and r.claimed == []
+    st = snapshot(backend.sync, app.keys)
+    assert [d["run_id"] for d in st["dead"]] == ["a", "b"]
+    assert "delivered 3 times" in st["dead"][0]["reason"]
+    assert st["runs"] == {} and st["ready"] == [] and st["pending"] == []
+
+
+def test_reclaim_leaves_entries_that_are_not_idle_long_enough(backend, queue) -> None:
+    app, _ = seed_ready(backend, queue, ["a"])
+    r = app.scripts.run(S.reclaim(app.keys, "c2", now_ms=NOW, min_idle_ms=3_600_000, count=10,
+                                  max_deliveries=5))  # fmt: skip
+    assert r.claimed == [] and r.dead == 0
+    assert snapshot(backend.sync, app.keys)["pending"] == [("c1", 1)]
+
+
+def test_cancel_removes_only_delayed_runs(backend, queue) -> None:
+    app, _ = seed_ready(backend, queue, ["ready"])
+    app.enqueue("t", None, run_id="later", delay=60)
+    assert app.scripts.run(S.cancel(app.keys, "later")) == S.CANCELLED
+    assert app.scripts.run(S.cancel(app.keys, "ready")) == S.NOT_CANCELLABLE
+    assert app.scripts.run(S.cancel(app.keys, "nobody")) == S.NOT_FOUND
+    assert backend.sync.hexists(app.keys.runs, "later") == 0
+
+
+@pytest.mark.parametrize("name", ["ack", "retry", "dead", "release"])
+def test_worker_scripts_refuse_wrong_types_before_writing(backend, queue, name) -> None:
+    app, ent = seed_ready(backend, queue, ["a"])
+    backend.sync.delete(app.keys.entries)
+    backend.sync.set(app.keys.entries, "oops")
+    calls = {
+        "ack": S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW, dedupe_window_ms=1),
+        "retry": S.retry(app.keys, "c1", [(ent["a"], "a", 0, env("a"))], now_ms=NOW),
+        "dead": S.dead(app.keys, "c1", [(ent["a"], "a", "x", env("a"))], now_ms=NOW),
+        "release": S.release(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW),
+    }
+    with pytest.raises(Exception, match=f"WRONGTYPE zsched {name}"):
+        app.scripts.run(calls[name])
+    pend = backend.sync.xpending(app.keys.ready, GROUP)
+    assert pend["pending"] == 1

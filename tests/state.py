@@ -1,0 +1,61 @@
+"""Read the complete Redis state of a queue, normalised for comparison in tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from zsched.keys import GROUP, QueueKeys
+
+
+def _s(b: Any) -> Any:
+    return b.decode() if isinstance(b, bytes) else b
+
+
+def _env(raw: bytes) -> Any:
+    try:
+        return msgpack.unpackb(raw, raw=False)
+    except Exception:  # noqa: BLE001 - tests show undecodable bytes as they are
+        return raw
+
+
+def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
+    """Every fixed key of the queue as plain data: zsets as {member: score}, hashes as dicts
+    (envelopes decoded), streams as lists of field dicts (ids dropped), plus pending owners."""
+    out: dict[str, Any] = {}
+    for name in ("delayed", "done"):
+        out[name] = {_s(m): int(s) for m, s in r.zrange(getattr(k, name), 0, -1, withscores=True)}
+    out["runs"] = {_s(a): _env(b) for a, b in r.hgetall(k.runs).items()}
+    out["stats"] = {_s(a): int(b) for a, b in r.hgetall(k.stats).items()}
+    ids = {}
+    for name in ("ready", "dead"):
+        rows = r.xrange(getattr(k, name)) if r.exists(getattr(k, name)) else []
+        out[name] = []
+        for eid, f in rows:
+            ids[_s(eid)] = len(out[name])
+            d = {_s(a): _s(b) for a, b in f.items() if a != b"envelope"}
+            d.pop("dead_at_ms", None)
+            d.pop("entry_id", None)
+            out[name].append(d)
+    out["entries"] = sorted(_s(a) for a in r.hgetall(k.entries))
+    try:
+        pend = r.xpending_range(k.ready, GROUP, "-", "+", 10_000)
+        out["pending"] = sorted((_s(p["consumer"]), int(p["times_delivered"])) for p in pend)
+    except Exception:  # noqa: BLE001 - no group yet
+        out["pending"] = []
+    return out
+
+
+def places(r: Any, k: QueueKeys, run_id: str) -> list[str]:
+    """Every place a run is found in: delayed, ready, dead, done. Invariant 1 wants one."""
+    found = []
+    if r.zscore(k.delayed, run_id) is not None:
+        found.append("delayed")
+    for name in ("ready", "dead"):
+        key = getattr(k, name)
+        if r.exists(key) and any(f.get(b"run_id") == run_id.encode() for _, f in r.xrange(key)):
+            found.append(name)
+    if r.zscore(k.done, run_id) is not None:
+        found.append("done")
+    return found

@@ -1,0 +1,71 @@
+"""Every Lua file starts with its contract, and the Python wrapper agrees with it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from zsched import scripts as S
+from zsched.keys import QueueKeys
+
+K = QueueKeys("h")
+SAMPLE_CALLS = {
+    "enqueue": S.enqueue(K, [], now_ms=None, dedupe_window_ms=1, max_envelope_bytes=1),
+    "dispatch": S.dispatch(K, now_ms=None, limit=1, max_backlog=0),
+    "ack": S.ack(K, "c", [], now_ms=None, dedupe_window_ms=1),
+    "retry": S.retry(K, "c", [], now_ms=None),
+    "release": S.release(K, "c", [], now_ms=None),
+    "dead": S.dead(K, "c", [], now_ms=None),
+    "reclaim": S.reclaim(K, "c", now_ms=None, min_idle_ms=1, count=1, max_deliveries=1),
+    "renew": S.renew(K, "c", []),
+    "cancel": S.cancel(K, "r"),
+    "replay": S.replay(K, [], now_ms=None),
+}
+
+
+def header(name: str) -> str:
+    lines = []
+    for line in S.source(name).splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def test_every_lua_file_has_a_wrapper_and_a_sample() -> None:
+    files = sorted(p.stem for p in S.lua_dir().glob("*.lua"))
+    assert set(S.NAMES) <= set(files)
+    assert set(SAMPLE_CALLS) == set(S.NAMES)
+
+
+@pytest.mark.parametrize("name", S.NAMES)
+def test_header_names_the_verb_returns_invariant_and_bound(name: str) -> None:
+    h = header(name)
+    assert h.startswith(f"-- {name}: ")
+    for part in ("Returns", "Invariant:", "Bound:"):
+        assert part in h, f"{name}.lua header lacks {part}"
+
+
+@pytest.mark.parametrize("name", S.NAMES)
+def test_header_keys_match_the_wrapper(name: str) -> None:
+    declared = sorted({int(n) for n in re.findall(r"KEYS\[(\d+)\]", header(name))})
+    call = SAMPLE_CALLS[name]
+    assert declared == list(range(1, len(call.keys) + 1))
+
+
+@pytest.mark.parametrize("name", S.NAMES)
+def test_header_argv_match_the_wrapper(name: str) -> None:
+    h = header(name)
+    fixed = sorted({int(n) for n in re.findall(r"ARGV\[(\d+)\]", h)})
+    assert fixed == list(range(1, len(fixed) + 1))
+    # The wrapper passes exactly the fixed arguments when given an empty batch.
+    assert len(SAMPLE_CALLS[name].args) == len(fixed)
+
+
+@pytest.mark.parametrize("name", S.NAMES)
+def test_body_names_keys_and_argv_once_at_the_top(name: str) -> None:
+    body = S.source(name).split("\n")
+    code = [line for line in body if not line.startswith("--")]
+    uses = [i for i, line in enumerate(code) if "KEYS[" in line]
+    assert uses and max(uses) < 3, f"{name}.lua indexes KEYS in its body"
