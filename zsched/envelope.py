@@ -104,6 +104,19 @@ def _require(d: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any
     return value
 
 
+def _optional_int(d: dict[str, Any], name: str, default: int | None, minimum: int) -> int | None:
+    # Foreign clients write these fields too: a wrong type must be a PayloadError naming the
+    # field (a dead letter), never a TypeError that escapes the worker's decode handling.
+    value = d.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise PayloadError(
+            f"envelope field {name!r} must be an integer >= {minimum}, got {value!r}"[:300]
+        )
+    return value
+
+
 def decode(raw: bytes) -> Envelope:
     """Decode envelope bytes (msgpack, or JSON starting with `{`). Raises PayloadError."""
     if not raw:
@@ -113,7 +126,11 @@ def decode(raw: bytes) -> Envelope:
             d = json.loads(raw)
         else:
             d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+    except (
+        ValueError, TypeError, RecursionError,
+        msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
+    ) as exc:  # fmt: skip
+        # TypeError: a msgpack map with an unhashable key; RecursionError: deeply nested JSON.
         raise PayloadError(f"envelope is neither msgpack nor JSON: {exc}") from exc
     if not isinstance(d, dict):
         raise PayloadError(f"envelope is a {type(d).__name__}, not a map")
@@ -123,25 +140,25 @@ def decode(raw: bytes) -> Envelope:
     if version != VERSION:
         raise PayloadError(f"unknown protocol version {version} (this worker reads {VERSION})")
     run_id = _require(d, "run_id", str)
+    if not run_id:
+        raise PayloadError("envelope field 'run_id' is empty")
     task = _require(d, "task", str)
     if not task:
         raise PayloadError("envelope field 'task' is empty")
     run_at_ms = _require(d, "run_at_ms", int)
-    scheduled_ms = d.get("scheduled_ms", run_at_ms)
-    attempt = d.get("attempt", 1)
-    if not isinstance(attempt, int) or attempt < 1:
-        raise PayloadError(f"envelope field 'attempt' must be a positive integer, got {attempt!r}")
-    max_attempts = d.get("max_attempts")
-    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
-        raise PayloadError("envelope field 'max_attempts' must be a positive integer")
+    if run_at_ms < 0:
+        raise PayloadError(f"envelope field 'run_at_ms' is negative ({run_at_ms})")
+    schedule_id = d.get("schedule_id")
+    if schedule_id is not None and not isinstance(schedule_id, str):
+        raise PayloadError(f"envelope field 'schedule_id' has type {type(schedule_id).__name__}")
     return Envelope(
         run_id=run_id,
         task=task,
         payload=d.get("payload"),
         run_at_ms=run_at_ms,
-        scheduled_ms=int(scheduled_ms) if isinstance(scheduled_ms, int) else run_at_ms,
-        enqueued_at_ms=int(d.get("enqueued_at_ms") or 0),
-        attempt=attempt,
-        schedule_id=d.get("schedule_id"),
-        max_attempts=max_attempts,
+        scheduled_ms=_optional_int(d, "scheduled_ms", run_at_ms, 0) or 0,
+        enqueued_at_ms=_optional_int(d, "enqueued_at_ms", 0, 0) or 0,
+        attempt=_optional_int(d, "attempt", 1, 1) or 1,
+        schedule_id=schedule_id,
+        max_attempts=_optional_int(d, "max_attempts", None, 1),
     )
