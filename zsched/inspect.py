@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions
+
 from . import scripts as S
 from .envelope import Envelope, decode
 from .errors import PayloadError, RunNotFound
@@ -77,7 +79,12 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
         st = _from_envelope(run_id, "scheduled", raw)
         return RunStatus(**{**vars(st), "run_at": ms_to_datetime(int(score))})
     if raw is not None and entry is not None:
-        pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)
+        try:
+            pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            pending = []  # no worker has joined yet
         if pending:
             p = pending[0]
             return _from_envelope(
@@ -149,7 +156,7 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
             if pending:
                 rows = r.xpending_range(k.ready, GROUP, "-", "+", 100)
                 oldest_idle = max(int(x["time_since_delivered"]) for x in rows)
-        except Exception as exc:  # noqa: BLE001 - a missing group just means nothing pending
+        except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
     return QueueStatus(
