@@ -81,6 +81,8 @@ class RunInfo:
     schedule_id: str | None = None
     #: How many times the stream delivered this attempt (> 1 after a reclaim).
     deliveries: int = 1
+    #: When the dispatcher put this attempt on the stream (Redis clock).
+    dispatched_at: datetime | None = None
 
 
 _current: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(

@@ -175,8 +175,10 @@ class Worker:
             return self._dead(
                 d, f"unknown task {env.task!r}: not registered with this worker", "unknown_task"
             )
+        stream_ms = d.entry_id.split("-", 1)[0]
+        dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
         info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms), q,
-                       env.schedule_id, d.deliveries)  # fmt: skip
+                       env.schedule_id, d.deliveries, dispatched)  # fmt: skip
         started = time.time()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
         self.metrics.start_lag.labels(q, task.name).observe(max(0.0, started - due / 1000))
