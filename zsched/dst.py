@@ -1,4 +1,4 @@
-"""Map local wall-clock times to instants across DST transitions (pure calendar math, no I/O).
+"""Instants, wall-clock times and DST transitions (pure calendar math, no I/O).
 
 A recurring rule names local wall-clock times; the scheduler needs instants. Most wall times
 are read exactly once. Around a transition a wall time is either *skipped* (it lies in a gap,
@@ -21,12 +21,47 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from zsched.errors import RuleError
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_WALL = datetime(1970, 1, 1)
 MS = timedelta(milliseconds=1)
 
 #: The next wall time that the rule matches, strictly after the given wall time.
 WallMatcher = Callable[[datetime], datetime]
+
+GAP_SHIFT, GAP_SKIP = "shift", "skip"
+REPEAT_FIRST, REPEAT_BOTH = "first", "both"
+
+
+def is_fixed_time(*, minute: str, hour: str) -> bool:
+    """Cronie's test: a rule is *fixed-time* unless its minute or hour field starts with `*`.
+
+    So `30 2 * * *`, `0 9,17 * * 1-5` and `0 0-23/2 * * *` are fixed-time; `*/15 * * * *`,
+    `0 */2 * * *` and `0 * * * *` are *wildcard* rules (they follow the clock as read).
+    """
+    return not (minute.startswith("*") or hour.startswith("*"))
+
+
+def policy(fixed: bool, gap: str | None, repeat: str | None) -> tuple[str, str]:
+    """The (gap, repeat) policy of a rule: the explicit values, else the defaults.
+
+    Fixed-time rules default to (shift, first), as cron does for them; wildcard rules to
+    (skip, both), which is what reading the clock every minute gives.
+    """
+    default_gap, default_repeat = (GAP_SHIFT, REPEAT_FIRST) if fixed else (GAP_SKIP, REPEAT_BOTH)
+    return (
+        _checked("dst_gap", gap, (GAP_SHIFT, GAP_SKIP), default_gap),
+        _checked("dst_repeat", repeat, (REPEAT_FIRST, REPEAT_BOTH), default_repeat),
+    )
+
+
+def _checked(name: str, value: str | None, valid: tuple[str, str], default: str) -> str:
+    if value is None:
+        return default
+    if value not in valid:
+        raise RuleError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
+    return value
 
 
 def to_ms(dt: datetime) -> int:
@@ -37,6 +72,21 @@ def to_ms(dt: datetime) -> int:
 def from_ms(ms: int) -> datetime:
     """The aware UTC datetime of epoch milliseconds."""
     return EPOCH + timedelta(milliseconds=ms)
+
+
+def aware_ms(dt: datetime, where: str) -> int:
+    """`to_ms` for a caller's datetime: naive ones are rejected, naming `where`."""
+    if not isinstance(dt, datetime) or dt.utcoffset() is None:
+        raise ValueError(f"{where} needs an aware datetime, got {dt!r}")
+    return to_ms(dt)
+
+
+def iso_utc(ms: int) -> str:
+    """ISO-8601 in UTC with a `Z`; milliseconds only when non-zero."""
+    moment = from_ms(ms)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    millis = moment.microsecond // 1000
+    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
 
 def wall_at(zone: ZoneInfo, ms: int) -> datetime:

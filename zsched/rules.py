@@ -20,16 +20,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from zsched.dst import MS, from_ms, next_fire, to_ms
+from zsched import dst
 from zsched.errors import RuleError
 
 #: What `to_dict` returns and `rule_from_dict` reads: msgpack-able scalars only.
 RuleDict = dict[str, str | int | None]
-
-GAP_SHIFT, GAP_SKIP = "shift", "skip"
-REPEAT_FIRST, REPEAT_BOTH = "first", "both"
-_GAPS = (GAP_SHIFT, GAP_SKIP)
-_REPEATS = (REPEAT_FIRST, REPEAT_BOTH)
 
 _ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -56,23 +51,18 @@ class Trigger(Protocol):
 
     def next_after(self, dt: datetime) -> datetime:
         """The first fire strictly after the aware datetime `dt`, as an aware UTC datetime."""
-        ...
 
     def next_after_ms(self, ms: int) -> int:
         """The first fire strictly after epoch milliseconds `ms`."""
-        ...
 
     def slots_between(self, start_ms: int, end_ms: int, limit: int) -> list[int]:
         """Fires in (start_ms, end_ms], oldest first, at most `limit` of them."""
-        ...
 
     def to_dict(self) -> RuleDict:
         """A msgpack-able dict that `rule_from_dict` turns back into an equal rule."""
-        ...
 
     def describe(self) -> str:
         """A short human description."""
-        ...
 
 
 class _Base:
@@ -82,7 +72,7 @@ class _Base:
         raise NotImplementedError
 
     def next_after(self, dt: datetime) -> datetime:
-        return from_ms(self.next_after_ms(_aware_ms(dt, "next_after")))
+        return dst.from_ms(self.next_after_ms(dst.aware_ms(dt, "next_after()")))
 
     def slots_between(self, start_ms: int, end_ms: int, limit: int) -> list[int]:
         slots: list[int] = []
@@ -121,12 +111,13 @@ class Cron(_Base):
     ) -> None:
         fields = _cron_fields(expr)
         zone = _zone(tz, expr)
-        fixed = not (fields[-5].startswith("*") or fields[-4].startswith("*"))
+        fixed = dst.is_fixed_time(minute=fields[-5], hour=fields[-4])
+        gap, repeat = dst.policy(fixed, dst_gap, dst_repeat)
         put = object.__setattr__
         put(self, "expr", " ".join(expr.split()))
         put(self, "tz", zone.key)
-        put(self, "dst_gap", _choice("dst_gap", dst_gap, _GAPS, fixed))
-        put(self, "dst_repeat", _choice("dst_repeat", dst_repeat, _REPEATS, fixed))
+        put(self, "dst_gap", gap)
+        put(self, "dst_repeat", repeat)
         put(self, "_zone", zone)
         put(self, "_matcher", _matcher(fields))
         put(self, "_fixed", fixed)
@@ -149,12 +140,12 @@ class Cron(_Base):
             nxt: datetime = matcher.get_next(datetime, start_time=wall)
             return nxt
 
-        return next_fire(
+        return dst.next_fire(
             self._zone,
             after,
             ms,
-            gap_shift=self.dst_gap == GAP_SHIFT,
-            repeat_both=self.dst_repeat == REPEAT_BOTH,
+            gap_shift=self.dst_gap == dst.GAP_SHIFT,
+            repeat_both=self.dst_repeat == dst.REPEAT_BOTH,
         )
 
     def to_dict(self) -> RuleDict:
@@ -169,7 +160,7 @@ class Cron(_Base):
 
     def describe(self) -> str:
         text = f"cron '{self.expr}' in {self.tz}"
-        if (self.dst_gap, self.dst_repeat) != _defaults(self._fixed):
+        if (self.dst_gap, self.dst_repeat) != dst.policy(self._fixed, None, None):
             text += f" (DST gap {self.dst_gap}, repeat {self.dst_repeat})"
         return text
 
@@ -199,10 +190,6 @@ class Every(_Base):
         object.__setattr__(self, "interval_ms", interval_ms)
         object.__setattr__(self, "start_ms", _start_ms(start_at))
 
-    @property
-    def interval(self) -> timedelta:
-        return self.interval_ms * MS
-
     def next_after_ms(self, ms: int) -> int:
         if ms < self.start_ms:
             return self.start_ms
@@ -224,7 +211,7 @@ class Every(_Base):
     def describe(self) -> str:
         text = f"every {_human_ms(self.interval_ms)}"
         if self.start_ms:
-            text += f" from {_iso(self.start_ms)}"
+            text += f" from {dst.iso_utc(self.start_ms)}"
         return text
 
 
@@ -252,11 +239,11 @@ def rule_from_dict(d: object) -> Rule:
 
 
 def slot_run_id(schedule_id: str, slot_ms: int) -> str:
-    """The run id of one fire: `<schedule_id>@<slot as UTC ISO-8601>`, e.g. `x@2026-03-29T01:00:00Z`.
+    """The run id of one fire: `<schedule_id>@<slot as UTC ISO-8601>`.
 
-    Milliseconds appear only when non-zero, so cron slots read naturally.
+    E.g. `nightly@2026-03-29T01:00:00Z`; milliseconds appear only when non-zero.
     """
-    return f"{schedule_id}@{_iso(slot_ms)}"
+    return f"{schedule_id}@{dst.iso_utc(slot_ms)}"
 
 
 class _Documented(StrEnum):
@@ -283,7 +270,7 @@ class Misfire(_Documented):
     """What to do with slots that passed while the dispatcher was down or behind."""
 
     CATCH_UP = "catch_up", "Replay every missed slot, oldest first (bounded per dispatch call)."
-    COALESCE = "coalesce", "Run once for all missed slots, as the latest of them."
+    COALESCE = "coalesce", "Run once for all the missed slots together."
     SKIP = "skip", "Run none of the missed slots; count them and wait for the next one."
 
 
@@ -293,9 +280,6 @@ class Overlap(_Documented):
     ALLOW = "allow", "Start the new run anyway; runs of the rule may overlap."
     SKIP = "skip", "Drop the new fire and count it as an overlap skip."
     QUEUE = "queue", "Hold the new fire until the previous run finishes; at most one waits."
-
-
-# --- validation helpers -----------------------------------------------------------------
 
 
 def _cron_fields(expr: object) -> tuple[str, ...]:
@@ -364,43 +348,31 @@ def _zone(tz: object, expr: object) -> ZoneInfo:
         raise RuleError(f"unknown time zone {tz!r}") from exc
 
 
-def _defaults(fixed: bool) -> tuple[str, str]:
-    return (GAP_SHIFT, REPEAT_FIRST) if fixed else (GAP_SKIP, REPEAT_BOTH)
-
-
-def _choice(name: str, value: str | None, valid: tuple[str, ...], fixed: bool) -> str:
-    if value is None:
-        gap, repeat = _defaults(fixed)
-        return gap if name == "dst_gap" else repeat
-    if value not in valid:
-        raise RuleError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
-    return value
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _is_int(value: object, *, or_float: bool = False) -> bool:
+    kinds = (int, float) if or_float else (int,)
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def _interval(seconds: float | timedelta | None, kw: dict[str, float]) -> timedelta:
     unknown = sorted(set(kw) - set(_EVERY_UNITS))
     if unknown:
-        raise RuleError(f"Every() got unknown unit {unknown[0]!r}; valid: seconds, "
-                        f"{', '.join(_EVERY_UNITS)}")
+        units = ", ".join(_EVERY_UNITS)
+        raise RuleError(f"Every() got unknown unit {unknown[0]!r}; valid: seconds, {units}")
     if seconds is None and not kw:
         raise RuleError("Every() needs an interval: seconds, a timedelta or a unit keyword")
-    parts = {"seconds": seconds, **kw} if not isinstance(seconds, timedelta) else dict(kw)
-    for unit, amount in parts.items():
-        if amount is not None and not (_is_number(amount) and math.isfinite(amount)):
+    base = seconds if isinstance(seconds, timedelta) else timedelta()
+    amounts = (
+        dict(kw)
+        if seconds is None or isinstance(seconds, timedelta)
+        else {"seconds": seconds, **kw}
+    )
+    for unit, amount in amounts.items():
+        if not (_is_int(amount, or_float=True) and math.isfinite(amount)):
             raise RuleError(f"interval {unit} must be a finite number, got {amount!r}")
     try:
-        total = timedelta(**{u: a for u, a in parts.items() if a is not None})
-        return total + seconds if isinstance(seconds, timedelta) else total
+        return base + timedelta(**amounts)
     except OverflowError as exc:
-        raise RuleError(f"interval is too large: {parts!r}") from exc
+        raise RuleError(f"interval is too large: {amounts!r}") from exc
 
 
 def _round_ms(value: timedelta) -> int:
@@ -415,23 +387,10 @@ def _start_ms(start_at: datetime | int | None) -> int:
     if isinstance(start_at, datetime):
         if start_at.utcoffset() is None:
             raise RuleError(f"start_at must be an aware datetime, got naive {start_at!r}")
-        return _round_ms(start_at - from_ms(0))
+        return _round_ms(start_at - dst.from_ms(0))
     if _is_int(start_at):
         return start_at
     raise RuleError(f"start_at must be an aware datetime or epoch ms, got {start_at!r}")
-
-
-def _aware_ms(dt: datetime, where: str) -> int:
-    if not isinstance(dt, datetime) or dt.utcoffset() is None:
-        raise ValueError(f"{where}() needs an aware datetime, got {dt!r} (naive or not a datetime)")
-    return to_ms(dt)
-
-
-def _iso(ms: int) -> str:
-    moment = from_ms(ms)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    millis = moment.microsecond // 1000
-    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
 
 def _human_ms(ms: int) -> str:
