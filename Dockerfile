@@ -1,0 +1,30 @@
+# Image of the zsched processes (dispatcher, worker, CLI) with the example app.
+#   docker build -t zsched:local .
+#   docker run --rm zsched:local zsched --help
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# Dependencies and the package first, so that editing examples/ keeps this layer cached.
+COPY pyproject.toml README.md ./
+COPY zsched ./zsched
+COPY lua ./lua
+RUN pip install .
+
+# The example app the compose workers import as examples.app:app.
+COPY examples ./examples
+ENV PYTHONPATH=/app
+
+RUN useradd --system --uid 10001 --no-create-home zsched
+USER zsched
+
+# 9100: dispatcher metrics, 9101: worker metrics (the --metrics-port of docker-compose.yml).
+EXPOSE 9100 9101
+# SIGTERM lets a worker finish or hand back its runs (graceful shutdown).
+STOPSIGNAL SIGTERM
+CMD ["zsched", "--help"]
