@@ -1,0 +1,155 @@
+// Enqueue, cancel and inspect zsched runs from Node.js (docs/protocol.md, "Enqueue a delayed
+// run", "Cancel a run", "Read a run's state").
+
+import { randomBytes } from 'node:crypto';
+
+import { MAX_RUN_ID_BYTES, MAX_TASK_BYTES, build, decode, encode, PayloadError } from './envelope.js';
+import { GROUP, queueKeys } from './keys.js';
+import { runScript } from './scripts.js';
+
+/** Defaults shared with the Python client (zsched.config.QueueSettings). */
+export const DEFAULT_DEDUPE_WINDOW_MS = 3_600_000;
+export const DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024;
+/** Room for the envelope's own fields on top of the payload limit, as the Python client allows. */
+export const ENVELOPE_OVERHEAD_BYTES = 4096;
+export const MAX_BATCH = 1000;
+
+/** Reply codes of enqueue.lua. */
+export const ENQUEUED = 1;
+export const DUPLICATE_LIVE = 0;
+export const DUPLICATE_DONE = 2;
+/** Reply codes of cancel.lua. */
+export const CANCELLED = 1;
+export const NOT_FOUND = 0;
+export const NOT_CANCELLABLE = 2;
+
+function newRunId() {
+  // Same shape as Python's secrets.token_urlsafe(12): 16 url-safe characters.
+  return randomBytes(12).toString('base64url');
+}
+
+/**
+ * One enqueue group (run_id, run_at ARGV, task, envelope bytes) after the same checks the
+ * Python client makes. Give `runAtMs` (epoch ms) or `delayMs` (relative to Redis TIME).
+ */
+export function buildRun({ task, payload = null, runAtMs, delayMs, runId, maxAttempts }, nowMs = Date.now()) {
+  if (typeof task !== 'string' || task === '') throw new PayloadError(`task name must be a non-empty string, got ${JSON.stringify(task)}`);
+  if (Buffer.byteLength(task) > MAX_TASK_BYTES) throw new PayloadError(`task name is over ${MAX_TASK_BYTES} bytes`);
+  if (runAtMs != null && delayMs != null) throw new PayloadError('give runAtMs or delayMs, not both');
+  const id = runId ?? newRunId();
+  if (typeof id !== 'string' || id === '') throw new PayloadError('run id must be a non-empty string');
+  if (Buffer.byteLength(id) > MAX_RUN_ID_BYTES) throw new PayloadError(`run id is over ${MAX_RUN_ID_BYTES} bytes`);
+  let at;
+  let due;
+  if (runAtMs != null) {
+    if (!Number.isSafeInteger(runAtMs) || runAtMs < 0) throw new PayloadError(`runAtMs must be whole epoch ms >= 0, got ${runAtMs}`);
+    at = String(runAtMs);
+    due = runAtMs;
+  } else {
+    const d = delayMs ?? 0;
+    if (!Number.isSafeInteger(d) || d < 0) throw new PayloadError(`delayMs must be whole ms >= 0, got ${d}`);
+    // "+N": the script adds N to the server's TIME, so client clock skew does not move the run.
+    at = `+${d}`;
+    due = nowMs + d;
+  }
+  const env = encode(build({ runId: id, task, payload, runAtMs: due, enqueuedAtMs: nowMs, maxAttempts }));
+  return [id, at, task, env];
+}
+
+export class Client {
+  /**
+   * @param redis an ioredis client
+   * @param queue the queue name
+   */
+  constructor(redis, queue, { dedupeWindowMs = DEFAULT_DEDUPE_WINDOW_MS, maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES } = {}) {
+    this.redis = redis;
+    this.queue = queue;
+    this.keys = queueKeys(queue);
+    this.dedupeWindowMs = dedupeWindowMs;
+    this.maxEnvelopeBytes = maxPayloadBytes + ENVELOPE_OVERHEAD_BYTES;
+  }
+
+  /** Enqueue one run. Returns {runId, code, duplicate}. */
+  async enqueue(task, payload = null, options = {}) {
+    const [result] = await this.enqueueMany([{ task, payload, ...options }]);
+    return result;
+  }
+
+  /** Enqueue many runs, 1000 per script call. Returns [{runId, code, duplicate}]. */
+  async enqueueMany(items) {
+    const groups = items.map((item) => buildRun(item));
+    const k = this.keys;
+    const out = [];
+    for (let i = 0; i < groups.length; i += MAX_BATCH) {
+      const chunk = groups.slice(i, i + MAX_BATCH);
+      const codes = await runScript(
+        this.redis,
+        'enqueue',
+        [k.delayed, k.runs, k.done, k.stats, k.wake],
+        ['', this.dedupeWindowMs, this.maxEnvelopeBytes, ...chunk.flat()],
+      );
+      chunk.forEach((g, j) => out.push({ runId: g[0], code: codes[j], duplicate: codes[j] !== ENQUEUED }));
+    }
+    return out;
+  }
+
+  /** Cancel a run still waiting in the delayed set. Returns CANCELLED, NOT_FOUND or NOT_CANCELLABLE. */
+  async cancel(runId) {
+    return runScript(this.redis, 'cancel', [this.keys.delayed, this.keys.runs], [runId]);
+  }
+
+  /**
+   * Where a run is: {state: scheduled|ready|running|done|dead|unknown, ...}. Reads the keys
+   * the way zsched.inspect.get_run does (docs/protocol.md, "Read a run's state").
+   */
+  async getRun(runId, { deadScanLimit = 10_000 } = {}) {
+    const k = this.keys;
+    const [[, score], [, raw], [, entry], [, doneAt]] = await this.redis
+      .pipeline()
+      .zscore(k.delayed, runId)
+      .hgetBuffer(k.runs, runId)
+      .hget(k.entries, runId)
+      .zscore(k.done, runId)
+      .exec();
+    const envelope = raw ? safeDecode(raw) : null;
+    if (score !== null) return { runId, state: 'scheduled', runAtMs: Number(score), envelope };
+    if (raw && entry) {
+      const pending = await this.redis.xpending(k.ready, GROUP, entry, entry, 1);
+      if (pending.length) {
+        const [, consumer, idleMs, deliveries] = pending[0];
+        return { runId, state: 'running', consumer, idleMs, deliveries, envelope };
+      }
+      return { runId, state: 'ready', envelope };
+    }
+    if (doneAt !== null) return { runId, state: 'done', doneAtMs: Number(doneAt) };
+    let end = '+';
+    for (let seen = 0; seen < deadScanLimit; ) {
+      const batch = await this.redis.xrevrangeBuffer(k.dead, end, '-', 'COUNT', 500);
+      for (const [id, fields] of batch) {
+        const f = fieldMap(fields);
+        if (f.run_id && f.run_id.toString() === runId) {
+          return { runId, state: 'dead', reason: f.reason?.toString(), envelope: safeDecode(f.envelope) };
+        }
+      }
+      if (batch.length < 500) break;
+      seen += batch.length;
+      end = `(${batch[batch.length - 1][0].toString()}`;
+    }
+    return { runId, state: 'unknown' };
+  }
+}
+
+function safeDecode(raw) {
+  try {
+    return decode(raw);
+  } catch {
+    return null;
+  }
+}
+
+/** [k1, v1, k2, v2 ...] (Buffers) -> {k1: v1, ...} with string keys and Buffer values. */
+export function fieldMap(flat) {
+  const out = {};
+  for (let i = 0; i < flat.length; i += 2) out[flat[i].toString()] = flat[i + 1];
+  return out;
+}

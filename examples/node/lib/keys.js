@@ -1,0 +1,34 @@
+// Key names of one zsched queue, as docs/protocol.md ("Keys of a queue") lays them out.
+// zsched/keys.py is the reference; tests/integration/test_cross_language.py checks that a run
+// enqueued here lands in exactly the keys the Python client writes.
+
+const PREFIX = 'zsched';
+
+/** Name of the consumer group every worker joins on the ready stream. */
+export const GROUP = 'workers';
+
+/** The cluster hash tag of a queue (or of one of its partitions). */
+export function hashTag(queue, partition = null) {
+  if (typeof queue !== 'string' || queue === '' || /[{}]/.test(queue)) {
+    throw new Error(`queue name ${JSON.stringify(queue)} must be non-empty and contain no braces`);
+  }
+  return partition === null ? `{${queue}}` : `{${queue}#${partition}}`;
+}
+
+/** Every fixed key of a queue: {delayed, runs, ready, entries, dead, done, stats, wake, ...}. */
+export function queueKeys(queue, partition = null) {
+  const tag = hashTag(queue, partition);
+  const key = (name) => [PREFIX, tag, name].join(':');
+  return {
+    queue,
+    tag,
+    delayed: key('delayed'), // ZSET run_id -> run_at_ms
+    runs: key('runs'), // HASH run_id -> envelope
+    ready: key('ready'), // STREAM of due runs (fields run_id, envelope, due_ms)
+    entries: key('entries'), // HASH run_id -> ready stream entry id
+    dead: key('dead'), // STREAM of dead letters
+    done: key('done'), // ZSET run_id -> done_at_ms
+    stats: key('stats'), // HASH counter -> integer
+    wake: key('wake'), // pub/sub CHANNEL
+  };
+}

@@ -1,0 +1,188 @@
+// A zsched consumer in Node.js (docs/protocol.md, "Consume runs from another language").
+// It joins the same consumer group as the Python workers and changes state only through the
+// same scripts: ack.lua on success, retry.lua / dead.lua on failure, renew.lua to keep its
+// lease while a handler runs, reclaim.lua to take over runs of consumers that died.
+
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+
+import { decode, encode, nextAttempt } from './envelope.js';
+import { DEFAULT_DEDUPE_WINDOW_MS, fieldMap, MAX_BATCH } from './client.js';
+import { GROUP, queueKeys } from './keys.js';
+import { runScript } from './scripts.js';
+
+const OK = 1;
+
+export class Worker {
+  /**
+   * @param redis     an ioredis client (not shared with blocking readers of other code)
+   * @param queue     the queue name
+   * @param handlers  {taskName: async (payload, info) => any}; only these names are run
+   */
+  constructor(redis, queue, handlers, options = {}) {
+    this.redis = redis;
+    this.queue = queue;
+    this.keys = queueKeys(queue);
+    this.handlers = handlers;
+    this.consumer = options.consumer ?? `node:${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+    this.visibilityTimeoutMs = options.visibilityTimeoutMs ?? 30_000;
+    this.maxAttempts = options.maxAttempts ?? 3;
+    this.maxDeliveries = options.maxDeliveries ?? 5;
+    this.dedupeWindowMs = options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS;
+    // Exponential backoff, as the Python worker's default (1 s base), unless a function is given.
+    this.retryDelayMs = options.retryDelayMs ?? ((attempt) => Math.min(1000 * 2 ** (attempt - 1), 3_600_000));
+    this.reclaimCursor = '0-0';
+    this.held = new Set();
+  }
+
+  /** Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. */
+  async setup() {
+    try {
+      await this.redis.xgroup('CREATE', this.keys.ready, GROUP, '0', 'MKSTREAM');
+    } catch (err) {
+      if (!String(err.message).startsWith('BUSYGROUP')) throw err;
+    }
+  }
+
+  /** Read up to `count` runs (waiting up to blockMs when given), run them, write outcomes. */
+  async tick({ count = 100, blockMs = null } = {}) {
+    await this.setup();
+    const deliveries = [...(await this.reclaim(count))];
+    if (deliveries.length < count) deliveries.push(...(await this.read(count - deliveries.length, blockMs)));
+    const outcomes = await Promise.all(deliveries.map((d) => this.execute(d)));
+    await this.flush(outcomes);
+    return outcomes;
+  }
+
+  /** Run ticks until `signal` aborts. */
+  async run(signal, { count = 100, blockMs = 1000, onOutcome = () => {} } = {}) {
+    const timer = setInterval(() => this.renewLeases().catch(() => {}), Math.max(10, this.visibilityTimeoutMs / 3));
+    try {
+      while (!signal.aborted) {
+        for (const o of await this.tick({ count, blockMs })) onOutcome(o);
+      }
+    } finally {
+      clearInterval(timer);
+    }
+  }
+
+  async read(count, blockMs) {
+    const args = ['GROUP', GROUP, this.consumer, 'COUNT', count];
+    if (blockMs != null) args.push('BLOCK', blockMs);
+    const reply = await this.redis.xreadgroupBuffer(...args, 'STREAMS', this.keys.ready, '>');
+    const out = [];
+    for (const [, entries] of reply ?? []) {
+      for (const [id, fields] of entries) {
+        const f = fieldMap(fields ?? []);
+        out.push({ entryId: id.toString(), runId: f.run_id?.toString() ?? '', raw: f.envelope ?? Buffer.alloc(0), deliveries: 1 });
+      }
+    }
+    return out;
+  }
+
+  /** Take over entries idle past the visibility timeout (their consumer stopped renewing). */
+  async reclaim(count) {
+    const k = this.keys;
+    const [cursor, flat] = await runScript(
+      this.redis,
+      'reclaim',
+      [k.ready, k.runs, k.entries, k.dead, k.stats],
+      ['', GROUP, this.consumer, this.visibilityTimeoutMs, Math.min(count, MAX_BATCH), this.maxDeliveries, this.reclaimCursor],
+      { binary: true },
+    );
+    this.reclaimCursor = cursor.toString();
+    const out = [];
+    for (let i = 0; i < flat.length; i += 4) {
+      out.push({ entryId: flat[i].toString(), runId: flat[i + 1].toString(), raw: flat[i + 2], deliveries: Number(flat[i + 3]) });
+    }
+    return out;
+  }
+
+  /** Renew the lease of the given (default: every held) entry; returns {entryId: true|false}. */
+  async renewLeases(entryIds = [...this.held]) {
+    const result = {};
+    for (let i = 0; i < entryIds.length; i += MAX_BATCH) {
+      const chunk = entryIds.slice(i, i + MAX_BATCH);
+      const codes = await runScript(this.redis, 'renew', [this.keys.ready, this.keys.stats], [GROUP, this.consumer, ...chunk]);
+      chunk.forEach((id, j) => {
+        result[id] = codes[j] === OK;
+      });
+    }
+    return result;
+  }
+
+  /** Run one delivery; returns its outcome (not yet written). */
+  async execute(d) {
+    let env;
+    try {
+      env = decode(d.raw);
+    } catch (err) {
+      return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}` };
+    }
+    const base = { ...d, task: env.task, attempt: env.attempt, payload: env.payload };
+    const handler = Object.hasOwn(this.handlers, env.task) ? this.handlers[env.task] : null;
+    if (!handler) return { ...base, outcome: 'dead', reason: `unknown task '${env.task}': not registered with this worker` };
+    const info = {
+      runId: env.run_id,
+      task: env.task,
+      attempt: env.attempt,
+      scheduledMs: env.scheduled_ms,
+      queue: this.queue,
+      scheduleId: env.schedule_id ?? null,
+      deliveries: d.deliveries,
+      renew: async () => (await this.renewLeases([d.entryId]))[d.entryId],
+    };
+    this.held.add(d.entryId);
+    try {
+      await handler(env.payload, info);
+      return { ...base, outcome: 'ack' };
+    } catch (err) {
+      const attempts = env.max_attempts ?? this.maxAttempts;
+      const why = `${err?.name ?? 'Error'}: ${err?.message ?? String(err)}`;
+      if (env.attempt >= attempts) {
+        return { ...base, outcome: 'dead', reason: `failed after ${env.attempt} attempt(s): ${why}`.slice(0, 2000) };
+      }
+      const delayMs = Math.max(0, Math.floor(this.retryDelayMs(env.attempt)));
+      return { ...base, outcome: 'retry', delayMs, reason: why, next: encode(nextAttempt(env, Date.now() + delayMs)) };
+    } finally {
+      this.held.delete(d.entryId);
+    }
+  }
+
+  /** Write outcomes: one ack, one retry and one dead call per 1000 runs. Marks fenced ones. */
+  async flush(outcomes) {
+    const k = this.keys;
+    const kinds = {
+      ack: {
+        script: 'ack',
+        keys: [k.ready, k.runs, k.entries, k.done, k.stats],
+        fixed: ['', GROUP, this.consumer, this.dedupeWindowMs, 200],
+        group: (o) => [o.entryId, o.runId],
+      },
+      retry: {
+        script: 'retry',
+        keys: [k.ready, k.runs, k.entries, k.delayed, k.stats, k.wake],
+        fixed: ['', GROUP, this.consumer],
+        group: (o) => [o.entryId, o.runId, o.delayMs, o.next],
+      },
+      dead: {
+        script: 'dead',
+        keys: [k.ready, k.runs, k.entries, k.dead, k.stats],
+        fixed: ['', GROUP, this.consumer],
+        // The raw envelope as read, so the dead letter can be replayed unchanged.
+        group: (o) => [o.entryId, o.runId, o.reason, o.raw],
+      },
+    };
+    for (const [kind, spec] of Object.entries(kinds)) {
+      const mine = outcomes.filter((o) => o.outcome === kind);
+      for (let i = 0; i < mine.length; i += MAX_BATCH) {
+        const chunk = mine.slice(i, i + MAX_BATCH);
+        const codes = await runScript(this.redis, spec.script, spec.keys, [...spec.fixed, ...chunk.flatMap(spec.group)]);
+        chunk.forEach((o, j) => {
+          o.written = codes[j] === OK;
+          if (!o.written) o.fenced = true; // another consumer owns the entry now
+        });
+      }
+    }
+  }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env node
+// Cancel a delayed run or show where a run is.
+//   node runs.js cancel --redis URL --queue Q --run-id ID   -> {"run_id", "code"} (cancel.lua codes)
+//   node runs.js show   --redis URL --queue Q --run-id ID   -> {"run_id", "state", ...}
+import Redis from 'ioredis';
+
+import { Client } from './lib/client.js';
+import { parseArgs } from './lib/cli.js';
+
+async function main() {
+  const [command, ...rest] = process.argv.slice(2);
+  const a = parseArgs(rest);
+  if (!['cancel', 'show'].includes(command) || !a.queue || !a.runId) {
+    throw new Error('usage: runs.js cancel|show --queue Q --run-id ID [--redis URL]');
+  }
+  const redis = new Redis(a.redis ?? process.env.ZSCHED_REDIS_URL ?? 'redis://127.0.0.1:6379/0');
+  try {
+    const client = new Client(redis, a.queue);
+    if (command === 'cancel') {
+      console.log(JSON.stringify({ run_id: a.runId, code: await client.cancel(a.runId) }));
+    } else {
+      const { envelope, ...run } = await client.getRun(a.runId);
+      console.log(JSON.stringify({ ...run, task: envelope?.task, attempt: envelope?.attempt }));
+    }
+  } finally {
+    redis.disconnect();
+  }
+}
+
+main().catch((err) => {
+  console.error(`runs failed: ${err.message}`);
+  process.exit(1);
+});
