@@ -1,0 +1,122 @@
+"""The interface every benchmarked queue implements, and zsched's own implementation.
+
+A contender enqueues runs from the driver process and names the consumer processes that
+handle them; the workloads (bench/workloads.py) do the rest identically for every contender.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+from .common import ROOT, Proc
+
+#: One run to enqueue: (intended epoch ms, payload).
+Item = tuple[int, dict[str, Any]]
+
+
+class Contender(Protocol):
+    name: str
+    #: False when the library has no batched enqueue (the workload then says "–").
+    has_batch: bool
+    #: One line: the configuration used, for the report.
+    config: str
+
+    def open(self, url: str, queue: str) -> None: ...
+    def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None: ...
+    def enqueue_many(self, items: list[Item]) -> None: ...
+    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]: ...
+    def close(self) -> None: ...
+
+
+def py_module(module: str, *args: str, python: str | None = None) -> list[str]:
+    return [python or sys.executable, "-m", module, *args]
+
+
+#: The worker configuration the benchmark uses for zsched's no-op handlers. concurrency is
+#: the number of handlers in flight; no-op async handlers need many to keep the batches full.
+ZSCHED_WORKER = {"concurrency": 1000, "read_batch": 500}
+ZSCHED_DISPATCHER = {"batch_size": 1000}
+
+
+class Zsched:
+    """zsched through its public API; one dispatcher process plus N worker processes."""
+
+    name = "zsched"
+    has_batch = True
+
+    def __init__(
+        self,
+        worker: dict[str, int] | None = None,
+        dispatcher: dict[str, int] | None = None,
+        sync: bool = False,
+        dedupe_ms: int | None = None,
+    ) -> None:
+        self.dedupe_ms = dedupe_ms
+        self.worker = {**ZSCHED_WORKER, **(worker or {})}
+        self.dispatcher = {**ZSCHED_DISPATCHER, **(dispatcher or {})}
+        self.sync = sync
+        self.config = (
+            f"1 dispatcher process + N worker processes, worker {self.worker}, "
+            f"dispatcher {self.dispatcher}{', sync handler' if sync else ''}"
+        )
+        self.app: Any = None
+
+    def open(self, url: str, queue: str) -> None:
+        import zsched
+        from zsched.metrics import Metrics
+
+        self.app = zsched.App(url, queue=queue, metrics=Metrics())
+
+    def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
+        self.app.enqueue("noop", payload, run_at=due_ms / 1000)
+
+    def enqueue_many(self, items: list[Item]) -> None:
+        self.app.enqueue_many(
+            {"task": "noop", "payload": p, "run_at": due / 1000} for due, p in items
+        )
+
+    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
+        base = ["--url", url, "--queue", queue]
+        if self.dedupe_ms is not None:
+            base += ["--dedupe-ms", str(self.dedupe_ms)]
+        procs = [
+            Proc(
+                py_module(
+                    "bench.zsched_proc",
+                    "dispatcher",
+                    *base,
+                    "--settings",
+                    json.dumps(self.dispatcher),
+                ),
+                cwd=str(ROOT),
+            )
+        ]
+        for _ in range(workers):
+            extra = ["--lags", str(lags)] if lags else []
+            if self.sync:
+                extra.append("--sync")
+            procs.append(
+                Proc(
+                    py_module(
+                        "bench.zsched_proc",
+                        "worker",
+                        *base,
+                        "--settings",
+                        json.dumps(self.worker),
+                        *extra,
+                    ),
+                    cwd=str(ROOT),
+                )
+            )
+        return procs
+
+    def acked(self) -> int:
+        return int(self.app.redis.hget(self.app.keys.stats, "acked") or 0)
+
+    def close(self) -> None:
+        if self.app is not None:
+            self.app.close()
+            self.app = None

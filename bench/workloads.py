@@ -1,0 +1,249 @@
+"""The workloads of the issue's table, written once for every contender.
+
+Each returns a dict of numbers. Each starts a fresh private redis-server so memory, command
+counts and the slow log belong to that workload alone, and each is bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    BenchError,
+    Proc,
+    client,
+    commands_processed,
+    cpu_seconds,
+    now_ms,
+    payload,
+    percentile,
+    read_lags,
+    server,
+    tree_pids,
+    used_memory,
+    wait_count,
+    wait_ready,
+)
+from .contender import Contender
+
+HOUR_MS = 3_600_000
+READY_TIMEOUT = 30.0
+
+
+def _queue() -> str:
+    return "b" + uuid.uuid4().hex[:8]
+
+
+def _stop(procs: list[Proc]) -> None:
+    for p in procs:
+        p.stop()
+
+
+def _enqueue_all(c: Contender, items: list[tuple[int, dict[str, Any]]]) -> None:
+    if c.has_batch:
+        for i in range(0, len(items), 10_000):
+            c.enqueue_many(items[i : i + 10_000])
+    else:
+        for due, p in items:
+            c.enqueue_one(due, p)
+
+
+def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0) -> dict[str, Any]:
+    """Runs/s from the first handler call to the last, for `n` runs already due when the
+    consumers start (enqueued while no consumer runs)."""
+    with server() as srv:
+        q = _queue()
+        c.open(srv.url, q)
+        due = now_ms() - 1000
+        try:
+            _enqueue_all(c, [(due, payload(due, i)) for i in range(n)])
+            procs = [p.start() for p in c.consumers(srv.url, q, workers, None)]
+            try:
+                t0 = time.time()
+                wait_ready(procs, READY_TIMEOUT)
+                count, first, last = wait_count(procs, n, timeout)
+            finally:
+                _stop(procs)
+            extra: dict[str, Any] = {}
+            if hasattr(c, "acked"):
+                extra["acked"] = c.acked()
+        finally:
+            c.close()
+    if count < n:
+        raise BenchError(f"{c.name} e2e: handled {count} of {n} runs within {timeout}s")
+    rate = (n - 1) / max(last - first, 1e-9)
+    return {
+        "runs_per_s": rate,
+        "n": n,
+        "workers": workers,
+        "wall_s": last - t0,
+        "handled": count,
+        **extra,
+    }
+
+
+def lag(
+    c: Contender, rate: int = 200, seconds: float = 5.0, lead_s: float = 1.5, timeout: float = 60.0
+) -> dict[str, Any]:
+    """Fire lag (ms from a run's intended time to its handler call) at a steady `rate`.
+
+    The consumers run first; a producer in the driver enqueues each run `lead_s` before it is
+    due, in small batches, so the stream of due runs is steady."""
+    n = max(1, int(rate * seconds))
+    with server() as srv, tempfile.TemporaryDirectory(prefix="zsched-bench-") as tmp:
+        q = _queue()
+        c.open(srv.url, q)
+        lags_path = Path(tmp) / "lags"
+        procs = [p.start() for p in c.consumers(srv.url, q, 1, lags_path)]
+        try:
+            wait_ready(procs, READY_TIMEOUT)
+            time.sleep(0.5)  # let every consumer reach its blocking read
+            t0 = now_ms() + int(lead_s * 1000)
+            dues = [t0 + int(i * 1000 / rate) for i in range(n)]
+            sent, behind = 0, 0
+            while sent < n:
+                horizon = now_ms() + int(lead_s * 1000)
+                chunk = []
+                while sent < n and dues[sent] <= horizon:
+                    chunk.append((dues[sent], payload(dues[sent], sent)))
+                    sent += 1
+                if chunk:
+                    if chunk[0][0] < now_ms():
+                        behind += 1
+                    _enqueue_all(c, chunk)
+                time.sleep(0.02)
+            count, _, _ = wait_count(procs, n, timeout + lead_s + seconds)
+        finally:
+            _stop(procs)
+            c.close()
+        lags = read_lags(lags_path)
+    if count < n:
+        raise BenchError(f"{c.name} lag: handled {count} of {n} runs")
+    return {
+        "p50_ms": percentile(lags, 50),
+        "p99_ms": percentile(lags, 99),
+        "max_ms": max(lags) if lags else float("nan"),
+        "rate": rate,
+        "n": n,
+        "producer_behind": behind,
+    }
+
+
+def enqueue(c: Contender, n_one: int = 5000, n_many: int = 100_000) -> dict[str, Any]:
+    """Enqueue rate of runs due an hour ahead: one call each, and batched."""
+    with server() as srv:
+        c.open(srv.url, _queue())
+        try:
+            due = now_ms() + HOUR_MS
+            c.enqueue_one(due, payload(due))  # connect and load scripts before timing
+            t = time.perf_counter()
+            for i in range(n_one):
+                c.enqueue_one(due + i, payload(due + i, i))
+            one = n_one / (time.perf_counter() - t)
+            many = float("nan")
+            if c.has_batch:
+                items = [(due + i, payload(due + i, i)) for i in range(n_many)]
+                t = time.perf_counter()
+                c.enqueue_many(items)
+                many = n_many / (time.perf_counter() - t)
+        finally:
+            c.close()
+    return {"one_per_s": one, "many_per_s": many, "n_one": n_one, "n_many": n_many}
+
+
+class _Monitor:
+    """MONITOR in a thread: counts what clients send apart from what scripts run inside."""
+
+    def __init__(self, url: str) -> None:
+        self.r = client(url)
+        self.seen: list[tuple[float, bool]] = []
+        self.stop = False
+        self.mon = self.r.monitor()
+        self.mon.__enter__()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        try:
+            while not self.stop:
+                cmd = self.mon.next_command()
+                self.seen.append((float(cmd["time"]), cmd.get("client_type") == "lua"))
+        except Exception:  # noqa: BLE001 - the server went away at the end: stop counting
+            pass
+
+    def close(self) -> None:
+        self.stop = True
+        try:
+            self.mon.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - closing a monitor connection mid-read may raise
+            pass
+        self.r.close()
+
+    def counts(self, t0: float, t1: float) -> tuple[int, int]:
+        """(requests from clients, commands run inside scripts) between t0 and t1."""
+        inside = [lua for t, lua in self.seen if t0 <= t <= t1]
+        return inside.count(False), inside.count(True)
+
+
+def idle(
+    c: Contender,
+    n: int = 10_000,
+    window_s: float = 20.0,
+    warmup_s: float = 3.0,
+) -> dict[str, Any]:
+    """Redis commands/s and consumer CPU while `n` runs wait an hour ahead."""
+    with server() as srv:
+        q = _queue()
+        c.open(srv.url, q)
+        r = client(srv.url)
+        try:
+            due = now_ms() + HOUR_MS
+            _enqueue_all(c, [(due + i, payload(due + i, i)) for i in range(n)])
+            procs = [p.start() for p in c.consumers(srv.url, q, 1, None)]
+            try:
+                wait_ready(procs, READY_TIMEOUT)
+                time.sleep(warmup_s)
+                pids = [pid for p in procs for pid in tree_pids(p.pid)]
+                mon = _Monitor(srv.url)
+                cpu0 = sum(cpu_seconds(p) for p in pids)
+                cmd0, t, w0 = commands_processed(r), time.monotonic(), time.time()
+                time.sleep(window_s)
+                cmd1, el, w1 = commands_processed(r), time.monotonic() - t, time.time()
+                cpu1 = sum(cpu_seconds(p) for p in pids)
+                requests, _ = mon.counts(w0, w1)
+                mon.close()
+            finally:
+                _stop(procs)
+        finally:
+            r.close()
+            c.close()
+    # commands_per_s counts every command Redis ran, those inside scripts too (one INFO of
+    # ours is in the difference); requests_per_s counts what the clients sent (round trips).
+    return {
+        "requests_per_s": max(0, requests - 1) / el,
+        "commands_per_s": (cmd1 - cmd0 - 1) / el,
+        "cpu_percent": 100 * (cpu1 - cpu0) / el,
+        "n": n,
+        "window_s": el,
+    }
+
+
+def memory(c: Contender, n: int = 10_000) -> dict[str, Any]:
+    """Redis memory per delayed run (~110-byte payload), over a warmed-up baseline."""
+    with server() as srv:
+        c.open(srv.url, _queue())
+        r = client(srv.url)
+        try:
+            due = now_ms() + HOUR_MS
+            _enqueue_all(c, [(due + i, payload(due + i, i)) for i in range(200)])
+            base = used_memory(r)
+            _enqueue_all(c, [(due + 200 + i, payload(due + i, i)) for i in range(n)])
+            after = used_memory(r)
+        finally:
+            r.close()
+            c.close()
+    return {"bytes_per_run": (after - base) / n, "n": n}

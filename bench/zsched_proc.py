@@ -1,0 +1,61 @@
+"""A zsched dispatcher or worker process for the benchmark: `python -m bench.zsched_proc ROLE`.
+
+The worker registers one no-op async task `noop` that reports progress (bench/reporter.py).
+Both stop gracefully on SIGTERM, as `zsched dispatcher` / `zsched worker` do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+
+import zsched
+from zsched.metrics import Metrics
+
+from .reporter import Reporter
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("role", choices=["worker", "dispatcher"])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--queue", required=True)
+    ap.add_argument("--settings", default="{}", help="JSON of Worker/DispatcherSettings")
+    ap.add_argument("--lags", default=None, help="file prefix for the lags at exit")
+    ap.add_argument("--dedupe-ms", type=int, default=None, help="QueueSettings.dedupe_window_ms")
+    ap.add_argument("--sync", action="store_true", help="register a sync handler instead")
+    a = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    qs = zsched.QueueSettings(dedupe_window_ms=a.dedupe_ms) if a.dedupe_ms else None
+    app = zsched.App(a.url, queue=a.queue, metrics=Metrics(), settings=qs)
+    rep = Reporter(a.lags) if a.role == "worker" else None
+    if rep is not None:
+        if a.sync:
+
+            @app.task(name="noop")
+            def noop_sync(payload: object) -> None:
+                rep.hit(payload)
+        else:
+
+            @app.task(name="noop")
+            async def noop(payload: object) -> None:
+                rep.hit(payload)
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    settings = json.loads(a.settings)
+    proc = app.worker(**settings) if a.role == "worker" else app.dispatcher(**settings)
+    if a.role == "worker":
+        await proc.setup()
+    print("ready", flush=True)
+    await proc.run(stop)
+    await proc.close()
+    if rep is not None:
+        rep.dump()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
