@@ -1,0 +1,439 @@
+"""Clients in other languages speak docs/protocol.md: runs enqueued from Node.js and the shell
+run on Python workers, runs enqueued from Python run on the Node worker, dedupe holds across
+languages, and the same enqueue leaves the same Redis state whichever client made it."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import queue as queue_mod
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from redis_server import RedisServer
+
+import zsched
+from zsched import scripts as S
+from zsched.envelope import Envelope, decode
+from zsched.keys import QueueKeys
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_DIR = ROOT / "examples" / "node"
+SHELL_ENQUEUE = ROOT / "examples" / "shell" / "enqueue.sh"
+PAYLOAD = {"to": "a@b.c", "n": [1, 2.5, None, True, -7], "s": 'é ü "q" \\', "nested": {"k": []}}
+
+
+@pytest.fixture(scope="session")
+def node_dir() -> Path:
+    """examples/node with its npm dependencies installed (npm ci, once per package-lock)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        pytest.fail("node and npm are required for the cross-language tests (install Node.js 20)")
+    digest = hashlib.sha1((NODE_DIR / "package-lock.json").read_bytes()).hexdigest()
+    stamp = NODE_DIR / "node_modules" / ".zsched-installed"
+    where = hashlib.sha1(bytes(NODE_DIR)).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"zsched-npm-{where}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes install once
+        if not (stamp.exists() and stamp.read_text() == digest):
+            r = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=NODE_DIR, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            if r.returncode != 0:
+                pytest.fail(
+                    "`npm ci` in examples/node failed, so the Node.js client cannot be tested "
+                    f"(is the npm registry reachable?):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+                )
+            stamp.write_text(digest)
+    return NODE_DIR
+
+
+def node(node_dir: Path, script: str, *args: str) -> list[dict[str, Any]]:
+    r = subprocess.run(
+        ["node", script, *args], cwd=node_dir, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, f"node {script} {' '.join(args)} failed:\n{r.stderr}"
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+def node_enqueue(node_dir: Path, url: str, queue: str, *args: str) -> dict[str, Any]:
+    (out,) = node(node_dir, "enqueue.js", "--redis", url, "--queue", queue, *args)
+    return out
+
+
+def node_worker(node_dir: Path, url: str, queue: str, *args: str) -> list[dict[str, Any]]:
+    return node(node_dir, "worker.js", "--redis", url, "--queue", queue, "--once", *args)
+
+
+def shell_enqueue(url: str, queue: str, *args: str, ok: bool = True) -> Any:
+    r = subprocess.run(
+        ["bash", str(SHELL_ENQUEUE), "--redis", url, "--queue", queue, *args],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if not ok:
+        return r
+    assert r.returncode == 0, f"enqueue.sh failed:\n{r.stderr}"
+    return json.loads(r.stdout)
+
+
+class Lines:
+    """Reads a child's stdout lines on a thread, so a test can wait for one with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.q: queue_mod.Queue[str] = queue_mod.Queue()
+        assert proc.stdout is not None
+        out = proc.stdout
+        self.thread = threading.Thread(target=lambda: [self.q.put(x) for x in out], daemon=True)
+        self.thread.start()
+
+    def next(self, timeout: float = 30.0) -> dict[str, Any]:
+        try:
+            return json.loads(self.q.get(timeout=timeout))  # type: ignore[no-any-return]
+        except queue_mod.Empty:
+            raise AssertionError("the Node worker printed nothing in 30 s") from None
+
+
+@contextlib.contextmanager
+def node_proc(node_dir: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], Lines]]:
+    """A long-running `node` child with piped stdin/stdout; killed and reaped on exit."""
+    with subprocess.Popen(
+        ["node", *args], cwd=node_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        lines = Lines(proc)
+        try:
+            yield proc, lines
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            lines.thread.join(10)
+
+
+async def run_python_worker(app: zsched.App, backend: Any) -> int:
+    """One dispatcher pass and one Python worker pass; returns the runs the worker read."""
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    try:
+        await d.tick()
+        return int(await w.tick())
+    finally:
+        await d.close()
+        await w.close()
+
+
+async def dispatch(app: zsched.App, backend: Any) -> int:
+    d = app.dispatcher(redis=backend.async_client())
+    try:
+        return int((await d.tick()).moved)
+    finally:
+        await d.close()
+
+
+# -- Node -> Python ---------------------------------------------------------------------------
+
+
+async def test_runs_enqueued_from_node_are_executed_by_a_python_worker(real, queue, node_dir):
+    app = real.app(queue)
+    seen = []
+
+    @app.task(name="greet")
+    def greet(payload):
+        r = zsched.current_run()
+        seen.append((payload, r.run_id, r.attempt, r.task))
+
+    out = node_enqueue(node_dir, real.url, queue, "--task", "greet",
+                       "--payload", json.dumps(PAYLOAD), "--run-id", "from-node-1")  # fmt: skip
+    assert out == {"run_id": "from-node-1", "code": S.ENQUEUED, "duplicate": False}
+    assert app.get_run("from-node-1").state == "scheduled"
+    assert await run_python_worker(app, real) == 1
+    assert seen == [(PAYLOAD, "from-node-1", 1, "greet")]
+    assert app.get_run("from-node-1").state == "done"
+
+
+async def test_runs_enqueued_from_the_shell_are_executed_by_a_python_worker(real, queue):
+    app = real.app(queue)
+    seen = []
+
+    @app.task(name="greet")
+    def greet(payload):
+        seen.append((payload, zsched.current_run().run_id))
+
+    out = shell_enqueue(real.url, queue, "--task", "greet", "--payload", json.dumps(PAYLOAD),
+                        "--run-id", "from-shell-1")  # fmt: skip
+    assert out == {"run_id": "from-shell-1", "code": S.ENQUEUED, "duplicate": False}
+    assert real.sync.hget(app.keys.runs, "from-shell-1")[:1] == b"{"  # the JSON variant
+    assert await run_python_worker(app, real) == 1
+    assert seen == [(PAYLOAD, "from-shell-1")]
+
+
+# -- Python -> Node ---------------------------------------------------------------------------
+
+
+async def test_runs_enqueued_from_python_are_executed_by_the_node_worker(real, queue, node_dir):
+    app = real.app(queue)
+    app.enqueue("echo", PAYLOAD, run_id="from-python-1")
+    assert await dispatch(app, real) == 1
+    (out,) = node_worker(node_dir, real.url, queue)
+    assert (out["run_id"], out["task"], out["attempt"], out["payload"]) == (
+        "from-python-1", "echo", 1, PAYLOAD)  # fmt: skip
+    assert (out["outcome"], out["written"]) == ("ack", True)
+    assert app.get_run("from-python-1").state == "done"
+    assert app.status().stats["acked"] == 1
+
+
+async def test_the_node_worker_retries_then_dead_letters_through_the_scripts(real, queue, node_dir):
+    app = real.app(queue)
+    app.enqueue("fail", {"n": 1}, run_id="doomed")
+    args = ("--max-attempts", "2", "--retry-delay-ms", "0")
+    await dispatch(app, real)
+    (first,) = node_worker(node_dir, real.url, queue, *args)
+    assert (first["outcome"], first["written"], first["attempt"]) == ("retry", True, 1)
+    run = app.get_run("doomed")
+    assert (run.state, run.attempt) == ("scheduled", 2)
+    await dispatch(app, real)
+    (second,) = node_worker(node_dir, real.url, queue, *args)
+    assert (second["outcome"], second["written"], second["attempt"]) == ("dead", True, 2)
+    (letter,) = app.dead_letters()
+    assert letter.run_id == "doomed"
+    assert letter.reason == 'failed after 2 attempt(s): Error: boom: {"n":1}'
+    assert app.get_run("doomed").state == "dead"
+    # The dead letter is replayable by the Python side.
+    assert app.replay_dead() == {"replayed": 1, "missing": 0, "live": 0, "undecodable": 0}
+
+
+async def test_the_node_worker_dead_letters_bad_runs_with_the_python_reasons(real, queue, node_dir):
+    app = real.app(queue)
+    app.enqueue("nope", None, run_id="unknown-task")
+    future = msgpack.packb({"v": 2, "run_id": "v2", "task": "echo", "run_at_ms": 1})
+    app.scripts.run(S.enqueue(app.keys, [("v2", 0, "echo", future)], now_ms=None,
+                              dedupe_window_ms=60_000, max_envelope_bytes=10_000))  # fmt: skip
+    await dispatch(app, real)
+    outs = {o["run_id"]: o for o in node_worker(node_dir, real.url, queue)}
+    assert {rid: (o["outcome"], o["written"]) for rid, o in outs.items()} == {
+        "unknown-task": ("dead", True), "v2": ("dead", True)}  # fmt: skip
+    reasons = {d.run_id: (d.reason, d.envelope) for d in app.dead_letters()}
+    assert reasons["unknown-task"][0] == "unknown task 'nope': not registered with this worker"
+    assert reasons["v2"] == (
+        "undecodable envelope: unknown protocol version 2 (this worker reads 1)",
+        future,
+    )
+
+
+@pytest.mark.parametrize("taken_over", [False, True])
+async def test_the_node_worker_renews_its_lease_and_is_fenced_after_a_takeover(
+    real, queue, node_dir, taken_over
+):
+    app = real.app(queue)
+    app.enqueue("hold", None, run_id="held")
+    await dispatch(app, real)
+    with node_proc(node_dir, "worker.js", "--redis", real.url, "--queue", queue, "--once") as (
+        proc,
+        lines,
+    ):
+        assert lines.next() == {"event": "started", "run_id": "held"}
+        assert app.get_run("held").state == "running"
+        if taken_over:  # another consumer reclaims the entry while the Node handler runs
+            r = app.scripts.run(S.reclaim(app.keys, "py-thief", now_ms=None, min_idle_ms=0,
+                                          count=10, max_deliveries=5))  # fmt: skip
+            assert [c.run_id for c in r.claimed] == ["held"]
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert lines.next() == {"event": "renewed", "run_id": "held", "ok": not taken_over}
+        out = lines.next()
+        assert (out["outcome"], out["written"]) == ("ack", not taken_over)
+        assert proc.wait(30) == 0
+    run = app.get_run("held")
+    if taken_over:
+        assert (run.state, run.consumer) == ("running", "py-thief")
+        assert app.status().stats["fenced"] == 2  # the renew and the ack were refused
+    else:
+        assert run.state == "done"
+
+
+async def test_the_node_worker_loop_consumes_until_sigterm(real, queue, node_dir):
+    app = real.app(queue)
+    with node_proc(node_dir, "worker.js", "--redis", real.url, "--queue", queue) as (proc, lines):
+        assert lines.next()["event"] == "ready"
+        app.enqueue("echo", [1, 2], run_id="looped")
+        await dispatch(app, real)
+        out = lines.next()
+        assert (out["run_id"], out["payload"], out["outcome"], out["written"]) == (
+            "looped", [1, 2], "ack", True)  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    assert app.get_run("looped").state == "done"
+
+
+def test_node_cancels_and_reads_the_state_of_python_runs(real, queue, node_dir):
+    app = real.app(queue)
+    app.enqueue("echo", None, delay=3600, run_id="later")
+    base = ("--redis", real.url, "--queue", queue, "--run-id", "later")
+    (shown,) = node(node_dir, "runs.js", "show", *base)
+    assert (shown["state"], shown["task"], shown["attempt"]) == ("scheduled", "echo", 1)
+    (cancelled,) = node(node_dir, "runs.js", "cancel", *base)
+    assert cancelled["code"] == S.CANCELLED
+    with pytest.raises(zsched.RunNotFound):
+        app.get_run("later")
+    (again,) = node(node_dir, "runs.js", "cancel", *base)
+    assert again["code"] == S.NOT_FOUND
+
+
+# -- dedupe and identical state ---------------------------------------------------------------
+
+
+def enqueue_with(client: str, app: zsched.App, url: str, node_dir: Path, run_id: str,
+                 payload: Any, when: dict[str, int]) -> int:  # fmt: skip
+    """Enqueue task 'echo' from one client; returns the enqueue.lua code."""
+    if client == "python":
+        if "run_at_ms" in when:
+            at = datetime.fromtimestamp(when["run_at_ms"] / 1000, tz=UTC)
+            rid = app.enqueue("echo", payload, run_at=at, run_id=run_id)
+        else:
+            rid = app.enqueue("echo", payload, delay=when["delay_ms"] / 1000, run_id=run_id)
+        if not rid.duplicate:
+            return S.ENQUEUED
+        # A duplicate changes nothing, so where the id is now says which kind it was.
+        live = app.redis.hexists(app.keys.runs, run_id)
+        return S.DUPLICATE_LIVE if live else S.DUPLICATE_DONE
+    flag = "--run-at-ms" if "run_at_ms" in when else "--delay-ms"
+    value = str(when.get("run_at_ms", when.get("delay_ms")))
+    args = ("--task", "echo", "--payload", json.dumps(payload), "--run-id", run_id, flag, value)
+    if client == "node":
+        return int(node_enqueue(node_dir, url, app.queue, *args)["code"])
+    return int(shell_enqueue(url, app.queue, *args)["code"])
+
+
+CLIENTS = ("python", "node", "shell")
+
+
+@pytest.mark.parametrize("first", CLIENTS)
+async def test_dedupe_holds_across_languages(real, queue, node_dir, first):
+    app = real.app(queue)
+    ran = []
+
+    @app.task(name="echo")
+    def echo(payload):
+        ran.append(payload)
+
+    def enqueue(client: str) -> int:
+        return enqueue_with(client, app, real.url, node_dir, "order-7", {"by": client},
+                            {"delay_ms": 0})  # fmt: skip
+
+    others = [c for c in CLIENTS if c != first]
+    assert [enqueue(c) for c in [first, *others]] == [S.ENQUEUED] + [S.DUPLICATE_LIVE] * 2
+    assert real.sync.zcard(app.keys.delayed) == real.sync.hlen(app.keys.runs) == 1
+    assert await run_python_worker(app, real) == 1
+    assert ran == [{"by": first}]
+    # Done within the dedupe window: a duplicate from every language, and nothing runs again.
+    assert [enqueue(c) for c in CLIENTS] == [S.DUPLICATE_DONE] * 3
+    assert await run_python_worker(app, real) == 0
+    stats = app.status().stats
+    assert (stats["enqueued"], stats["duplicate"], ran) == (1, 5, [{"by": first}])
+
+
+def decode_any(raw: bytes) -> dict[str, Any]:
+    """The envelope map as stored: JSON when the first byte is `{`, else msgpack."""
+    return json.loads(raw) if raw[:1] == b"{" else msgpack.unpackb(raw, raw=False)  # type: ignore[no-any-return]
+
+
+def queue_state(r: Any, queue: str, ignore: set[str], scores: bool) -> dict[str, Any]:
+    """Every key of the queue, by attribute name, with its type and decoded contents."""
+    k = QueueKeys(queue)
+    by_key = {getattr(k, f): f for f in ("delayed", "runs", "ready", "entries", "dead", "done",
+                                         "stats", "rules", "rule_next", "rule_state",
+                                         "rule_waiting")}  # fmt: skip
+    out: dict[str, Any] = {}
+    for raw_key in r.scan_iter(match=k.pattern()):
+        key = raw_key.decode()
+        assert key in by_key, f"unexpected key {key}"
+        name, kind = by_key[key], r.type(key).decode()
+        if kind == "zset":
+            members = r.zrange(key, 0, -1, withscores=True)
+            value: Any = {m.decode(): (s if scores else None) for m, s in members}
+        elif name == "runs":
+            value = {}
+            for rid, env in r.hgetall(key).items():
+                fields = decode_any(env)
+                value[rid.decode()] = {f: v for f, v in fields.items() if f not in ignore}
+        elif kind == "hash":
+            value = {a.decode(): b.decode() for a, b in r.hgetall(key).items()}
+        else:
+            value = r.dump(key)
+        out[name] = (kind, value)
+    return out
+
+
+@pytest.mark.parametrize("timing", ["run_at", "delay"])
+def test_the_same_enqueue_from_python_node_and_shell_leaves_identical_state(
+    real, queue, node_dir, timing
+):
+    run_at_ms = (int(datetime.now(UTC).timestamp()) + 86_400) * 1000
+    when = {"run_at_ms": run_at_ms} if timing == "run_at" else {"delay_ms": 60_000}
+    # Timestamps differ by client and by moment; with a relative delay so do the due times.
+    ignore = {"enqueued_at_ms"} | ({"run_at_ms", "scheduled_ms"} if timing == "delay" else set())
+    states, raws = {}, {}
+    for client in CLIENTS:
+        app = real.app(f"{queue}-{client}")
+        code = enqueue_with(client, app, real.url, node_dir, "same-run", PAYLOAD, when)
+        assert code == S.ENQUEUED
+        states[client] = queue_state(real.sync, app.queue, ignore, scores=timing == "run_at")
+        raws[client] = real.sync.hget(app.keys.runs, "same-run")
+    assert states["python"] == states["node"] == states["shell"]
+    assert set(states["python"]) == {"delayed", "runs", "stats"}
+    (env,) = states["python"]["runs"][1].values()
+    assert env["payload"] == PAYLOAD and env["v"] == 1 and env["attempt"] == 1
+    # Python and Node write msgpack maps, the shell writes the JSON variant.
+    assert [raws[c][0] & 0xF0 for c in ("python", "node")] == [0x80, 0x80]
+    assert raws["shell"][:1] == b"{"
+    if timing == "run_at":
+        assert states["python"]["delayed"][1] == {"same-run": float(run_at_ms)}
+        assert env["run_at_ms"] == env["scheduled_ms"] == run_at_ms
+
+
+# -- script loading ---------------------------------------------------------------------------
+
+
+def test_node_and_shell_fall_back_to_eval_when_the_script_is_not_cached(node_dir):
+    sha = hashlib.sha1((ROOT / "lua" / "enqueue.lua").read_bytes()).hexdigest()
+    with RedisServer() as srv:  # a fresh server: its script cache is empty
+        app = zsched.App(srv.url, queue="fresh")
+        try:
+            for client, rid in (("node", "n1"), ("shell", "s1")):
+                app.redis.script_flush()
+                assert app.redis.script_exists(sha) == [False]
+                code = enqueue_with(client, app, srv.url, node_dir, rid, None, {"delay_ms": 0})
+                assert code == S.ENQUEUED
+                assert app.redis.script_exists(sha) == [True]  # loaded again, same SHA
+            assert {m.decode() for m in app.redis.zrange(app.keys.delayed, 0, -1)} == {"n1", "s1"}
+        finally:
+            app.close()
+
+
+def test_the_shell_client_reports_a_refused_run_and_writes_nothing(real, queue):
+    r = shell_enqueue(real.url, queue, "--task", "t" * 300, "--run-id", "long", ok=False)
+    assert r.returncode == 1
+    assert "ERR zsched enqueue: run long: task name is longer than 256 bytes" in r.stderr
+    assert list(real.sync.scan_iter(match=QueueKeys(queue).pattern())) == []
+
+
+def test_python_reads_a_node_envelope_as_the_same_envelope(real, queue, node_dir):
+    args = ("--run-id", "n", "--run-at-ms", "1800000000000", "--max-attempts", "4")
+    node_enqueue(
+        node_dir, real.url, queue, "--task", "echo", "--payload", json.dumps(PAYLOAD), *args
+    )
+    env = decode(real.sync.hget(QueueKeys(queue).runs, "n"))
+    assert env == Envelope("n", "echo", PAYLOAD, 1_800_000_000_000, 1_800_000_000_000,
+                           env.enqueued_at_ms, 1, None, 4)  # fmt: skip
+    assert env.enqueued_at_ms > 0
