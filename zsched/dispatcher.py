@@ -45,7 +45,7 @@ class TickResult:
 class Dispatcher:
     """Dispatches due runs of one queue. `run()` loops; `tick()` does one pass."""
 
-    def __init__(self, app: App, redis: Any = None, **settings: Any) -> None:
+    def __init__(self, app: App, redis: Any = None, rules: bool = True, **settings: Any) -> None:
         self.app = app
         self.settings = settings_from(DispatcherSettings, settings)
         if redis is None:
@@ -53,12 +53,23 @@ class Dispatcher:
         self.redis = redis
         self.scripts = S.AsyncScripts(redis)
         self.parts: list[TickPart] = []
+        if rules:
+            from .firing import RuleFirer
+
+            self.parts.append(RuleFirer(app, redis, self.scripts,
+                                        max_backlog=self.settings.max_backlog))  # fmt: skip
         self.metrics = app.metrics
         self._q = app.queue
 
     async def tick(self) -> TickResult:
         """Dispatch due runs in bounded batches, then run the extensions once."""
         s, k, clock = self.settings, self.app.keys, self.app.clock
+        # Rules first: a fire due now is then dispatched in this same pass.
+        part_due: int | None = None
+        for part in self.parts:
+            due = await part.tick(clock.now_ms())
+            if due is not None and (part_due is None or due < part_due):
+                part_due = due
         moved, more = 0, False
         r: S.DispatchResult | None = None
         for _ in range(s.max_batches_per_tick):
@@ -72,10 +83,8 @@ class Dispatcher:
                 break
         assert r is not None
         next_due = r.next_due_ms
-        for part in self.parts:
-            due = await part.tick(clock.now_ms())
-            if due is not None and (next_due is None or due < next_due):
-                next_due = due
+        if part_due is not None and (next_due is None or part_due < next_due):
+            next_due = part_due
         self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
         return TickResult(moved, next_due, r.now_ms, r.held, more)
 
@@ -102,6 +111,10 @@ class Dispatcher:
         stop = stop or asyncio.Event()
         backoff = 0.1
         log.info("dispatcher started", extra={"queue": self._q})
+        if self.app.declared:
+            result = await asyncio.to_thread(self.app.sync_schedules)
+            log.info("declared schedules synced: %s", {k: len(v) for k, v in result.items()},
+                     extra={"queue": self._q})  # fmt: skip
         while not stop.is_set():
             pubsub = self.redis.pubsub()
             try:

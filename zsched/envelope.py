@@ -47,6 +47,8 @@ class Envelope:
     schedule_id: str | None = None
     #: Per-run override of the task's max_attempts.
     max_attempts: int | None = None
+    #: Set on a rule's fire that holds the rule's overlap lease: the lease TTL to renew (ms).
+    lease_ms: int | None = None
 
     def encode(self) -> bytes:
         """msgpack bytes of this envelope."""
@@ -67,6 +69,8 @@ class Envelope:
             d["schedule_id"] = self.schedule_id
         if self.max_attempts is not None:
             d["max_attempts"] = self.max_attempts
+        if self.lease_ms is not None:
+            d["lease_ms"] = self.lease_ms
         return d
 
     def next_attempt(self, run_at_ms: int) -> Envelope:
@@ -161,4 +165,5 @@ def decode(raw: bytes) -> Envelope:
         attempt=_optional_int(d, "attempt", 1, 1) or 1,
         schedule_id=schedule_id,
         max_attempts=_optional_int(d, "max_attempts", None, 1),
+        lease_ms=_optional_int(d, "lease_ms", None, 1),
     )

@@ -52,6 +52,8 @@ class QueueKeys:
     rule_state: str = field(init=False)
     #: HASH schedule_id -> envelope of the one fire waiting for its rule's lease (overlap=queue).
     rule_waiting: str = field(init=False)
+    #: ZSET schedule_id -> oldest slot still waiting to be replayed (misfire = catch_up).
+    rule_catchup: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -71,6 +73,7 @@ class QueueKeys:
             "rule_next",
             "rule_state",
             "rule_waiting",
+            "rule_catchup",
         ):
             set_(self, name, base + name)
 
@@ -96,6 +99,7 @@ class QueueKeys:
             self.rule_next,
             self.rule_state,
             self.rule_waiting,
+            self.rule_catchup,
         ]
 
     def pattern(self) -> str:

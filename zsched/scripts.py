@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
-    "replay",
+    "replay", "schedule", "unschedule", "fire", "unlease",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000
@@ -31,6 +31,7 @@ ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE = 1, 0, 2
 OK, FENCED = 1, 0
 CANCELLED, NOT_FOUND, NOT_CANCELLABLE = 1, 0, 2
 REPLAYED, REPLAY_LIVE = 1, 2
+SCHEDULE_UNCHANGED, SCHEDULE_CREATED, SCHEDULE_UPDATED = 0, 1, 2
 
 
 def lua_dir() -> Path:
@@ -252,6 +253,97 @@ def replay(
         [k.dead, k.runs, k.delayed, k.wake],
         [_now(now_ms), *_flatten(groups)],
         _int_list,
+    )
+
+
+def schedule(
+    k: QueueKeys, schedule_id: str, spec: bytes, next_ms: int | None, state: bytes = b""
+) -> Call[int]:
+    """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
+    return Call(
+        "schedule",
+        [k.rules, k.rule_next, k.rule_state, k.rule_catchup],
+        [schedule_id, spec, -1 if next_ms is None else next_ms, state],
+        int,
+    )
+
+
+def unschedule(k: QueueKeys, schedule_id: str) -> Call[int]:
+    """Reply: 1 removed, 0 no such rule."""
+    return Call(
+        "unschedule",
+        [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.rule_waiting,
+         k.ledger(schedule_id), k.lease(schedule_id)],
+        [schedule_id],
+        int,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    ok: bool
+    fired: int
+    duplicates: int
+    overlap_skipped: int
+    queued: int
+
+
+def _decode_fire(reply: Any) -> FireResult:
+    r = _int_list(reply)
+    return FireResult(bool(r[0]), r[1], r[2], r[3], r[4])
+
+
+@dataclass(frozen=True, slots=True)
+class FireArgs:
+    """What a dispatcher read (for the compare-and-set) and what it wants written."""
+
+    schedule_id: str
+    expected_spec: bytes
+    expected_next: int | None
+    expected_state: bytes
+    new_next: int | None
+    new_state: bytes
+    catchup_head: int | None
+    overlap: str
+    lease_ms: int
+    #: (run_id, run_at_ms, slot_ms, envelope, outcome)
+    fires: Sequence[tuple[str, int, int, bytes, str]]
+    #: (slot_ms, outcome, reason, run_id)
+    records: Sequence[tuple[int, str, str, str]]
+
+
+def fire(
+    k: QueueKeys,
+    a: FireArgs,
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    ledger_maxlen: int,
+    ledger_max_age_ms: int,
+) -> Call[FireResult]:
+    sid = a.schedule_id
+    return Call(
+        "fire",
+        [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.runs, k.delayed, k.done, k.stats,
+         k.wake, k.rule_waiting, k.ledger(sid), k.lease(sid)],
+        [_now(now_ms), sid, a.expected_spec, "" if a.expected_next is None else a.expected_next,
+         a.expected_state, -1 if a.new_next is None else a.new_next, a.new_state,
+         -1 if a.catchup_head is None else a.catchup_head, dedupe_window_ms, a.overlap,
+         a.lease_ms, ledger_maxlen, ledger_max_age_ms, len(a.fires), *_flatten(a.fires),
+         *_flatten(a.records)],
+        _decode_fire,
+    )  # fmt: skip
+
+
+def unlease(
+    k: QueueKeys, schedule_id: str, run_id: str, lease_ms: int, *, now_ms: int | None
+) -> Call[tuple[bool, str]]:
+    """Reply: (released, run id of the waiting fire started now or "")."""
+    return Call(
+        "unlease",
+        [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
+        [_now(now_ms), schedule_id, run_id, lease_ms],
+        lambda r: (bool(int(r[0])), _s(r[1])),
     )
 
 

@@ -93,6 +93,8 @@ class Worker:
         self._deads: list[tuple[str, str, str, bytes]] = []
         self._flushing: set[str] = set()
         self._lost: set[str] = set()
+        #: entry_id -> (schedule_id, run_id, lease_ms) of held runs that hold a rule's lease.
+        self._leases: dict[str, tuple[str, str, int]] = {}
         self._wake_flush = asyncio.Event()
         self._slot_free = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="zsched")
@@ -105,6 +107,12 @@ class Worker:
     def held_entry_ids(self) -> list[str]:
         pending = [a[0] for a in self._acks] + [r[0] for r in self._retries]
         return list(self.running) + pending + [d[0] for d in self._deads] + list(self._flushing)
+
+    def leases(self) -> dict[str, tuple[str, str, int]]:
+        return self._leases
+
+    def lost_entries(self) -> set[str]:
+        return self._lost
 
     def mark_lost(self, entry_id: str) -> None:
         if entry_id not in self._lost:
@@ -170,6 +178,8 @@ class Worker:
             env = decode(d.raw)
         except PayloadError as exc:
             return self._dead(d, f"undecodable envelope: {exc}", "undecodable")
+        if env.lease_ms and env.schedule_id:
+            self._leases[d.entry_id] = (env.schedule_id, env.run_id, env.lease_ms)
         task = self.app.tasks.get(env.task)
         if task is None:
             return self._dead(
@@ -264,18 +274,33 @@ class Worker:
                     codes = await self.scripts.run(S.ack(k, self.consumer, acks, now_ms=now,
                                                          dedupe_window_ms=s.dedupe_window_ms))  # fmt: skip
                     self._fenced("ack", acks, codes)
+                    await self._unlease(acks, codes)
                 if retries:
                     codes = await self.scripts.run(S.retry(k, self.consumer, retries, now_ms=now))
                     self._fenced("retry", retries, codes)
+                    for r in retries:  # the run is not finished: its rule lease stays held
+                        self._leases.pop(r[0], None)
                 if deads:
                     codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
                     self._fenced("dead", deads, codes)
+                    await self._unlease(deads, codes)
             except REDIS_ERRORS:
                 # Keep the outcomes; the leases keep the entries ours until Redis is back.
                 self._acks[:0], self._retries[:0], self._deads[:0] = acks, retries, deads
                 raise
             finally:
                 self._flushing.difference_update(a[0] for a in acks)
+
+    async def _unlease(self, items: list[Any], codes: list[int]) -> None:
+        """A rule's run finished: free its overlap lease (and start a fire that waited)."""
+        for it, code in zip(items, codes, strict=True):
+            lease = self._leases.pop(it[0], None)
+            if lease is None or code != S.OK:
+                continue
+            sid, run_id, lease_ms = lease
+            await self.scripts.run(
+                S.unlease(self.app.keys, sid, run_id, lease_ms, now_ms=self.app.clock.now_ms())
+            )
 
     def _fenced(self, what: str, items: list[Any], codes: list[int]) -> None:
         lost = [it for it, c in zip(items, codes, strict=True) if c == S.FENCED]

@@ -21,6 +21,13 @@ SAMPLE_CALLS = {
     "renew": S.renew(K, "c", []),
     "cancel": S.cancel(K, "r"),
     "replay": S.replay(K, [], now_ms=None),
+    "schedule": S.schedule(K, "s", b"x", None),
+    "unschedule": S.unschedule(K, "s"),
+    "fire": S.fire(
+        K, S.FireArgs("s", b"", None, b"", None, b"", None, "allow", 1, [], []),
+        now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
+    ),
+    "unlease": S.unlease(K, "s", "r", 1, now_ms=None),
 }
 
 

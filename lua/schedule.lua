@@ -1,0 +1,36 @@
+-- schedule: create or update a recurring rule, keeping its history.
+-- KEYS[1] rules (hash: schedule_id -> rule spec)   KEYS[2] rule_next (zset: schedule_id -> ms)
+-- KEYS[3] rule_state (hash: schedule_id -> state)  KEYS[4] rule_catchup (zset)
+-- ARGV[1] schedule_id
+-- ARGV[2] spec          the rule (msgpack)
+-- ARGV[3] next_ms       its next fire; -1 = not active (paused or ended)
+-- ARGV[4] state         the state to write; "" = keep the stored state (create it empty if none)
+-- Returns 1 created, 2 updated, 0 unchanged (same spec, same next fire).
+-- Invariant: a rule is in `rule_next` only while active, and at most once; editing a rule
+--   changes its spec (so a dispatcher holding the old one fails its compare-and-set).
+-- Bound: one rule per call.
+local rules, rule_next, rule_state, rule_catchup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- Check types before any write: a script is atomic but not transactional.
+for key, want in pairs({[rules] = 'hash', [rule_next] = 'zset', [rule_state] = 'hash', [rule_catchup] = 'zset'}) do
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched schedule: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
+local sid, spec, next_ms, state = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if sid == '' or spec == '' or not next_ms then
+  return redis.error_reply('ERR zsched schedule: schedule_id and spec must be non-empty and next_ms a number')
+end
+
+local old = redis.call('HGET', rules, sid)
+local old_next = redis.call('ZSCORE', rule_next, sid)
+local same_next = (next_ms < 0 and not old_next) or (old_next and tonumber(old_next) == next_ms)
+if old == spec and same_next and state == '' then return 0 end
+redis.call('HSET', rules, sid, spec)
+if next_ms >= 0 then redis.call('ZADD', rule_next, next_ms, sid) else redis.call('ZREM', rule_next, sid) end
+if state ~= '' then
+  redis.call('HSET', rule_state, sid, state)
+  redis.call('ZREM', rule_catchup, sid)
+elseif redis.call('HEXISTS', rule_state, sid) == 0 then
+  redis.call('HSET', rule_state, sid, '')
+end
+if old then return 2 end
+return 1

@@ -1,0 +1,226 @@
+"""Turning recurring rules into runs: the slot plan (pure) and the dispatcher's RuleFirer.
+
+`plan()` decides, for one rule at one instant, which slots fire, which are coalesced or
+skipped and why (misfire policy, catch-up budget); the `fire` script then applies it with a
+compare-and-set and decides overlap and duplicates. The simulator runs this same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import scripts as S
+from .envelope import Envelope
+from .errors import RuleError
+from .rules import Misfire, Overlap, slot_run_id
+from .schedules import Spec, State, decode_spec, decode_state
+
+log = logging.getLogger(__name__)
+
+#: Slots examined per rule per pass; a longer outage is counted without listing every slot.
+MAX_SLOTS_PER_PASS = 1000
+LEDGER_MAXLEN = 10_000
+#: How soon a dispatcher comes back to drain catch-up fires held back by the budget.
+CATCH_UP_PAUSE_MS = 20
+LEDGER_MAX_AGE_MS = 30 * 24 * 3600 * 1000
+
+
+@dataclass
+class Plan:
+    """What one rule does at one instant."""
+
+    fires: list[tuple[int, int, str]] = field(default_factory=list)  # (slot, run_at, outcome)
+    records: list[tuple[int, str, str, str]] = field(default_factory=list)
+    new_next: int | None = None
+    state: State = field(default_factory=State)
+    missed: int = 0
+    budget_used: int = 0
+
+
+def jitter_ms(spec: Spec, slot_ms: int) -> int:
+    """A deterministic spread in [0, jitter): the same slot always gets the same delay."""
+    if not spec.jitter_ms:
+        return 0
+    return zlib.crc32(f"{spec.schedule_id}@{slot_ms}".encode()) % spec.jitter_ms
+
+
+def due_slots(spec: Spec, next_ms: int, now_ms: int) -> tuple[list[int], int | None]:
+    """Slots from `next_ms` up to `now_ms` (bounded), and the first slot after them."""
+    slots: list[int] = []
+    slot: int | None = next_ms
+    while slot is not None and slot <= now_ms and len(slots) < MAX_SLOTS_PER_PASS:
+        if spec.end_ms is not None and slot > spec.end_ms:
+            return slots, None
+        slots.append(slot)
+        slot = spec.first_slot_after(slot)
+    if slot is not None and slot <= now_ms:
+        # Too many to list in one pass: the next pass goes on from here.
+        return slots, slot
+    return slots, slot
+
+
+def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int) -> Plan:
+    """Decide the fires and outcomes of one rule at `now_ms`. Pure: no I/O, no clock."""
+    """`next_ms` is the rule's stored next fire if it is due, else None (catch-up only)."""
+    slots, new_next = due_slots(spec, next_ms, now_ms) if next_ms is not None else ([], None)
+    # An outage longer than one pass lists stays due (new_next <= now): the next pass goes on.
+    p = Plan(new_next=new_next)
+    on_time = [s for s in slots if now_ms - s <= spec.misfire_grace_ms]
+    late = [s for s in slots if now_ms - s > spec.misfire_grace_ms]
+    p.missed = len(late)
+    backlog = list(state.backlog)
+    sid = spec.schedule_id
+    if late and spec.misfire is Misfire.CATCH_UP:
+        backlog += late
+        if len(backlog) > spec.max_catch_up:
+            cut = len(backlog) - spec.max_catch_up
+            for s in backlog[:cut]:
+                p.records.append((s, "skipped", "catch_up_cap", slot_run_id(sid, s)))
+            backlog = backlog[cut:]
+    elif late and spec.misfire is Misfire.COALESCE:
+        target = on_time[0] if on_time else late[-1]
+        into = slot_run_id(sid, target)
+        for s in late:
+            if s != target:
+                p.records.append((s, "coalesced", f"into {into}", into))
+        if not on_time:
+            p.fires.append((target, now_ms + jitter_ms(spec, target), "ran_late"))
+    elif late:
+        for s in late:
+            p.records.append((s, "skipped", "grace_passed", slot_run_id(sid, s)))
+    for s in on_time:
+        p.fires.append((s, s + jitter_ms(spec, s), "ran"))
+    # Catch-up replays drain under the budget, after the on-time fires.
+    take = backlog[: max(0, budget)]
+    for s in take:
+        p.fires.append((s, now_ms, "ran_late"))
+    p.budget_used = len(take)
+    backlog = backlog[len(take) :]
+    fired_slots = [f[0] for f in p.fires]
+    p.state = replace(
+        state,
+        last_slot_ms=max([*fired_slots, state.last_slot_ms or 0]) or state.last_slot_ms,
+        last_fire_ms=now_ms if fired_slots else state.last_fire_ms,
+        missed=state.missed + p.missed,
+        fired=state.fired + len(p.fires),
+        backlog=backlog,
+    )
+    return p
+
+
+def fire_args(spec: Spec, raw_spec: bytes, raw_state: bytes, next_ms: int | None,
+              new_next: int | None, p: Plan, now_ms: int) -> S.FireArgs:  # fmt: skip
+    """The fire script's arguments: what was read (`*_raw`, `next_ms`) and what to write."""
+    sid = spec.schedule_id
+    lease = spec.lease_ms if spec.overlap is not Overlap.ALLOW else None
+    fires = []
+    for slot, run_at, outcome in p.fires:
+        rid = slot_run_id(sid, slot)
+        env = Envelope(rid, spec.task, spec.payload, run_at, slot, now_ms, schedule_id=sid,
+                       lease_ms=lease).encode()  # fmt: skip
+        fires.append((rid, run_at, slot, env, outcome))
+    return S.FireArgs(
+        schedule_id=sid,
+        expected_spec=raw_spec,
+        expected_next=next_ms,
+        expected_state=raw_state,
+        new_next=new_next,
+        new_state=p.state.encode(),
+        catchup_head=p.state.backlog[0] if p.state.backlog else None,
+        overlap=str(spec.overlap),
+        lease_ms=spec.lease_ms,
+        fires=fires,
+        records=p.records,
+    )
+
+
+class RuleFirer:
+    """A dispatcher part: fires the due rules of one queue each pass (see Dispatcher.parts)."""
+
+    def __init__(self, app: Any, redis: Any, scripts: S.AsyncScripts, *,
+                 rules_per_pass: int = 100, catch_up_budget: int = 100,
+                 max_backlog: int = 50_000) -> None:  # fmt: skip
+        self.app = app
+        self.redis = redis
+        self.scripts = scripts
+        self.rules_per_pass = rules_per_pass
+        self.catch_up_budget = catch_up_budget
+        self.max_backlog = max_backlog
+        self.conflicts = 0
+
+    async def tick(self, now_ms: int | None) -> int | None:
+        """Fire what is due; return the earliest next fire (or now, if catch-up remains).
+        Idle, this is one round trip."""
+        k = self.app.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1, withscores=True)
+        pipe.zrange(k.rule_catchup, 0, self.rules_per_pass - 1)
+        pipe.xlen(k.ready)
+        t, heads, catchup, backlog = await pipe.execute()
+        now = now_ms if now_ms is not None else int(t[0]) * 1000 + int(t[1]) // 1000
+        due = {_s(m): int(sc) for m, sc in heads if int(sc) <= now}
+        ids = list(dict.fromkeys([*due, *(_s(m) for m in catchup)]))
+        if not ids:
+            return int(heads[0][1]) if heads else None
+        budget = int(self.catch_up_budget * max(0.0, 1 - backlog / max(1, self.max_backlog)))
+        await self._fire(ids, now, budget)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrange(k.rule_next, 0, 0, withscores=True)
+        pipe.zcard(k.rule_catchup)
+        nxt, more = await pipe.execute()
+        head = int(nxt[0][1]) if nxt else None
+        if more:  # catch-up left to drain under the budget: come back soon, not at once
+            soon = now + CATCH_UP_PAUSE_MS
+            return min(head, soon) if head is not None else soon
+        return head
+
+    async def _fire(self, ids: list[str], now: int, budget: int) -> None:
+        k = self.app.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(k.rules, ids)
+        pipe.hmget(k.rule_state, ids)
+        pipe.zmscore(k.rule_next, ids)
+        specs, states, nexts = await pipe.execute()
+        for sid, raw_spec, raw_state, nxt in zip(ids, specs, states, nexts, strict=True):
+            if raw_spec is None:
+                continue
+            try:
+                spec = decode_spec(raw_spec)
+            except RuleError as exc:
+                log.error("rule %s cannot be read: %s", sid, exc, extra={"queue": self.app.queue})
+                continue
+            next_ms = int(nxt) if nxt is not None else None
+            fire_now = next_ms if next_ms is not None and next_ms <= now else None
+            p = plan(spec, decode_state(raw_state), fire_now, now, budget)
+            # Not due, only draining catch-up: the next fire stays as it is.
+            new_next = p.new_next if fire_now is not None else next_ms
+            args = fire_args(spec, raw_spec, raw_state or b"", next_ms, new_next, p, now)
+            r = await self.scripts.run(
+                S.fire(k, args, now_ms=self.app.clock.now_ms(),
+                       dedupe_window_ms=self.app.settings.dedupe_window_ms,
+                       ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=LEDGER_MAX_AGE_MS)
+            )  # fmt: skip
+            if not r.ok:
+                self.conflicts += 1
+                continue
+            budget -= p.budget_used
+            self._count(spec, p, r)
+
+    def _count(self, spec: Spec, p: Plan, r: S.FireResult) -> None:
+        m, q, sid = self.app.metrics, self.app.queue, spec.schedule_id
+        if r.fired:
+            m.fires.labels(q, sid).inc(r.fired)
+        if p.missed:
+            m.missed_slots.labels(q, sid, str(spec.misfire)).inc(p.missed)
+        if r.overlap_skipped:
+            m.overlap_skips.labels(q, sid).inc(r.overlap_skipped)
+        if r.duplicates:
+            m.duplicates.labels(q, "fire").inc(r.duplicates)
+
+
+def _s(b: Any) -> str:
+    return b.decode() if isinstance(b, bytes) else str(b)
