@@ -5,6 +5,7 @@ languages, and the same enqueue leaves the same Redis state whichever client mad
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -351,9 +352,10 @@ def decode_any(raw: bytes) -> dict[str, Any]:
 def queue_state(r: Any, queue: str, ignore: set[str], scores: bool) -> dict[str, Any]:
     """Every key of the queue, by attribute name, with its type and decoded contents."""
     k = QueueKeys(queue)
-    by_key = {getattr(k, f): f for f in ("delayed", "runs", "ready", "entries", "dead", "done",
-                                         "stats", "rules", "rule_next", "rule_state",
-                                         "rule_waiting")}  # fmt: skip
+    names = [
+        f.name for f in dataclasses.fields(QueueKeys) if f.name not in ("queue", "partition", "tag")
+    ]
+    by_key = {getattr(k, name): name for name in names}
     out: dict[str, Any] = {}
     for raw_key in r.scan_iter(match=k.pattern()):
         key = raw_key.decode()
