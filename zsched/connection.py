@@ -1,21 +1,52 @@
 """Redis clients from URLs, with the protocol pinned and secrets kept out of messages.
 
 Every client speaks RESP2 (protocol=2) so reply shapes are the ones the wrappers decode, and
-returns bytes (payloads are binary).
+returns bytes (payloads are binary). Three kinds of deployment, one URL each:
+
+- ``redis://``, ``rediss://``, ``unix://``: one server (redis-py's own URL syntax);
+- ``redis+cluster://[user:pass@]host:port,host:port,...[?options]``: Redis Cluster; any
+  reachable node is enough to discover the others;
+- ``redis+sentinel://[user:pass@]host:port,host:port,.../service_name[/db][?options]``: the
+  master Sentinel names `service_name`; clients follow a failover to the new master.
+
+The ``rediss+`` forms use TLS. Options: ``socket_timeout``, ``socket_connect_timeout``
+(seconds) and, for Sentinel, ``sentinel_password``. An unknown option is a ConfigError.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
+import redis.asyncio.sentinel as aiosentinel
+import redis.cluster
+import redis.exceptions as rex
+import redis.sentinel
 
 from .errors import ConfigError
 
-_SCHEMES = ("redis", "rediss", "unix")
+_PLAIN = ("redis", "rediss", "unix")
+_CLUSTER = ("redis+cluster", "rediss+cluster")
+_SENTINEL = ("redis+sentinel", "rediss+sentinel")
+_SCHEMES = _PLAIN + _CLUSTER + _SENTINEL
+
+#: Errors a long-running loop waits out (with backoff) instead of crashing: a lost connection,
+#: a cluster failover in progress (CLUSTERDOWN, TRYAGAIN, an uncovered slot, "TTL exhausted"
+#: after too many redirects), and a write sent to a master that was just demoted (READONLY;
+#: the Sentinel pool turns it into a ConnectionError, a direct client sees it as is).
+RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
+    rex.ConnectionError,
+    rex.TimeoutError,
+    rex.ReadOnlyError,
+    rex.ClusterError,
+    rex.TryAgainError,
+    rex.SlotNotCoveredError,
+)
 
 
 def redact(url: str) -> str:
@@ -24,48 +55,184 @@ def redact(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable redis url>"
-    if parts.password is None and "@" not in parts.netloc:
+    if "@" not in parts.netloc:
         return url
+    user = parts.netloc.rsplit("@", 1)[0].split(":", 1)[0]
     host = parts.netloc.rsplit("@", 1)[-1]
-    user = parts.username or ""
     netloc = f"{user}:***@{host}" if user else f"***@{host}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def redact_text(text: str) -> str:
     """Remove credentials from any text that may contain a Redis URL."""
-    return re.sub(r"(rediss?|unix)://[^@\s/]*@", r"\1://***@", text)
+    return re.sub(r"((?:rediss?|unix)(?:\+cluster|\+sentinel)?)://[^@\s/]*@", r"\1://***@", text)
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0] if "://" in url else ""
 
 
 def _check(url: str) -> None:
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme not in _SCHEMES:
+    if _scheme(url) not in _SCHEMES:
         raise ConfigError(
-            f"unsupported Redis URL scheme {scheme!r} in {redact(url)}; "
+            f"unsupported Redis URL scheme {_scheme(url)!r} in {redact(url)}; "
             f"use one of {', '.join(s + '://' for s in _SCHEMES)}"
         )
 
 
 COMMON: dict[str, Any] = {"protocol": 2, "decode_responses": False, "health_check_interval": 30}
+_FLOAT_OPTIONS = ("socket_timeout", "socket_connect_timeout")
 
 
-def sync_client(url: str, **kw: Any) -> redis.Redis:
-    """A sync client for `url`."""
+@dataclass(frozen=True)
+class Target:
+    """A parsed cluster or Sentinel URL."""
+
+    kind: str  # "cluster" or "sentinel"
+    nodes: list[tuple[str, int]]
+    service: str | None = None
+    db: int = 0
+    ssl: bool = False
+    auth: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    sentinel_password: str | None = None
+
+
+def parse(url: str) -> Target:
+    """Parse a ``redis+cluster://`` or ``redis+sentinel://`` URL (ConfigError if bad)."""
     _check(url)
-    return redis.Redis.from_url(url, **{**COMMON, **kw})
+    scheme = _scheme(url)
+    if scheme in _PLAIN:
+        raise ConfigError(f"{redact(url)} names a single server, not a cluster or Sentinel")
+    rest = url.split("://", 1)[1]
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    auth: dict[str, str] = {}
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        user, _, password = userinfo.partition(":")
+        if user:
+            auth["username"] = unquote(user)
+        if password:
+            auth["password"] = unquote(password)
+    nodes = [_host_port(hp, url) for hp in netloc.split(",") if hp]
+    if not nodes:
+        raise ConfigError(f"{redact(url)} names no host:port")
+    kind = "cluster" if scheme in _CLUSTER else "sentinel"
+    segments = [s for s in path.split("/") if s]
+    service, db = None, 0
+    if kind == "sentinel":
+        if not segments:
+            raise ConfigError(f"{redact(url)} needs the Sentinel service name: .../service_name")
+        service, segments = unquote(segments[0]), segments[1:]
+    if segments:
+        db = _int(segments[0], "database number", url)
+        if len(segments) > 1 or (kind == "cluster" and db != 0):
+            raise ConfigError(f"bad path in {redact(url)}: a cluster has only database 0")
+    options, sentinel_password = _options(query, kind, url)
+    return Target(kind, nodes, service, db, scheme.startswith("rediss"), auth, options,
+                  sentinel_password)  # fmt: skip
 
 
-def async_client(url: str, **kw: Any) -> aioredis.Redis:
-    """An asyncio client for `url`."""
+def _int(text: str, what: str, url: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"bad {what} {text!r} in {redact(url)}") from None
+
+
+def _host_port(hp: str, url: str) -> tuple[str, int]:
+    host, sep, port = hp.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"expected host:port, got {hp!r} in {redact(url)}")
+    return host.strip("[]"), _int(port, "port", url)
+
+
+def _options(query: str, kind: str, url: str) -> tuple[dict[str, Any], str | None]:
+    options: dict[str, Any] = {}
+    sentinel_password = None
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in _FLOAT_OPTIONS:
+            try:
+                options[name] = float(value)
+            except ValueError:
+                raise ConfigError(f"option {name} must be seconds, got {value!r}") from None
+        elif name == "sentinel_password" and kind == "sentinel":
+            sentinel_password = value
+        else:
+            known = ", ".join(_FLOAT_OPTIONS + (("sentinel_password",) if kind == "sentinel" else ()))
+            raise ConfigError(f"unknown option {name!r} in {redact(url)}; known: {known}")
+    return options, sentinel_password
+
+
+def _node_kwargs(t: Target, kw: dict[str, Any]) -> dict[str, Any]:
+    out = {**COMMON, **t.auth, **t.options, **kw}
+    if t.ssl:
+        out["ssl"] = True
+    return out
+
+
+def _sentinel_kwargs(t: Target) -> dict[str, Any]:
+    # Sentinels answer small commands: a short timeout keeps a dead Sentinel from stalling
+    # the discovery of the master through the others.
+    out: dict[str, Any] = {"protocol": 2, "socket_timeout": 1.0, "socket_connect_timeout": 1.0}
+    if t.sentinel_password:
+        out["password"] = t.sentinel_password
+    if t.ssl:
+        out["ssl"] = True
+    return out
+
+
+def sync_client(url: str, **kw: Any) -> Any:
+    """A sync client for `url`: Redis, RedisCluster, or a Sentinel-managed master client."""
     _check(url)
-    return aioredis.Redis.from_url(url, **{**COMMON, **kw})
+    if _scheme(url) in _PLAIN:
+        return redis.Redis.from_url(url, **{**COMMON, **kw})
+    t = parse(url)
+    if t.kind == "cluster":
+        nodes = [redis.cluster.ClusterNode(h, p) for h, p in t.nodes]
+        return redis.cluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
+    assert t.service is not None
+    sentinel = redis.sentinel.Sentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
+    return sentinel.master_for(t.service, db=t.db, **_node_kwargs(t, kw))
 
 
-def async_from_sync(client: Any, **kw: Any) -> aioredis.Redis:
-    """An asyncio client reaching the same server as a sync redis-py client."""
-    kwargs = dict(client.connection_pool.connection_kwargs)
-    conn_cls = client.connection_pool.connection_class
-    kwargs.pop("connection_class", None)
+def async_client(url: str, **kw: Any) -> Any:
+    """An asyncio client for `url` (same kinds as `sync_client`)."""
+    _check(url)
+    if _scheme(url) in _PLAIN:
+        return aioredis.Redis.from_url(url, **{**COMMON, **kw})
+    t = parse(url)
+    if t.kind == "cluster":
+        nodes = [aiocluster.ClusterNode(h, p) for h, p in t.nodes]
+        return aiocluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
+    assert t.service is not None
+    sentinel = aiosentinel.Sentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
+    return sentinel.master_for(t.service, db=t.db, **_node_kwargs(t, kw))
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a (sync or asyncio) RedisCluster client."""
+    return isinstance(client, redis.cluster.RedisCluster | aiocluster.RedisCluster)
+
+
+_PORTABLE = frozenset({
+    "host", "port", "db", "path", "username", "password", "credential_provider", "client_name",
+    "socket_timeout", "socket_connect_timeout", "socket_keepalive", "ssl_keyfile",
+    "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_check_hostname",
+})  # fmt: skip
+
+
+def async_from_sync(client: Any, **kw: Any) -> Any:
+    """An asyncio client reaching the same server(s) as a sync redis-py client."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        return _async_cluster_from_sync(client, kw)
+    pool = client.connection_pool
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        return _async_sentinel_from_sync(pool, kw)
+    # Only where and how to connect: redis-py 8 adds pool-only settings asyncio refuses.
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
+    conn_cls = pool.connection_class
     kwargs.update(COMMON)
     kwargs.update(kw)
     if "SSL" in conn_cls.__name__:
@@ -73,3 +240,27 @@ def async_from_sync(client: Any, **kw: Any) -> aioredis.Redis:
     if "Unix" in conn_cls.__name__:
         return aioredis.Redis(unix_socket_path=kwargs.pop("path"), **kwargs)
     return aioredis.Redis(**kwargs)
+
+
+_CONNECTION_KEYS = ("username", "password", "ssl", "socket_timeout", "socket_connect_timeout")
+
+
+def _async_cluster_from_sync(client: Any, kw: dict[str, Any]) -> Any:
+    nm = client.nodes_manager
+    known = list(nm.nodes_cache.values()) or list(nm.startup_nodes.values())
+    nodes = [aiocluster.ClusterNode(n.host, n.port) for n in known]
+    base = {k: v for k, v in nm.connection_kwargs.items() if k in _CONNECTION_KEYS}
+    return aiocluster.RedisCluster(startup_nodes=nodes, **{**base, **COMMON, **kw})
+
+
+def _async_sentinel_from_sync(pool: Any, kw: dict[str, Any]) -> Any:
+    manager = pool.sentinel_manager
+    addrs = [
+        (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+        for s in manager.sentinels
+    ]
+    base = {k: v for k, v in pool.connection_kwargs.items() if k in (*_CONNECTION_KEYS, "db")}
+    if "SSL" in pool.connection_class.__name__:
+        base["ssl"] = True
+    sentinel = aiosentinel.Sentinel(addrs, sentinel_kwargs=dict(manager.sentinel_kwargs))
+    return sentinel.master_for(pool.service_name, **{**base, **COMMON, **kw})
