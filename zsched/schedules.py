@@ -51,12 +51,16 @@ def _instant_ms(value: datetime | float | None, name: str) -> int | None:
 _REFERENCE_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 
 
+def min_gap_ms(trigger: Rule) -> int:
+    """The shortest gap between the rule's fires, measured from a fixed instant."""
+    slots = trigger.slots_between(_REFERENCE_MS, 2**53, 12)
+    return min((b - a for a, b in zip(slots, slots[1:], strict=False)), default=120_000)
+
+
 def default_grace_ms(trigger: Rule) -> int:
     """Half the rule's shortest gap between fires, at most 60 s: at most one slot is on time
     at once, so the misfire policy decides what happens to every other late slot."""
-    slots = trigger.slots_between(_REFERENCE_MS, 2**53, 12)
-    gap = min((b - a for a, b in zip(slots, slots[1:], strict=False)), default=120_000)
-    return max(1, min(MAX_GRACE_DEFAULT_MS, gap // 2))
+    return max(1, min(MAX_GRACE_DEFAULT_MS, min_gap_ms(trigger) // 2))
 
 
 @dataclass(frozen=True)
@@ -221,3 +225,27 @@ class ScheduleInfo:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def spec_options(spec: Spec) -> dict[str, Any]:
+    """The keyword options that rebuild `spec` with build_spec (for edits)."""
+    t = spec.trigger
+    opts: dict[str, Any] = {
+        "payload": spec.payload,
+        "misfire": str(spec.misfire),
+        "misfire_grace": spec.misfire_grace_ms / 1000,
+        "overlap": str(spec.overlap),
+        "max_catch_up": spec.max_catch_up,
+        "jitter": spec.jitter_ms / 1000,
+        "start_at": None if spec.start_ms is None else spec.start_ms / 1000,
+        "end_at": None if spec.end_ms is None else spec.end_ms / 1000,
+        "paused": spec.paused,
+        "lease": spec.lease_ms / 1000,
+    }
+    if isinstance(t, Cron):
+        opts.update(cron=t.expr, tz=t.tz, dst_gap=t.dst_gap, dst_repeat=t.dst_repeat)
+    else:
+        opts.update(every=t.interval_ms / 1000)
+        if t.start_ms:
+            opts["start_at"] = t.start_ms / 1000
+    return opts
