@@ -25,7 +25,9 @@ def zsched_proc(*args: str, url: str, env: dict[str, str] | None = None) -> subp
     )
 
 
-def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
+def wait_for(
+    cond: Callable[[], object], timeout: float = 30.0, what: str = "condition", poll: float = 0.02
+) -> object:
     """Poll `cond` until truthy; fail with `what` after `timeout` (a safety net, not a threshold)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -34,7 +36,7 @@ def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "con
             return v
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(poll)
 
 
 def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> str:
