@@ -7,7 +7,9 @@ compare-and-set and decides overlap and duplicates. The simulator runs this same
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -150,6 +152,8 @@ class RuleFirer:
         self.catch_up_budget = catch_up_budget
         self.max_backlog = max_backlog
         self.conflicts = 0
+        self.audit_every_s = 60.0
+        self._next_audit = 0.0
 
     async def tick(self, now_ms: int | None) -> int | None:
         """Fire what is due; return the earliest next fire (or now, if catch-up remains).
@@ -164,6 +168,7 @@ class RuleFirer:
         now = now_ms if now_ms is not None else int(t[0]) * 1000 + int(t[1]) // 1000
         due = {_s(m): int(sc) for m, sc in heads if int(sc) <= now}
         ids = list(dict.fromkeys([*due, *(_s(m) for m in catchup)]))
+        await self._maybe_audit()
         if not ids:
             return int(heads[0][1]) if heads else None
         budget = int(self.catch_up_budget * max(0.0, 1 - backlog / max(1, self.max_backlog)))
@@ -177,6 +182,23 @@ class RuleFirer:
             soon = now + CATCH_UP_PAUSE_MS
             return min(head, soon) if head is not None else soon
         return head
+
+    async def _maybe_audit(self) -> None:
+        """Every minute, recount slots without an outcome (a hung replica shows up here)."""
+        if time.monotonic() < self._next_audit:
+            return
+        self._next_audit = time.monotonic() + self.audit_every_s
+        from .audit import audit
+
+        try:
+            results = await asyncio.to_thread(audit, self.app)
+        except Exception:  # noqa: BLE001 - the audit must never stop dispatching
+            log.exception("ledger audit failed", extra={"queue": self.app.queue})
+            return
+        for r in results:
+            self.app.metrics.unaccounted_slots.labels(self.app.queue, r.schedule_id).set(
+                len(r.unaccounted)
+            )
 
     async def _fire(self, ids: list[str], now: int, budget: int) -> None:
         k = self.app.keys

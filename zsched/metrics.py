@@ -92,6 +92,11 @@ class Metrics:
             "zsched_rule_fires_total", "Runs materialised from recurring rules.",
             ["queue", "schedule"], registry=r,
         )  # fmt: skip
+        self.unaccounted_slots = Gauge(
+            "zsched_rule_unaccounted_slots",
+            "Slots past their misfire grace that have no recorded outcome (the ledger audit).",
+            ["queue", "schedule"], registry=r,
+        )  # fmt: skip
         self.heartbeat = Gauge(
             "zsched_process_heartbeat_timestamp_seconds",
             "Unix time of the last loop pass of this dispatcher or worker process.",
