@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, overload
 
+from . import durable as _durable
 from . import inspect as _inspect
+from . import partitions as _partitions
 from . import scripts as S
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
@@ -69,7 +71,14 @@ class App:
         settings: QueueSettings | None = None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
+        partitions: int | str = 1,
+        durable: bool = False,
+        durable_timeout: float = 1.0,
     ) -> None:
+        """`partitions`: split the queue over N hash tags (docs/scaling.md); "auto" reads the
+        count recorded in Redis (the CLI does). `durable`: enqueue returns only once a replica
+        acknowledged the write (WAIT 1), waiting at most `durable_timeout` seconds, else it
+        raises NotReplicated."""
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
         self.url: str | None = redis if isinstance(redis, str) else None
@@ -83,6 +92,19 @@ class App:
         #: Rules declared in code (`declare`), synced when a dispatcher starts.
         self.declared: dict[str, dict[str, Any]] = {}
         self._scripts: S.Scripts | None = None
+        self.partitions = (
+            _partitions.stored_count(self.redis, queue)
+            if partitions == "auto"
+            else _partitions.check_count(partitions)
+        )
+        #: Which partition this App is a view of (partition_view); None for the whole queue.
+        self.partition: int | None = None
+        self._views: list[App] | None = None
+        self._layout_checked = [False]  # shared with the views
+        if not durable_timeout > 0:
+            raise ValueError(f"durable_timeout must be > 0 seconds, got {durable_timeout!r}")
+        self.durable = bool(durable)
+        self.durable_timeout_ms = max(1, int(durable_timeout * 1000))
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -165,7 +187,7 @@ class App:
     ) -> EnqueuedId:
         """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
         group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        (code,) = self.scripts.run(self._enqueue_call([group]))
+        (code,) = self._enqueue_groups([group])
         self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
         return EnqueuedId(group[0], code != S.ENQUEUED)
 
@@ -181,23 +203,36 @@ class App:
                 groups.append(self.build(*item))
         if not groups:
             return []
-        pipe = self.redis.pipeline(transaction=False)
-        calls = [
-            self._enqueue_call(groups[i : i + S.MAX_BATCH])
-            for i in range(0, len(groups), S.MAX_BATCH)
-        ]
-        for call in calls:
-            self.scripts.queue(call, pipe)
-        codes: list[int] = []
-        for call, reply in zip(calls, pipe.execute(), strict=True):
-            codes.extend(call.decode(reply))
+        codes = self._enqueue_groups(groups)
         added = sum(1 for c in codes if c == S.ENQUEUED)
         self._count(added, len(codes) - added)
         return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]
 
-    def _enqueue_call(self, groups: list[tuple[str, int | str, str, bytes]]) -> S.Call[list[int]]:
+    def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
+        """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
+        if asked), and return one reply code per run, in order."""
+        _partitions.claim_layout(self)
+        by_part: dict[int, list[int]] = {}
+        for i, g in enumerate(groups):
+            by_part.setdefault(self.run_partition(g[0]), []).append(i)
+        batches: list[list[int]] = []
+        calls: list[S.Call[list[int]]] = []
+        for part, idx in by_part.items():
+            keys = self.keys if self.partitions == 1 else QueueKeys(self.queue, part)
+            for j in range(0, len(idx), S.MAX_BATCH):
+                batches.append(idx[j : j + S.MAX_BATCH])
+                calls.append(self._enqueue_call([groups[i] for i in batches[-1]], keys))
+        codes = [0] * len(groups)
+        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
+            for i, code in zip(batch, reply, strict=True):
+                codes[i] = code
+        return codes
+
+    def _enqueue_call(
+        self, groups: list[tuple[str, int | str, str, bytes]], keys: QueueKeys | None = None
+    ) -> S.Call[list[int]]:
         return S.enqueue(
-            self.keys,
+            keys or self.keys,
             groups,  # type: ignore[arg-type]
             now_ms=self.clock.now_ms(),
             dedupe_window_ms=self.settings.dedupe_window_ms,
@@ -214,27 +249,75 @@ class App:
 
     def cancel(self, run_id: str) -> bool:
         """Remove a run that is still delayed. False if it is not delayed (or unknown)."""
-        return self.scripts.run(S.cancel(self.keys, run_id)) == S.CANCELLED
+        return self.scripts.run(S.cancel(self.keys_for_run(run_id), run_id)) == S.CANCELLED
 
     def get_run(self, run_id: str) -> _inspect.RunStatus:
         """The state of a run: scheduled, ready, running, done or dead. Raises RunNotFound."""
-        return _inspect.get_run(self.redis, self.keys, run_id)
+        return _inspect.get_run(self.redis, self.keys_for_run(run_id), run_id)
 
     def status(self) -> _inspect.QueueStatus:
-        """Counts and ages of the queue (delayed, due backlog, stream, pending, dead)."""
+        """Counts and ages of the queue (delayed, due backlog, stream, pending, dead); the
+        total over all partitions of a partitioned queue (see partition_statuses)."""
+        if self._whole_partitioned:
+            return _partitions.total(self.queue, self.partition_statuses())
         return _inspect.queue_status(self.redis, self.keys)
 
     def dead_letters(self, count: int = 100, start: str = "-") -> list[_inspect.DeadLetter]:
         """Dead letters, oldest first."""
+        if self._whole_partitioned:
+            return _partitions.dead_letters(self, count, start)
         return _inspect.dead_letters(self.redis, self.keys, count, start)
 
     def replay_dead(self, entry_ids: Iterable[str] | None = None) -> dict[str, int]:
         """Put dead letters back as fresh runs (attempt 1, due now). None = all of them."""
+        if self._whole_partitioned:
+            return _partitions.replay_dead(self, entry_ids)
         return _inspect.replay_dead(self, entry_ids)
 
     def purge_dead(self, entry_ids: Iterable[str] | None = None) -> int:
         """Delete dead letters. None = all of them. Returns how many were deleted."""
+        if self._whole_partitioned:
+            return _partitions.purge_dead(self, entry_ids)
         return _inspect.purge_dead(self.redis, self.keys, entry_ids)
+
+    # -- partitions (docs/scaling.md) --------------------------------------------------------
+
+    @property
+    def _whole_partitioned(self) -> bool:
+        return self.partitions > 1 and self.partition is None
+
+    def partition_for(self, key: str) -> int:
+        """The partition of an id among this queue's partitions (CRC-32 of the id, mod N).
+        A recurring rule lives in `partition_for(schedule_id)`."""
+        return _partitions.partition_for(key, self.partitions)
+
+    def run_partition(self, run_id: str) -> int:
+        """The partition holding run `run_id` (a fire `<schedule_id>@<slot>` goes with its rule)."""
+        return _partitions.run_partition(run_id, self.partitions)
+
+    def keys_for_run(self, run_id: str) -> QueueKeys:
+        """The keys of the partition (or the queue) that holds run `run_id`."""
+        if self.partitions == 1:
+            return self.keys
+        return QueueKeys(self.queue, self.run_partition(run_id))
+
+    def partition_view(self, i: int) -> App:
+        """A light App for partition `i` (shares client, tasks, metrics, settings)."""
+        return self.partition_views()[i]
+
+    def partition_views(self) -> list[App]:
+        """One view per partition; [self] for a queue that is not partitioned."""
+        if self.partitions == 1:
+            return [self]
+        if self.partition is not None:
+            raise ValueError(f"partition {self.partition} of {self.queue!r} is a view already")
+        if self._views is None:
+            self._views = [_partitions.make_view(self, i) for i in range(self.partitions)]
+        return self._views
+
+    def partition_statuses(self) -> list[_inspect.QueueStatus]:
+        """The status of each partition (queue reads `<queue>#<i>`)."""
+        return _partitions.statuses(self)
 
     # -- recurring rules ---------------------------------------------------------------------
 
@@ -301,15 +384,21 @@ class App:
     # -- processes ---------------------------------------------------------------------------
 
     def dispatcher(self, **settings: Any) -> Any:
-        """A Dispatcher for this queue (see zsched.dispatcher)."""
+        """A Dispatcher for this queue (see zsched.dispatcher); for a partitioned queue, a
+        MultiDispatcher running one per partition."""
         from .dispatcher import Dispatcher
 
+        if self._whole_partitioned:
+            return _partitions.MultiDispatcher(self, **settings)
         return Dispatcher(self, **settings)
 
     def worker(self, **settings: Any) -> Any:
-        """A Worker for this queue (see zsched.worker)."""
+        """A Worker for this queue (see zsched.worker); for a partitioned queue, a MultiWorker
+        running one per partition, each with its share of `concurrency`."""
         from .worker import Worker
 
+        if self._whole_partitioned:
+            return _partitions.MultiWorker(self, **settings)
         return Worker(self, **settings)
 
     def close(self) -> None:

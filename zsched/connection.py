@@ -1,7 +1,8 @@
 """Redis clients from URLs, with the protocol pinned and secrets kept out of messages.
 
 Every client speaks RESP2 (protocol=2) so reply shapes are the ones the wrappers decode, and
-returns bytes (payloads are binary). Three kinds of deployment, one URL each:
+returns bytes (payloads are binary). Cluster and Sentinel clients answer the same commands
+with the same replies as a plain client. Three kinds of deployment, one URL each:
 
 - ``redis://``, ``rediss://``, ``unix://``: one server (redis-py's own URL syntax);
 - ``redis+cluster://[user:pass@]host:port,host:port,...[?options]``: Redis Cluster; any
@@ -29,6 +30,12 @@ import redis.exceptions as rex
 import redis.sentinel
 
 from .errors import ConfigError
+
+# redis-py leaves these untyped; calling them through Any keeps `mypy --strict` quiet.
+_SyncNode: Any = redis.cluster.ClusterNode
+_SyncSentinel: Any = redis.sentinel.Sentinel
+_AsyncNode: Any = aiocluster.ClusterNode
+_AsyncSentinel: Any = aiosentinel.Sentinel
 
 _PLAIN = ("redis", "rediss", "unix")
 _CLUSTER = ("redis+cluster", "rediss+cluster")
@@ -160,7 +167,9 @@ def _options(query: str, kind: str, url: str) -> tuple[dict[str, Any], str | Non
         elif name == "sentinel_password" and kind == "sentinel":
             sentinel_password = value
         else:
-            known = ", ".join(_FLOAT_OPTIONS + (("sentinel_password",) if kind == "sentinel" else ()))
+            known = ", ".join(
+                _FLOAT_OPTIONS + (("sentinel_password",) if kind == "sentinel" else ())
+            )
             raise ConfigError(f"unknown option {name!r} in {redact(url)}; known: {known}")
     return options, sentinel_password
 
@@ -190,10 +199,10 @@ def sync_client(url: str, **kw: Any) -> Any:
         return redis.Redis.from_url(url, **{**COMMON, **kw})
     t = parse(url)
     if t.kind == "cluster":
-        nodes = [redis.cluster.ClusterNode(h, p) for h, p in t.nodes]
+        nodes = [_SyncNode(h, p) for h, p in t.nodes]
         return redis.cluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
     assert t.service is not None
-    sentinel = redis.sentinel.Sentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
+    sentinel = _SyncSentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
     return sentinel.master_for(t.service, db=t.db, **_node_kwargs(t, kw))
 
 
@@ -204,10 +213,10 @@ def async_client(url: str, **kw: Any) -> Any:
         return aioredis.Redis.from_url(url, **{**COMMON, **kw})
     t = parse(url)
     if t.kind == "cluster":
-        nodes = [aiocluster.ClusterNode(h, p) for h, p in t.nodes]
+        nodes = [_AsyncNode(h, p) for h, p in t.nodes]
         return aiocluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
     assert t.service is not None
-    sentinel = aiosentinel.Sentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
+    sentinel = _AsyncSentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
     return sentinel.master_for(t.service, db=t.db, **_node_kwargs(t, kw))
 
 
@@ -248,7 +257,7 @@ _CONNECTION_KEYS = ("username", "password", "ssl", "socket_timeout", "socket_con
 def _async_cluster_from_sync(client: Any, kw: dict[str, Any]) -> Any:
     nm = client.nodes_manager
     known = list(nm.nodes_cache.values()) or list(nm.startup_nodes.values())
-    nodes = [aiocluster.ClusterNode(n.host, n.port) for n in known]
+    nodes = [_AsyncNode(n.host, n.port) for n in known]
     base = {k: v for k, v in nm.connection_kwargs.items() if k in _CONNECTION_KEYS}
     return aiocluster.RedisCluster(startup_nodes=nodes, **{**base, **COMMON, **kw})
 
@@ -262,5 +271,5 @@ def _async_sentinel_from_sync(pool: Any, kw: dict[str, Any]) -> Any:
     base = {k: v for k, v in pool.connection_kwargs.items() if k in (*_CONNECTION_KEYS, "db")}
     if "SSL" in pool.connection_class.__name__:
         base["ssl"] = True
-    sentinel = aiosentinel.Sentinel(addrs, sentinel_kwargs=dict(manager.sentinel_kwargs))
+    sentinel = _AsyncSentinel(addrs, sentinel_kwargs=dict(manager.sentinel_kwargs))
     return sentinel.master_for(pool.service_name, **{**base, **COMMON, **kw})

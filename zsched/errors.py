@@ -61,3 +61,7 @@ class Fail(Exception):  # noqa: N818 - a control-flow signal raised by handlers
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class NotReplicated(ZschedError):
+    """A durable enqueue was written on the master but no replica acknowledged it in time."""

@@ -105,3 +105,12 @@ class QueueKeys:
     def pattern(self) -> str:
         """A SCAN pattern that matches every key of this queue (partition)."""
         return f"{PREFIX}:{self.tag.replace('{', '[{]').replace('}', '[}]')}:*"
+
+
+def partitions_key(queue: str) -> str:
+    """STRING: the partition count of a partitioned queue, written once by its first user.
+
+    It lives under the queue's own tag `{q}`, which no partition uses, so it names the queue as
+    a whole. Absent = the queue is not partitioned (its keys are those of `QueueKeys(queue)`).
+    """
+    return f"{PREFIX}:{hash_tag(queue)}:partitions"
