@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import redis.exceptions
 
 from ..connection import redact_text
-from ..errors import ZschedError
+from ..errors import RuleError, ZschedError
 from . import dead, enqueue, processes, runs, status
 from .common import UsageError, fail
 
@@ -50,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"Redis refused the credentials: {redact_text(str(exc))}")
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         return fail(f"cannot reach Redis: {redact_text(str(exc))}")
+    except RuleError as exc:  # a bad --cron, --tz, --every ...: the command line's fault
+        parser.print_usage(sys.stderr)
+        return fail(redact_text(str(exc)), 2)
     except (ZschedError, ValueError) as exc:
         return fail(redact_text(str(exc)))
     except KeyboardInterrupt:
