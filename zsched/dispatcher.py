@@ -14,17 +14,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import redis.exceptions
-
 from . import scripts as S
 from .config import DispatcherSettings, settings_from
-from .connection import async_client, async_from_sync
+from .connection import RETRYABLE_ERRORS, async_client, async_from_sync
 
 if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger(__name__)
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
+REDIS_ERRORS = RETRYABLE_ERRORS
 
 
 class TickPart(Protocol):

@@ -24,7 +24,7 @@ import redis.exceptions
 from . import recovery
 from . import scripts as S
 from .config import WorkerSettings, settings_from
-from .connection import async_client, async_from_sync
+from .connection import RETRYABLE_ERRORS, async_client, async_from_sync
 from .envelope import Envelope, decode
 from .errors import Fail, PayloadError, Retry
 from .keys import GROUP
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger(__name__)
-REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
+REDIS_ERRORS = RETRYABLE_ERRORS
 
 
 @dataclass
