@@ -120,7 +120,7 @@ class App:
         timeout: float | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
         """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`."""
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:

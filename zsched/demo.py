@@ -165,7 +165,8 @@ def run_story(demo: zsched.App, sink: redis.Redis, queue: str, workers: list[Any
     victim.wait()
     say(f"worker pid {int(pid)} killed with SIGKILL mid-run ({slow}); waiting for the reclaim")
     ok = wait(lambda: sink.hlen(sink_key(queue, "sent")) >= len(expected), 45)
-    sent = {k.decode(): float(v) for k, v in sink.hgetall(sink_key(queue, "sent")).items()}
+    raw_sent: dict[bytes, bytes] = sink.hgetall(sink_key(queue, "sent"))  # type: ignore[assignment]
+    sent = {k.decode(): float(v) for k, v in raw_sent.items()}
     executions = sink.lrange(sink_key(queue, "executions"), 0, -1)
     lost = len(expected - set(sent))
     lags_ms = [v * 1000 for k, v in sent.items() if k != slow]

@@ -42,8 +42,9 @@ class Task:
     def backoff_seconds(self, attempt: int, max_seconds: float) -> float:
         """Delay before attempt `attempt + 1`: base * 2^(attempt-1), with full jitter."""
         if callable(self.backoff):
-            return max(0.0, min(float(self.backoff(attempt)), max_seconds))
-        cap = min(float(self.backoff) * (2 ** (attempt - 1)), max_seconds)
+            chosen: float = float(self.backoff(attempt))
+            return max(0.0, min(chosen, max_seconds))
+        cap: float = min(float(self.backoff) * 2.0 ** (attempt - 1), max_seconds)
         # Half fixed, half random: spreads a thundering herd yet keeps the delay growing.
         return cap / 2 + random.uniform(0, cap / 2)
 

@@ -80,7 +80,11 @@ class Worker:
     ) -> None:
         self.app = app
         self.settings = s = settings_from(WorkerSettings, settings)
-        make = (lambda: async_client(app.url)) if app.url else (lambda: async_from_sync(app.redis))
+        url = app.url
+
+        def make() -> Any:
+            return async_client(url) if url else async_from_sync(app.redis)
+
         self.redis = redis if redis is not None else make()
         # Blocking reads hold their connection; give them their own client.
         self._reader = self.redis if redis is not None else make()

@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
     ss = p.add_subparsers(dest="schedules_command", metavar="ACTION", required=True)
 
     def action(name: str, help_: str, fn: Any, with_id: bool = True) -> argparse.ArgumentParser:
-        a = ss.add_parser(name, help=help_, description=help_)
+        a: argparse.ArgumentParser = ss.add_parser(name, help=help_, description=help_)
         if with_id:
             a.add_argument("schedule_id", metavar="ID")
         add_connection(a)
