@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-
 from redis_server import RedisServer, free_port, redis_server_binary
 
 #: Extra arguments that make replication and cluster bookkeeping fast on loopback.
@@ -168,7 +167,9 @@ class Cluster:
         live = next(n for n in self.nodes if n.alive)
         c = live.client()
         try:
-            return [(int(s), int(e), int(m[1])) for s, e, m, *_ in c.execute_command("CLUSTER SLOTS")]
+            return [
+                (int(s), int(e), int(m[1])) for s, e, m, *_ in c.execute_command("CLUSTER SLOTS")
+            ]
         finally:
             c.close()
 
@@ -212,9 +213,7 @@ class Cluster:
     def wait_slots_ok(self, timeout: float = 30.0) -> None:
         def ok() -> bool:
             return all(
-                _info(n.port, "cluster").get("cluster_state") == "ok"
-                for n in self.nodes
-                if n.alive
+                _info(n.port, "cluster").get("cluster_state") == "ok" for n in self.nodes if n.alive
             )
 
         wait_until(ok, timeout, "cluster_state:ok on every live node")
@@ -320,8 +319,8 @@ class SentinelGroup:
                 port=port, dir=d, service=self.service, master=self.master.port,
                 quorum=self.sentinels // 2 + 1, down_after_ms=self.down_after_ms,
                 failover_timeout_ms=self.failover_timeout_ms))  # fmt: skip
-            proc = subprocess.Popen([redis_server_binary(), str(conf), "--sentinel"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            cmd = [redis_server_binary(), str(conf), "--sentinel"]
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self._procs.append(proc)
             self.sentinel_ports.append(port)
         wait_until(self._sentinels_ready, 30, "Sentinels that know each other and the replicas")

@@ -232,6 +232,13 @@ _PORTABLE = frozenset({
 })  # fmt: skip
 
 
+async def ensure_ready(client: Any) -> None:
+    """Load an asyncio cluster client's slot map (a no-op for other clients and after the first
+    call). redis-py does this on the first command, but a pub/sub subscription needs it before."""
+    if isinstance(client, aiocluster.RedisCluster):
+        await client.initialize()
+
+
 def async_from_sync(client: Any, **kw: Any) -> Any:
     """An asyncio client reaching the same server(s) as a sync redis-py client."""
     if isinstance(client, redis.cluster.RedisCluster):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import scripts as S
 from .config import DispatcherSettings, settings_from
-from .connection import RETRYABLE_ERRORS, async_client, async_from_sync
+from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, ensure_ready
 
 if TYPE_CHECKING:
     from .app import App
@@ -117,6 +117,7 @@ class Dispatcher:
         while not stop.is_set():
             pubsub = self.redis.pubsub()
             try:
+                await ensure_ready(self.redis)  # a cluster pubsub needs the slot map first
                 await pubsub.subscribe(self.app.keys.wake)
                 while not stop.is_set():
                     t = await self.tick()

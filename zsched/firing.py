@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import scripts as S
+from .connection import is_cluster
 from .envelope import Envelope
 from .errors import RuleError
 from .rules import Misfire, Overlap, slot_run_id
@@ -159,12 +160,17 @@ class RuleFirer:
         """Fire what is due; return the earliest next fire (or now, if catch-up remains).
         Idle, this is one round trip."""
         k = self.app.keys
+        # A cluster pipeline refuses keyless commands such as TIME: read it on its own there.
+        cluster = is_cluster(self.redis)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.time()
+        if not cluster:
+            pipe.time()
         pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1, withscores=True)
         pipe.zrange(k.rule_catchup, 0, self.rules_per_pass - 1)
         pipe.xlen(k.ready)
-        t, heads, catchup, backlog = await pipe.execute()
+        replies = await pipe.execute()
+        t = await self.redis.time() if cluster else replies.pop(0)
+        heads, catchup, backlog = replies
         now = now_ms if now_ms is not None else int(t[0]) * 1000 + int(t[1]) // 1000
         due = {_s(m): int(sc) for m, sc in heads if int(sc) <= now}
         ids = list(dict.fromkeys([*due, *(_s(m) for m in catchup)]))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 
 from . import scripts as S
+from .connection import is_cluster
 from .envelope import Envelope, decode
 from .errors import PayloadError, RunNotFound
 from .keys import GROUP, QueueKeys
@@ -136,15 +137,20 @@ class QueueStatus:
 
 
 def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
+    # A cluster pipeline refuses keyless commands such as TIME: read it on its own there.
+    cluster = is_cluster(r)
     pipe = r.pipeline(transaction=False)
-    pipe.time()
+    if not cluster:
+        pipe.time()
     pipe.zcard(k.delayed)
     pipe.zrange(k.delayed, 0, 0, withscores=True)
     pipe.xlen(k.ready)
     pipe.xlen(k.dead)
     pipe.zcard(k.done)
     pipe.hgetall(k.stats)
-    t, delayed, head, xlen, dead, done, stats = pipe.execute()
+    replies = pipe.execute()
+    t = r.time() if cluster else replies.pop(0)
+    delayed, head, xlen, dead, done, stats = replies
     now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
     due = int(r.zcount(k.delayed, "-inf", now_ms)) if delayed else 0
     oldest_due = max(0, now_ms - int(head[0][1])) if head and head[0][1] <= now_ms else 0

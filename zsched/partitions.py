@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
-from .connection import async_client, async_from_sync
+from .connection import async_client, async_from_sync, ensure_ready
 from .errors import ConfigError
 from .inspect import DeadLetter, QueueStatus
 from .keys import QueueKeys, partitions_key
@@ -151,7 +151,6 @@ class MultiDispatcher:
     def __init__(self, app: App, redis: Any = None, **settings: Any) -> None:
         self.app = app
         self.redis = _shared_async_client(app, redis)
-        self._owns_client = redis is None
         self.dispatchers = [
             v.dispatcher(redis=self.redis, **settings) for v in app.partition_views()
         ]
@@ -163,11 +162,14 @@ class MultiDispatcher:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         await asyncio.to_thread(claim_layout, self.app)
+        # Load a cluster client's slot map once, before the partitions use it concurrently:
+        # redis-py 8.1 races when many coroutines connect a fresh cluster client at once.
+        await ensure_ready(self.redis)
         await asyncio.gather(*(d.run(stop) for d in self.dispatchers))
 
     async def close(self) -> None:
-        if self._owns_client:
-            await self.redis.aclose()
+        # Like Dispatcher.close: the client (shared by the partitions) is closed too.
+        await self.redis.aclose()
 
 
 class MultiWorker:
@@ -201,6 +203,7 @@ class MultiWorker:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         await asyncio.to_thread(claim_layout, self.app)
+        await ensure_ready(self.redis)  # see MultiDispatcher.run
         await asyncio.gather(*(w.run(stop) for w in self.workers))
 
     async def close(self) -> None:

@@ -24,6 +24,8 @@ def add_connection(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--queue", default=os.environ.get("ZSCHED_QUEUE", "default"),
                    help="queue name (default: $ZSCHED_QUEUE or 'default')")  # fmt: skip
+    p.add_argument("--partitions", type=int, default=None, metavar="N",
+                   help="partitions of the queue (default: recorded in Redis, else 1)")  # fmt: skip
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -31,7 +33,17 @@ def add_json(p: argparse.ArgumentParser) -> None:
 
 
 def make_app(args: argparse.Namespace) -> zsched.App:
-    return zsched.App(args.redis, queue=args.queue)
+    return zsched.App(args.redis, queue=args.queue, partitions=partitions_arg(args))
+
+
+def partitions_arg(args: argparse.Namespace) -> int | str:
+    """--partitions N, else "auto": the count recorded in Redis for the queue (else 1)."""
+    n = getattr(args, "partitions", None)
+    if n is None:
+        return "auto"
+    if not 1 <= n <= 1024:
+        raise UsageError(f"--partitions must be 1..1024, got {n}")
+    return int(n)
 
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:

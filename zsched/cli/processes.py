@@ -11,7 +11,7 @@ from typing import Any
 
 import zsched
 
-from .common import UsageError, add_connection, make_app
+from .common import UsageError, add_connection, make_app, partitions_arg
 
 
 def register(sub: Any) -> None:
@@ -52,12 +52,14 @@ def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
     app = getattr(mod, attr, None)
     if not isinstance(app, zsched.App):
         raise UsageError(f"{ref!r} is not a zsched.App")
-    if args.redis or args.queue != app.queue:
-        fresh = zsched.App(args.redis or app.url, queue=args.queue)
+    wanted = args.partitions or (app.partitions if args.queue == app.queue else None)
+    if args.redis or args.queue != app.queue or wanted != app.partitions:
+        parts = wanted or partitions_arg(args)
+        fresh = zsched.App(args.redis or app.url, queue=args.queue, partitions=parts,
+                           durable=app.durable,
+                           durable_timeout=app.durable_timeout_ms / 1000)  # fmt: skip
         fresh.tasks.update(app.tasks)
-        for extra in ("rules",):
-            if hasattr(app, extra):
-                setattr(fresh, extra, getattr(app, extra))
+        fresh.declared.update(app.declared)
         app = fresh
     return app
 

@@ -33,13 +33,29 @@ def render(st: Any) -> str:
     return "\n".join(f"{k:<22} {v}" for k, v in rows)
 
 
+def render_partitions(parts: list[Any], total: Any) -> str:
+    """One line per partition and the total, for a partitioned queue."""
+    head = f"{'partition':<16} {'delayed':>9} {'due':>9} {'stream':>9} {'pending':>9} {'dead':>7}"
+    lines = [head]
+    for p in [*parts, total]:
+        name = p.queue if p is not total else "total"
+        lines.append(f"{name:<16} {p.delayed:>9} {p.due:>9} {p.stream_length:>9} "
+                     f"{p.pending:>9} {p.dead:>7}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     app = make_app(args)
     while True:
         st = app.status()
+        data, text = st.as_dict(), render(st)
+        if app.partitions > 1:
+            parts = app.partition_statuses()
+            data["partitions"] = [p.as_dict() for p in parts]
+            text = f"{render_partitions(parts, st)}\n\n{text}"
         if args.watch and not args.json:
             print("\033[2J\033[H", end="")
-        emit(args, st.as_dict(), render(st))
+        emit(args, data, text)
         if not args.watch:
             return 0
         time.sleep(args.watch)
