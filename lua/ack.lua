@@ -8,8 +8,10 @@
 -- Returns {code, ...} one per pair: 1 acked, 0 refused because `consumer` does not own the
 --   entry (fenced: it was reclaimed by another consumer, or already acked).
 -- Invariant: only the consumer that owns a pending entry can finish it; a run leaves `runs`
---   in the same call that records it in `done`.
--- Bound: 1000 pairs and trim_limit records per call.
+--   in the same call that records it in `done`. `done` expires dedupe_window_ms after the
+--   last completion (every record in it is then older than the window).
+-- Bound: 1000 pairs and trim_limit records per call; the ownership check reads at most
+--   2 * pairs + 1000 pending entries, then checks the rest one by one.
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [done] = 'zset', [stats] = 'hash'}) do
@@ -27,26 +29,82 @@ if (#ARGV - 5) % 2 ~= 0 or #ARGV - 5 > 2000 or not window_ms or not trim_limit t
   return redis.error_reply('ERR zsched ack: expected window, trim limit and up to 1000 (entry_id, run_id) pairs')
 end
 
-local codes, acked, fenced = {}, 0, 0
-for i = 6, #ARGV, 2 do
-  local entry, run_id = ARGV[i], ARGV[i + 1]
-  local owned = redis.call('XPENDING', ready, group, entry, entry, 1, consumer)
-  if owned[1] then
-    redis.call('XACK', ready, group, entry)
-    redis.call('XDEL', ready, entry)
-    if redis.call('HGET', entries, run_id) == entry then
-      redis.call('HDEL', runs, run_id)
-      redis.call('HDEL', entries, run_id)
-      redis.call('ZADD', done, now_ms, run_id)
-    end
-    acked = acked + 1
-    codes[#codes + 1] = 1
-  else
-    fenced = fenced + 1
-    codes[#codes + 1] = 0
+local n = (#ARGV - 5) / 2
+local ids, run_ids = {}, {}
+for i = 1, n do
+  ids[i], run_ids[i] = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+end
+
+-- Ownership, for the whole batch at once: page through this consumer's pending entries
+-- between the batch's lowest and highest id (a worker acks entries it read together, so the
+-- range holds little else). Past a budget, or for odd ids, check the rest one by one.
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if not ms then return nil end
+  return tonumber(ms), tonumber(seq)
+end
+local lo, hi, lo_ms, lo_seq, hi_ms, hi_seq
+for i = 1, n do
+  local ms, seq = parse(ids[i])
+  if not ms then lo = nil break end
+  if not lo or ms < lo_ms or (ms == lo_ms and seq < lo_seq) then lo, lo_ms, lo_seq = ids[i], ms, seq end
+  if not hi or ms > hi_ms or (ms == hi_ms and seq > hi_seq) then hi, hi_ms, hi_seq = ids[i], ms, seq end
+end
+local pending, complete = {}, false
+if lo then
+  local start, budget = lo, 2 * n + 1000
+  while budget > 0 do
+    local page = redis.call('XPENDING', ready, group, start, hi, 1000, consumer)
+    for _, p in ipairs(page) do pending[p[1]] = true end
+    budget = budget - #page
+    if #page < 1000 then complete = true break end
+    start = '(' .. page[#page][1]
   end
 end
-if acked > 0 then redis.call('HINCRBY', stats, 'acked', acked) end
+local function owns(id)
+  if pending[id] then return true end
+  if complete then return false end
+  return redis.call('XPENDING', ready, group, id, id, 1, consumer)[1] ~= nil
+end
+
+local codes, owned, owned_runs, taken, fenced = {}, {}, {}, {}, 0
+for i = 1, n do
+  local id = ids[i]
+  if not taken[id] and owns(id) then
+    taken[id] = true
+    owned[#owned + 1] = id
+    owned_runs[#owned_runs + 1] = run_ids[i]
+    codes[i] = 1
+  else
+    fenced = fenced + 1
+    codes[i] = 0
+  end
+end
+
+if #owned > 0 then
+  redis.call('XACK', ready, group, unpack(owned))
+  redis.call('XDEL', ready, unpack(owned))
+  -- A run finishes only through its current entry (a stale entry of a run that moved on
+  -- is acked and deleted, nothing more).
+  local current = redis.call('HMGET', entries, unpack(owned_runs))
+  local finished, records = {}, {}
+  for i = 1, #owned do
+    if current[i] == owned[i] then
+      finished[#finished + 1] = owned_runs[i]
+      records[#records + 1] = now_ms
+      records[#records + 1] = owned_runs[i]
+    end
+  end
+  if #finished > 0 then
+    redis.call('HDEL', runs, unpack(finished))
+    redis.call('HDEL', entries, unpack(finished))
+    redis.call('ZADD', done, unpack(records))
+    -- Every record is younger than the newest one: when no run finishes for a whole window
+    -- they have all expired, so the key may go (memory returns to its baseline after a drain).
+    if window_ms > 0 then redis.call('PEXPIRE', done, window_ms) end
+  end
+  redis.call('HINCRBY', stats, 'acked', #owned)
+end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
 if trim_limit > 0 then
   local old = redis.call('ZRANGEBYSCORE', done, '-inf', now_ms - window_ms, 'LIMIT', 0, trim_limit)
