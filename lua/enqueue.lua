@@ -66,32 +66,43 @@ for i = 4, #ARGV, 4 do
   end
 end
 
-local codes = {}
+-- Dedupe for the whole batch with one read of each container, then write the new runs with
+-- one HSET and one ZADD: per run, Redis does no command of its own beyond those.
+local n = nargs / 4
+local ids = {}
+for i = 1, n do ids[i] = ARGV[4 * i] end
+local live = redis.call('HMGET', runs, unpack(ids))
+local done_at = redis.call('ZMSCORE', done, unpack(ids))
+local codes, seen, envs, scores = {}, {}, {}, {}
 local added, dups = 0, 0
 local earliest = nil
 local horizon = now_ms - window_ms
-for i = 4, #ARGV, 4 do
-  local run_id, run_at, env = ARGV[i], ARGV[i + 1], ARGV[i + 3]
-  local at
-  if string.sub(run_at, 1, 1) == '+' then at = now_ms + tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end
+for i = 1, n do
+  local run_id, run_at = ids[i], ARGV[4 * i + 1]
   local code
-  if redis.call('HEXISTS', runs, run_id) == 1 then
+  if live[i] or seen[run_id] then
     code = 0
+  elseif done_at[i] and tonumber(done_at[i]) > horizon then
+    code = 2
   else
-    local done_at = redis.call('ZSCORE', done, run_id)
-    if done_at and tonumber(done_at) > horizon then
-      code = 2
-    else
-      redis.call('HSET', runs, run_id, env)
-      redis.call('ZADD', delayed, at, run_id)
-      if not earliest or at < earliest then earliest = at end
-      code = 1
-    end
+    local at
+    if string.sub(run_at, 1, 1) == '+' then at = now_ms + tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end
+    seen[run_id] = true
+    envs[#envs + 1] = run_id
+    envs[#envs + 1] = ARGV[4 * i + 3]
+    scores[#scores + 1] = at
+    scores[#scores + 1] = run_id
+    if not earliest or at < earliest then earliest = at end
+    code = 1
   end
   if code == 1 then added = added + 1 else dups = dups + 1 end
-  codes[#codes + 1] = code
+  codes[i] = code
 end
-if added > 0 then redis.call('HINCRBY', stats, 'enqueued', added) end
+if added > 0 then
+  redis.call('HSET', runs, unpack(envs))
+  redis.call('ZADD', delayed, unpack(scores))
+  redis.call('HINCRBY', stats, 'enqueued', added)
+end
 if dups > 0 then redis.call('HINCRBY', stats, 'duplicate', dups) end
 if earliest then
   local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
