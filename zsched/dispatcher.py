@@ -14,9 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import redis.exceptions
+
 from . import scripts as S
 from .config import DispatcherSettings, settings_from
-from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, ensure_ready
+from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, ensure_ready, redact_text
+from .errors import ScriptError
+from .watch import DataWatch
 
 if TYPE_CHECKING:
     from .app import App
@@ -24,6 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
 REDIS_ERRORS = RETRYABLE_ERRORS
+# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
+# error and retried; exiting would not fix it, and the loop resumes once it is fixed.
+REFUSALS = (redis.exceptions.ResponseError, ScriptError)
 
 
 class TickPart(Protocol):
@@ -59,6 +66,7 @@ class Dispatcher:
                                         max_backlog=self.settings.max_backlog))  # fmt: skip
         self.metrics = app.metrics
         self._q = app.queue
+        self.watch = DataWatch(redis, app.keys, app.queue)
 
     async def tick(self) -> TickResult:
         """Dispatch due runs in bounded batches, then run the extensions once."""
@@ -110,23 +118,30 @@ class Dispatcher:
         stop = stop or asyncio.Event()
         backoff = 0.1
         log.info("dispatcher started", extra={"queue": self._q})
-        if self.app.declared:
-            result = await asyncio.to_thread(self.app.sync_schedules)
-            log.info("declared schedules synced: %s", {k: len(v) for k, v in result.items()},
-                     extra={"queue": self._q})  # fmt: skip
+        synced = not self.app.declared
         while not stop.is_set():
             pubsub = self.redis.pubsub()
             try:
                 await ensure_ready(self.redis)  # a cluster pubsub needs the slot map first
+                synced = synced or await self._sync_declared()  # Redis may be down at start
                 await pubsub.subscribe(self.app.keys.wake)
+                await self.watch.check(force=True)
                 while not stop.is_set():
                     t = await self.tick()
                     backoff = 0.1
+                    await self.watch.check()
                     await self._wait(pubsub, self._sleep_s(t), stop)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
                 log.warning("dispatcher lost Redis (%s); retrying in %.1fs", type(exc).__name__,
                             backoff, extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+            except REFUSALS as exc:
+                self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
+                why = redact_text(str(exc))[:500]
+                log.error("dispatcher: Redis refused a command: %s; retrying in %.1fs", why,
+                          backoff, extra={"queue": self._q})  # fmt: skip
                 await _sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
@@ -135,6 +150,12 @@ class Dispatcher:
                 except REDIS_ERRORS:
                     pass
         log.info("dispatcher stopped", extra={"queue": self._q})
+
+    async def _sync_declared(self) -> bool:
+        result = await asyncio.to_thread(self.app.sync_schedules)
+        log.info("declared schedules synced: %s", {k: len(v) for k, v in result.items()},
+                 extra={"queue": self._q})  # fmt: skip
+        return True
 
     async def _wait(self, pubsub: Any, seconds: float, stop: asyncio.Event) -> None:
         """Wait `seconds` on the client's clock, or less if a wake-up or stop arrives."""

@@ -54,6 +54,8 @@ class QueueKeys:
     rule_waiting: str = field(init=False)
     #: ZSET schedule_id -> oldest slot still waiting to be replayed (misfire = catch_up).
     rule_catchup: str = field(init=False)
+    #: STRING: a random marker set once (SET NX); gone or changed = Redis lost the data.
+    epoch: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -74,6 +76,7 @@ class QueueKeys:
             "rule_state",
             "rule_waiting",
             "rule_catchup",
+            "epoch",
         ):
             set_(self, name, base + name)
 
@@ -100,6 +103,7 @@ class QueueKeys:
             self.rule_state,
             self.rule_waiting,
             self.rule_catchup,
+            self.epoch,
         ]
 
     def pattern(self) -> str:

@@ -24,9 +24,9 @@ import redis.exceptions
 from . import recovery
 from . import scripts as S
 from .config import WorkerSettings, settings_from
-from .connection import RETRYABLE_ERRORS, async_client, async_from_sync
+from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, redact_text
 from .envelope import Envelope, decode
-from .errors import Fail, PayloadError, Retry
+from .errors import Fail, PayloadError, Retry, ScriptError
 from .keys import GROUP
 from .tasks import RunInfo, Task, ms_to_datetime, set_current
 
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
 REDIS_ERRORS = RETRYABLE_ERRORS
+# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
+# error and retried; a loop that died here would leave a live process that does nothing.
+REFUSALS = (redis.exceptions.ResponseError, ScriptError)
+_FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
 
 
 @dataclass
@@ -289,7 +293,7 @@ class Worker:
                     codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
                     self._fenced("dead", deads, codes)
                     await self._unlease(deads, codes)
-            except REDIS_ERRORS:
+            except _FLUSH_ERRORS:
                 # Keep the outcomes; the leases keep the entries ours until Redis is back.
                 self._acks[:0], self._retries[:0], self._deads[:0] = acks, retries, deads
                 raise
@@ -338,16 +342,27 @@ class Worker:
         """Run one loop, retrying with backoff while Redis is unreachable."""
         backoff = 0.1
         while not stop.is_set():
+            started = time.monotonic()
             try:
                 await loop(stop)
-                return
             except REDIS_ERRORS as exc:
+                # A loop that ran well for a while starts over from a short backoff.
+                backoff = 0.1 if time.monotonic() - started > 10 else backoff
                 self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
                 log.warning("worker lost Redis (%s); retrying in %.1fs", type(exc).__name__,
                             backoff, extra={"queue": self.app.queue})  # fmt: skip
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), backoff)
-                backoff = min(backoff * 2, 5.0)
+            except REFUSALS as exc:
+                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
+                if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
+                    self._group_ready = False
+                why = redact_text(str(exc))[:500]
+                log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
+                          backoff, extra={"queue": self.app.queue})  # fmt: skip
+            else:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), backoff)
+            backoff = min(backoff * 2, 5.0)
 
     async def _read_loop(self, stop: asyncio.Event) -> None:
         s = self.settings

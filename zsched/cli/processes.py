@@ -5,13 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
 import signal
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import zsched
 
+from ..connection import RETRYABLE_ERRORS, redact_text
 from .common import UsageError, add_connection, make_app, partitions_arg
+
+T = TypeVar("T")
+log = logging.getLogger("zsched.cli")
 
 
 def register(sub: Any) -> None:
@@ -86,8 +93,23 @@ async def _until_signal(main: Any) -> None:
     await main(stop)
 
 
+def _at_start(build: Callable[[], T], role: str) -> T:
+    """Build the process's App (it may read the queue's layout from Redis), waiting while
+    Redis is unreachable at start-up, as the loops do later: one line per attempt."""
+    backoff = 0.1
+    while True:
+        try:
+            return build()
+        except RETRYABLE_ERRORS as exc:
+            log.warning("%s cannot reach Redis at start-up (%s: %s); retrying in %.1fs", role,
+                        type(exc).__name__, redact_text(str(exc)), backoff)  # fmt: skip
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+
 def cmd_dispatcher(args: argparse.Namespace) -> int:
-    app = load_app(args.app_ref, args) if args.app_ref else make_app(args)
+    app = _at_start(lambda: load_app(args.app_ref, args) if args.app_ref else make_app(args),
+                    "dispatcher")  # fmt: skip
     if not 1 <= args.batch_size <= 1000:
         raise UsageError(f"--batch-size must be 1..1000, got {args.batch_size}")
     d = app.dispatcher(batch_size=args.batch_size, max_backlog=args.max_backlog)
@@ -108,7 +130,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
     if not args.visibility_timeout > 0:
         raise UsageError(f"--visibility-timeout must be > 0, got {args.visibility_timeout}")
-    app = load_app(args.app_ref, args)
+    app = _at_start(lambda: load_app(args.app_ref, args), "worker")
     w = app.worker(
         concurrency=args.concurrency,
         visibility_timeout_ms=int(args.visibility_timeout * 1000),
