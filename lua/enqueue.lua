@@ -37,6 +37,32 @@ if nargs > 4000 then
   return redis.error_reply('ERR zsched enqueue: at most 1000 runs per call')
 end
 
+-- Run ids are text to workers and clients in every language: bytes that are not UTF-8 would
+-- come back altered and strand the run. ASCII (the usual case) costs one find.
+local function is_utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c, len, lo, hi = string.byte(s, i), 0, 0x80, 0xBF
+    if c < 0x80 then len = 0
+    elseif c >= 0xC2 and c <= 0xDF then len = 1
+    elseif c >= 0xE0 and c <= 0xEF then
+      len = 2
+      if c == 0xE0 then lo = 0xA0 elseif c == 0xED then hi = 0x9F end
+    elseif c >= 0xF0 and c <= 0xF4 then
+      len = 3
+      if c == 0xF0 then lo = 0x90 elseif c == 0xF4 then hi = 0x8F end
+    else return false end
+    for j = 1, len do
+      local b = string.byte(s, i + j)
+      if not b or b < lo or b > hi then return false end
+      lo, hi = 0x80, 0xBF
+    end
+    i = i + len + 1
+  end
+  return true
+end
+
 -- Validate the whole batch before writing anything: scripts are not transactional.
 for i = 4, #ARGV, 4 do
   local run_id, run_at, task, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -46,6 +72,9 @@ for i = 4, #ARGV, 4 do
   end
   if #run_id > 512 then
     return redis.error_reply('ERR zsched enqueue: run ' .. n .. ': run_id is longer than 512 bytes')
+  end
+  if not is_utf8(run_id) then
+    return redis.error_reply('ERR zsched enqueue: run ' .. n .. ': run_id is not valid UTF-8')
   end
   local at
   if string.sub(run_at, 1, 1) == '+' then at = tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end

@@ -48,7 +48,16 @@ def _to_ms(run_at: datetime | float | int) -> int:
         raise ValueError(f"run_at must be an aware datetime or epoch seconds, got {run_at!r}")
     if not math.isfinite(run_at) or run_at < 0:
         raise ValueError(f"run_at must be finite epoch seconds >= 0, got {run_at!r}")
+    if run_at >= 253_402_300_800:  # the scripts refuse instants after 9999-12-31 too
+        raise ValueError(f"run_at {run_at!r} is after the year 9999")
     return int(round(run_at * 1000))
+
+
+def _utf8(run_id: str) -> bytes:
+    try:
+        return run_id.encode()
+    except UnicodeEncodeError:  # lone surrogates, e.g. from bytes decoded with surrogateescape
+        raise ValueError(f"run_id {run_id!r} is not valid UTF-8 text") from None
 
 
 def _delay_ms(delay: timedelta | float | int) -> int:
@@ -161,7 +170,7 @@ class App:
             raise ValueError("give run_at or delay, not both")
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
-        if run_id is not None and len(run_id.encode()) > 512:
+        if run_id is not None and len(_utf8(run_id)) > 512:
             raise ValueError(f"run_id is {len(run_id.encode())} bytes, over the limit of 512")
         check_payload(payload, self.settings.max_payload_bytes)
         now = self._local_ms()
