@@ -13,7 +13,8 @@
 -- ARGV[10] overlap: allow | skip | queue          ARGV[11] lease_ms
 -- ARGV[12] ledger_maxlen   ARGV[13] ledger_max_age_ms (older entries are trimmed, by the
 --   server's TIME, which stamps the entry ids; 0 = keep)
--- ARGV[14] n_fires, then n_fires groups of 5: run_id, run_at_ms, slot_ms, envelope, outcome
+-- ARGV[14] n_fires
+-- ARGV[15..] n_fires groups of 5: run_id, run_at_ms, slot_ms, envelope, outcome
 --   (ran | ran_late); then groups of 4 ledger records decided by policy: slot_ms, outcome,
 --   reason, run_id (coalesced, skipped ...). At most 1000 fires and 1000 records.
 -- Returns {ok, fired, duplicates, overlap_skipped, queued}; ok = 0 when the compare-and-set

@@ -162,6 +162,13 @@ def sample_calls() -> dict[str, S.Call[Any]]:
         "renew": S.renew(k, "c", []),
         "cancel": S.cancel(k, "r"),
         "replay": S.replay(k, [], now_ms=None),
+        "schedule": S.schedule(k, "s", b"x", None),
+        "unschedule": S.unschedule(k, "s"),
+        "fire": S.fire(
+            k, S.FireArgs("s", b"", None, b"", None, b"", None, "allow", 1, [], []),
+            now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
+        ),
+        "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
     }
 
 
@@ -169,6 +176,7 @@ def sample_calls() -> dict[str, S.Call[Any]]:
 def test_documented_keys_are_the_ones_the_python_wrapper_passes(name: str) -> None:
     k = QueueKeys("h")
     by_name = {getattr(k, f): f for f in declared_keys() if "(" not in f}
+    by_name.update({k.ledger("s"): "ledger", k.lease("s"): "lease"})  # per-rule keys
     passed = [by_name[key] for key in sample_calls()[name].keys]
     in_doc = re.findall(r"\|\s*KEYS\[\d+\]\s*\|\s*`(\w+)`", script_sections()[name])
     assert in_doc == passed
@@ -180,7 +188,7 @@ def envelope_rows() -> dict[str, str]:
 
 
 def test_every_envelope_field_is_documented_with_its_msgpack_type() -> None:
-    full = E.Envelope("r", "t", None, 1, 1, 1, 1, schedule_id="s", max_attempts=2)
+    full = E.Envelope("r", "t", None, 1, 1, 1, 1, schedule_id="s", max_attempts=2, lease_ms=5)
     fields = full.as_fields()
     rows = envelope_rows()
     assert set(rows) == set(fields)
