@@ -64,7 +64,7 @@ def _info(port: int, section: str) -> dict[str, str]:
         c.close()
 
 
-@dataclass
+@dataclass(eq=False)  # identity: a node is the same node across restarts
 class Node:
     """One redis-server of a deployment; `server` is None while it is killed."""
 

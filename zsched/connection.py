@@ -56,6 +56,45 @@ RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+def _lost(exc: AttributeError) -> rex.ConnectionError | None:
+    # redis-py 8.1, asyncio cluster: when a node fails, the client disconnects the node's idle
+    # connections while another coroutine may be taking one of them; that coroutine's send
+    # then fails with "'NoneType' object has no attribute 'writelines'" (its writer is gone).
+    # It is a lost connection: report it as one, so retry policies apply.
+    if "'NoneType' object has no attribute" not in str(exc):
+        return None
+    return rex.ConnectionError(f"connection closed under a command during a failover ({exc})")
+
+
+class _ClusterPipeline(aiocluster.ClusterPipeline):
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute(*args, **kwargs)
+        except AttributeError as exc:
+            lost = _lost(exc)
+            if lost is None:
+                raise
+            raise lost from exc
+
+
+class _AsyncCluster(aiocluster.RedisCluster):
+    """redis-py's asyncio RedisCluster, with its failover race reported as a ConnectionError."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            lost = _lost(exc)
+            if lost is None:
+                raise
+            raise lost from exc
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # redis-py refuses it
+        return _ClusterPipeline(self, transaction)  # type: ignore[abstract]
+
+
 def redact(url: str) -> str:
     """The URL with any password replaced by '***', safe for logs and errors."""
     try:
@@ -214,7 +253,7 @@ def async_client(url: str, **kw: Any) -> Any:
     t = parse(url)
     if t.kind == "cluster":
         nodes = [_AsyncNode(h, p) for h, p in t.nodes]
-        return aiocluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
+        return _AsyncCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
     assert t.service is not None
     sentinel = _AsyncSentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
     return sentinel.master_for(t.service, db=t.db, **_node_kwargs(t, kw))
@@ -237,6 +276,53 @@ async def ensure_ready(client: Any) -> None:
     call). redis-py does this on the first command, but a pub/sub subscription needs it before."""
     if isinstance(client, aiocluster.RedisCluster):
         await client.initialize()
+
+
+def open_pubsub(client: Any) -> Any:
+    """A pub/sub object for `client`: its own on one server or Sentinel; on a cluster, a
+    `ClusterSubscriber`, which talks to the channel's node over a connection of its own."""
+    if isinstance(client, aiocluster.RedisCluster):
+        return ClusterSubscriber(client)
+    return client.pubsub()
+
+
+class ClusterSubscriber:
+    """Subscribes, through a plain client of its own, on the node that owns the channel's slot.
+
+    redis-py's cluster pub/sub borrows a connection from the node's shared pool; when the node
+    fails, the client disconnects that pool while the subscriber reconnects, which breaks with
+    an AttributeError instead of a ConnectionError. A separate client fails cleanly, and the
+    caller's retry opens a new subscriber on whichever node owns the slot by then. (A classic
+    PUBLISH reaches every node of a cluster, so any live node would do.)
+    """
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = cluster
+        self._client: Any = None
+        self._pubsub: Any = None
+
+    async def subscribe(self, *channels: str) -> None:
+        await ensure_ready(self._cluster)
+        node = self._cluster.get_node_from_key(channels[0])
+        kw = {k: v for k, v in self._cluster.nodes_manager.connection_kwargs.items()
+              if k in _CONNECTION_KEYS}  # fmt: skip
+        self._client = aioredis.Redis(host=node.host, port=node.port, **{**kw, **COMMON})
+        self._pubsub = self._client.pubsub()
+        try:
+            await self._pubsub.subscribe(*channels)
+        except RETRYABLE_ERRORS:
+            # The node may be gone: learn the new owner before the caller retries.
+            self._cluster._initialize = True  # noqa: SLF001 - what redis-py does itself
+            raise
+
+    async def get_message(self, **kw: Any) -> Any:
+        return await self._pubsub.get_message(**kw)
+
+    async def aclose(self) -> None:
+        if self._pubsub is not None:
+            await self._pubsub.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
 
 def async_from_sync(client: Any, **kw: Any) -> Any:
@@ -266,7 +352,7 @@ def _async_cluster_from_sync(client: Any, kw: dict[str, Any]) -> Any:
     known = list(nm.nodes_cache.values()) or list(nm.startup_nodes.values())
     nodes = [_AsyncNode(n.host, n.port) for n in known]
     base = {k: v for k, v in nm.connection_kwargs.items() if k in _CONNECTION_KEYS}
-    return aiocluster.RedisCluster(startup_nodes=nodes, **{**base, **COMMON, **kw})
+    return _AsyncCluster(startup_nodes=nodes, **{**base, **COMMON, **kw})
 
 
 def _async_sentinel_from_sync(pool: Any, kw: dict[str, Any]) -> Any:

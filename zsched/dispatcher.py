@@ -18,7 +18,7 @@ import redis.exceptions
 
 from . import scripts as S
 from .config import DispatcherSettings, settings_from
-from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, ensure_ready, redact_text
+from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, open_pubsub, redact_text
 from .errors import ScriptError
 from .watch import DataWatch
 
@@ -130,9 +130,8 @@ class Dispatcher:
         log.info("dispatcher started", extra={"queue": self._q})
         synced = not self.app.declared
         while not stop.is_set():
-            pubsub = self.redis.pubsub()
+            pubsub = open_pubsub(self.redis)  # on a cluster: a connection of its own
             try:
-                await ensure_ready(self.redis)  # a cluster pubsub needs the slot map first
                 synced = synced or await self._sync_declared()  # Redis may be down at start
                 await pubsub.subscribe(self.app.keys.wake)
                 await self.watch.check(force=True)

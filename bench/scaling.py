@@ -1,0 +1,160 @@
+"""Scaling on Redis Cluster: end-to-end throughput of one partitioned queue on 1, 2 and 3
+masters (`make bench-scaling`, or `python -m bench.scaling`).
+
+For each master count a fresh cluster (no replicas) starts on loopback; `n` runs are enqueued
+into a queue of `partitions` partitions (the same queue layout for every master count, so only
+the number of shards changes), then one `zsched dispatcher` and `workers` `zsched worker`
+processes start and the clock runs until every run is acked. Also recorded: the enqueue rate
+and how the Redis commands spread over the masters. Results go to
+bench-results/scaling-<time>.json.
+
+Read the figures with the machine in mind: every Redis server and every zsched process share
+the same few cores, so adding masters adds no CPU; what this shows is that the load spreads
+over the masters and the per-shard work shrinks, not the speed-up of a real multi-host cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+import zsched
+from zsched.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from cluster_harness import Cluster  # noqa: E402
+
+# The App the worker processes load (`bench.scaling:app`); the CLI points it at --redis/--queue.
+app = zsched.App(os.environ.get("ZSCHED_REDIS_URL", "redis://127.0.0.1:6379/0"),
+                 queue=os.environ.get("ZSCHED_QUEUE", "scaling"), metrics=Metrics())  # fmt: skip
+
+
+@app.task(name="noop")
+async def noop(payload: object) -> None:
+    """The handler: nothing, so the figures measure zsched and Redis."""
+
+
+def _proc(*args: str, url: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "ZSCHED_REDIS_URL": url, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "zsched", *args, "--redis", url],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+
+
+def _acked(a: zsched.App) -> int:
+    return sum(s.stats.get("acked", 0) for s in a.partition_statuses())
+
+
+def _commands(c: Cluster) -> dict[int, int]:
+    out = {}
+    for port in c.master_ports():
+        r = redis.Redis(port=port)
+        try:
+            out[port] = int(r.info("stats")["total_commands_processed"])
+        finally:
+            r.close()
+    return out
+
+
+def one(masters: int, n: int, partitions: int, workers: int, concurrency: int,
+        timeout: float = 300.0) -> dict[str, Any]:  # fmt: skip
+    """Throughput of one cluster size."""
+    with Cluster(masters=masters, replicas=0) as c:
+        q = "s" + uuid.uuid4().hex[:8]
+        a = zsched.App(c.url, queue=q, partitions=partitions, metrics=Metrics())
+        items = [{"task": "noop", "run_id": f"r{i}", "payload": {"i": i}} for i in range(n)]
+        t0 = time.perf_counter()
+        for i in range(0, n, 10_000):
+            a.enqueue_many(items[i : i + 10_000])
+        enqueue_s = time.perf_counter() - t0
+        before = _commands(c)
+        procs = [_proc("dispatcher", "--queue", q, url=c.url)]
+        procs += [_proc("worker", "bench.scaling:app", "--queue", q,
+                        "--concurrency", str(concurrency), url=c.url)
+                  for _ in range(workers)]  # fmt: skip
+        try:
+            t0 = time.perf_counter()
+            deadline = t0 + timeout
+            while (done := _acked(a)) < n:
+                if time.perf_counter() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError(f"{masters} masters: {done} of {n} runs acked")
+                time.sleep(0.05)
+            e2e_s = time.perf_counter() - t0
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.communicate(timeout=30)
+        after = _commands(c)
+        spread = sorted(after[p] - before.get(p, 0) for p in after)
+        a.close()
+    total = max(1, sum(spread))
+    return {
+        "masters": masters, "partitions": partitions, "n": n, "workers": workers,
+        "concurrency": concurrency,
+        "e2e_runs_per_s": round(n / e2e_s), "e2e_s": round(e2e_s, 2),
+        "enqueue_runs_per_s": round(n / enqueue_s),
+        "commands_share_per_master": [round(x / total, 3) for x in spread],
+    }  # fmt: skip
+
+
+def run(masters: list[int], n: int, partitions: int, workers: int, concurrency: int,
+        repeat: int) -> dict[str, Any]:  # fmt: skip
+    """Every master count `repeat` times, interleaved so drift hits all sizes alike."""
+    runs: list[dict[str, Any]] = []
+    for _ in range(repeat):
+        for m in masters:
+            runs.append(one(m, n, partitions, workers, concurrency))
+    best: dict[int, dict[str, Any]] = {}
+    for m in masters:
+        mine = sorted((r for r in runs if r["masters"] == m), key=lambda r: r["e2e_runs_per_s"])
+        best[m] = mine[len(mine) // 2]  # the median run
+    return {"median": {str(m): best[m] for m in masters}, "runs": runs,
+            "cpus": os.cpu_count()}  # fmt: skip
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = ["| masters | e2e runs/s | enqueue runs/s | Redis commands per master |",
+            "|---|---|---|---|"]  # fmt: skip
+    for m, r in result["median"].items():
+        share = " / ".join(f"{x:.0%}" for x in r["commands_share_per_master"])
+        rows.append(f"| {m} | {r['e2e_runs_per_s']:,} | {r['enqueue_runs_per_s']:,} | {share} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__)
+    ap.add_argument("--masters", default="1,2,3", help="master counts (default 1,2,3)")
+    ap.add_argument("--n", type=int, default=30_000, help="runs per measurement")
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--workers", type=int, default=2, help="worker processes")
+    ap.add_argument("--concurrency", type=int, default=32, help="handlers per worker process")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, once (for tests)")
+    a = ap.parse_args(argv)
+    masters = [int(x) for x in a.masters.split(",")]
+    if a.smoke:
+        a.n, a.repeat, masters = 500, 1, masters[:2]
+    result = run(masters, a.n, a.partitions, a.workers, a.concurrency, a.repeat)
+    out = ROOT / "bench-results"
+    out.mkdir(exist_ok=True)
+    path = out / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(table(result))
+    print(f"\nall runs: {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
