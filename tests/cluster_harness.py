@@ -370,6 +370,26 @@ class SentinelGroup:
         port = int(wait_until(promoted, timeout, "a Sentinel failover"))  # type: ignore[arg-type]
         return next(n for n in self.data_nodes if n.port == port)
 
+    def kill_master(self) -> Node:
+        """SIGKILL the current master; returns its node."""
+        port = self.current_master_port()
+        node = next(n for n in self.data_nodes if n.port == port)
+        node.kill()
+        return node
+
+    def heal(self, old: Node, new: Node, timeout: float = 30.0) -> None:
+        """Restart the killed `old` master as a replica of `new`, and wait until it is linked.
+
+        (Restarted as it was, it would be an empty writable master for ~10 s, until Sentinel
+        demotes it; clients asking the Sentinels never go there, but why risk it.)"""
+        old.args = (*old.args, "--replicaof", "127.0.0.1", str(new.port))
+        old.start()
+
+        def linked() -> bool:
+            return _info(old.port, "replication").get("master_link_status") == "up"
+
+        wait_until(linked, timeout, "the old master to follow the new one")
+
     def stop(self) -> None:
         for p in self._procs:
             if p.poll() is None:

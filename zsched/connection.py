@@ -95,6 +95,26 @@ class _AsyncCluster(aiocluster.RedisCluster):
         return _ClusterPipeline(self, transaction)  # type: ignore[abstract]
 
 
+class _SyncSentinelMaster(redis.Redis):
+    """The master's client; closing it also closes its connections to the Sentinels."""
+
+    def close(self) -> None:
+        super().close()
+        pool: Any = self.connection_pool
+        for sentinel in pool.sentinel_manager.sentinels:
+            sentinel.close()
+
+
+class _AsyncSentinelMaster(aioredis.Redis):
+    """The master's client; closing it also closes its connections to the Sentinels."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        pool: Any = self.connection_pool
+        for sentinel in pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
 def redact(url: str) -> str:
     """The URL with any password replaced by '***', safe for logs and errors."""
     try:
@@ -242,7 +262,9 @@ def sync_client(url: str, **kw: Any) -> Any:
         return redis.cluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
     assert t.service is not None
     sentinel = _SyncSentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
-    return sentinel.master_for(t.service, db=t.db, **_node_kwargs(t, kw))
+    return sentinel.master_for(
+        t.service, redis_class=_SyncSentinelMaster, db=t.db, **_node_kwargs(t, kw)
+    )
 
 
 def async_client(url: str, **kw: Any) -> Any:
@@ -256,7 +278,9 @@ def async_client(url: str, **kw: Any) -> Any:
         return _AsyncCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
     assert t.service is not None
     sentinel = _AsyncSentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
-    return sentinel.master_for(t.service, db=t.db, **_node_kwargs(t, kw))
+    return sentinel.master_for(
+        t.service, redis_class=_AsyncSentinelMaster, db=t.db, **_node_kwargs(t, kw)
+    )
 
 
 def is_cluster(client: Any) -> bool:
@@ -365,4 +389,6 @@ def _async_sentinel_from_sync(pool: Any, kw: dict[str, Any]) -> Any:
     if "SSL" in pool.connection_class.__name__:
         base["ssl"] = True
     sentinel = _AsyncSentinel(addrs, sentinel_kwargs=dict(manager.sentinel_kwargs))
-    return sentinel.master_for(pool.service_name, **{**base, **COMMON, **kw})
+    return sentinel.master_for(
+        pool.service_name, redis_class=_AsyncSentinelMaster, **{**base, **COMMON, **kw}
+    )

@@ -1,0 +1,103 @@
+"""Sentinel: kill the master mid-workload; dispatchers, workers and enqueuers follow the
+failover to the promoted replica. Measures the dispatch gap and what was lost, with and
+without durable=True; a demoted master's READONLY is waited out like a lost connection."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from cluster_harness import FAST, SentinelGroup, wait_until
+from failover import Workload
+from redis_server import RedisServer
+
+from zsched import scripts as S
+from zsched.connection import RETRYABLE_ERRORS
+from zsched.keys import QueueKeys
+
+
+def test_a_write_on_a_demoted_master_is_a_retryable_error() -> None:
+    with RedisServer(*FAST) as master, RedisServer("--replicaof", "127.0.0.1",
+                                                   str(master.port)) as rep:  # fmt: skip
+        c = redis.Redis(port=rep.port)
+        wait_until(lambda: c.info("replication")["master_link_status"] == "up", 30, "link")
+        call = S.enqueue(QueueKeys("q"), [("r1", 0, "t", b"x")], now_ms=None,
+                         dedupe_window_ms=1, max_envelope_bytes=100)  # fmt: skip
+        with pytest.raises(redis.exceptions.ReadOnlyError) as info:
+            S.Scripts(c).run(call)
+        c.close()
+    assert isinstance(info.value, RETRYABLE_ERRORS)
+
+
+async def test_a_sentinel_failover_loses_no_durable_enqueue_and_work_goes_on(
+    sentinel_group: SentinelGroup, queue: str
+) -> None:
+    g = sentinel_group
+    plain, durable = f"{queue}-p", f"{queue}-d"
+    lanes = {plain: {}, durable: {"durable": True, "durable_timeout": 0.5}}
+    wl = Workload(g.url, lanes)
+    p, d = wl.lanes[plain], wl.lanes[durable]
+    await wl.start()
+    try:
+        await wl.until(lambda: len(d.executed) > 300 and len(p.executed) > 300, 60, "warm-up")
+        killed_at = time.monotonic()
+        old = g.kill_master()
+        new = g.wait_failover(old.port)
+        failed_over = time.monotonic()
+        g.heal(old, new)  # a replica again, so durable enqueues can be acknowledged
+        healed = time.monotonic()
+        await wl.until(lambda: len(d.acked_after(healed)) > 200, 60, "durable enqueues again")
+        await wl.until(lambda: len(p.acked_after(healed)) > 200, 60, "plain enqueues again")
+        wl.stop_enqueueing()
+        await wl.until(lambda: not d.lost and wl.drained(d), 60, "every acked durable run")
+        await wl.until(lambda: wl.drained(p), 60, "the plain queue to drain")
+    finally:
+        await wl.stop()
+    assert not d.lost, f"acknowledged durable enqueues lost: {sorted(d.lost)[:10]}"
+    assert set(p.acked_after(failed_over)) <= set(p.executed)
+    assert set(p.executed) <= set(p.acked) | set(p.refused)
+    summary = {
+        "failover_s": round(failed_over - killed_at, 2),
+        "dispatch_gap_s plain": round(p.gap(killed_at), 2),
+        "dispatch_gap_s durable": round(d.gap(killed_at), 2),
+        "plain: acked": len(p.acked), "plain: lost": len(p.lost),
+        "plain: refused": len(p.refused), "plain: ran twice": p.twice,
+        "durable: acked": len(d.acked), "durable: lost": len(d.lost),
+        "durable: refused": len(d.refused), "durable: ran twice": d.twice,
+        "errors": dict(p.errors + d.errors),
+    }  # fmt: skip
+    print(f"\nsentinel failover: {summary}")
+
+
+@pytest.mark.cluster_long
+async def test_a_graceful_sentinel_failover_demotes_the_master_and_work_goes_on(
+    sentinel_group: SentinelGroup, queue: str
+) -> None:
+    """SENTINEL FAILOVER keeps the old master alive as a replica: clients still connected to it
+    get READONLY, which the Sentinel pool turns into a reconnect to the new master."""
+    g = sentinel_group
+    wl = Workload(g.url, {queue: {}})
+    lane = wl.lanes[queue]
+    await wl.start()
+    try:
+        await wl.until(lambda: len(lane.executed) > 300, 60, "warm-up")
+        old = g.current_master_port()
+        sentinel = redis.Redis(port=g.sentinel_ports[0])
+        sentinel.execute_command("SENTINEL", "FAILOVER", g.service)
+        sentinel.close()
+        g.wait_failover(old)
+        switched = time.monotonic()
+        await wl.until(
+            lambda: len(lane.acked_after(switched)) > 300, 60, "enqueues on the new master"
+        )
+        wl.stop_enqueueing()
+        await wl.until(lambda: not lane.lost and wl.drained(lane), 60, "every acked run")
+    finally:
+        await wl.stop()
+    # A graceful failover waits for the replica to catch up: nothing acknowledged is lost.
+    assert not lane.lost
+    print(
+        f"\nsentinel graceful failover: gap {lane.gap(switched):.2f}s, refused "
+        f"{len(lane.refused)}, errors {dict(lane.errors)}"
+    )
