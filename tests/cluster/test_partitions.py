@@ -204,4 +204,6 @@ async def test_a_busy_partition_does_not_starve_a_quiet_one(real, queue) -> None
         await d.close()
         await w.close()
     served_busy = sum(1 for r in order[: order.index(quiet[-1]) + 1] if r.startswith("b"))
-    assert 0 < served_busy < len(busy) // 10, served_busy
+    # First come, first served would run all 10,000 first; each partition's own share runs
+    # the quiet ones at once (how many busy ones slip in between depends on scheduling).
+    assert served_busy < len(busy) // 10, served_busy
