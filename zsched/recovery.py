@@ -38,15 +38,16 @@ async def ensure_group(r: Any, k: QueueKeys) -> bool:
 
 async def renew_leases(w: Worker) -> int:
     """Reset the idle time of every entry `w` holds; returns how many it had lost."""
-    ids = list(w.held_entry_ids())
     lost = 0
-    for i in range(0, len(ids), S.MAX_BATCH):
-        chunk = ids[i : i + S.MAX_BATCH]
-        codes = await w.scripts.run(S.renew(w.app.keys, w.consumer, chunk))
-        for entry_id, code in zip(chunk, codes, strict=True):
-            if code == S.FENCED:
-                lost += 1
-                w.mark_lost(entry_id)
+    async with w.writing:  # not while acks are in flight: an acked entry is not a lost one
+        ids = list(w.held_entry_ids())
+        for i in range(0, len(ids), S.MAX_BATCH):
+            chunk = ids[i : i + S.MAX_BATCH]
+            codes = await w.scripts.run(S.renew(w.app.keys, w.consumer, chunk))
+            for entry_id, code in zip(chunk, codes, strict=True):
+                if code == S.FENCED:
+                    lost += 1
+                    w.mark_lost(entry_id)
     if lost:
         w.metrics.fenced.labels(w.app.queue, "renew").inc(lost)
     await renew_rule_leases(w)

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import redis.asyncio.connection
 import redis.exceptions
 
 from . import recovery
@@ -42,6 +43,7 @@ FLUSH_BATCH = 250
 # Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
 # error and retried; a loop that died here would leave a live process that does nothing.
 REFUSALS = (redis.exceptions.ResponseError, ScriptError)
+_DEFAULT_SOCKET_TIMEOUT = getattr(redis.asyncio.connection, "DEFAULT_SOCKET_TIMEOUT", None)
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
 
 
@@ -95,6 +97,7 @@ class Worker:
         self.redis = redis if redis is not None else make()
         # Blocking reads hold their connection; give them their own client.
         self._reader = self.redis if redis is not None else make()
+        self._max_block_ms = _max_block_ms(self._reader)
         self.scripts = S.AsyncScripts(self.redis)
         self.metrics = app.metrics
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -105,6 +108,9 @@ class Worker:
         self._deads: list[tuple[str, str, str, bytes]] = []
         self._flushing: set[str] = set()
         self._lost: set[str] = set()
+        # Held by flush and by lease renewal: a renewal racing an ack would read the acked
+        # entry as lost (and count a fence that never happened).
+        self.writing = asyncio.Lock()
         #: entry_id -> (schedule_id, run_id, lease_ms) of held runs that hold a rule's lease.
         self._leases: dict[str, tuple[str, str, int]] = {}
         self._wake_flush = asyncio.Event()
@@ -144,6 +150,8 @@ class Worker:
 
     async def _read(self, count: int, block_ms: int | None) -> list[Delivery]:
         k = self.app.keys
+        if block_ms and self._max_block_ms:
+            block_ms = min(block_ms, self._max_block_ms)
         try:
             resp = await self._reader.xreadgroup(
                 GROUP, self.consumer, {k.ready: ">"}, count=count, block=block_ms
@@ -287,6 +295,11 @@ class Worker:
     # -- writing outcomes --------------------------------------------------------------------
 
     async def flush(self) -> None:
+        """Write buffered outcomes (not while leases are renewed: see renew_leases)."""
+        async with self.writing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         """Write buffered outcomes: one script call per kind per FLUSH_BATCH runs."""
         k, now, s = self.app.keys, self.app.clock.now_ms(), self.app.settings
         while self._acks or self._retries or self._deads:
@@ -406,7 +419,8 @@ class Worker:
 
     async def _flush_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await self._wake_flush.wait()
+            if not (self._acks or self._retries or self._deads):  # else: left by a failed flush
+                await self._wake_flush.wait()
             self._wake_flush.clear()
             await self.flush()
 
@@ -464,6 +478,20 @@ class Worker:
         await self.redis.aclose()
         if self._reader is not self.redis:
             await self._reader.aclose()
+
+
+def _max_block_ms(client: Any) -> int | None:
+    """How long a blocking read may wait: it must end before the connection's socket timeout
+    (redis-py 8 sets 5 s by default), or an idle worker takes its own wait for a lost
+    connection. None = no socket timeout."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:  # cluster clients keep them on the nodes manager
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None) or {}
+    timeout = kwargs.get("socket_timeout", _DEFAULT_SOCKET_TIMEOUT)
+    if not timeout:
+        return None
+    ms = float(timeout) * 1000
+    return max(1, int(min(ms * 0.8, ms - 200)))
 
 
 def _call_sync(fn: Any, payload: Any, info: RunInfo) -> Any:
