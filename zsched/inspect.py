@@ -161,7 +161,7 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
             pending = int(summary["pending"])
             if pending:
                 rows = r.xpending_range(k.ready, GROUP, "-", "+", 100)
-                oldest_idle = max(int(x["time_since_delivered"]) for x in rows)
+                oldest_idle = max((int(x["time_since_delivered"]) for x in rows), default=0)
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
