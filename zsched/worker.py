@@ -398,6 +398,11 @@ class Worker:
         s = self.settings
         await self.setup()
         next_reclaim = 0.0
+        # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
+        # reclaim instead of a full-length read plus a short one to reach the reclaim time.
+        reclaim_every = min(s.visibility_timeout_ms / 2000, 5.0)
+        if self._max_block_ms:
+            reclaim_every = min(reclaim_every, self._max_block_ms / 1000)
         while not stop.is_set():
             free = s.concurrency - len(self.running)
             if free <= 0:
@@ -407,7 +412,7 @@ class Worker:
             if time.monotonic() >= next_reclaim:
                 for d in await recovery.reclaim_once(self, free):
                     self._start(d)
-                next_reclaim = time.monotonic() + min(s.visibility_timeout_ms / 2000, 5.0)
+                next_reclaim = time.monotonic() + reclaim_every
                 free = s.concurrency - len(self.running)
                 if free <= 0:
                     continue
