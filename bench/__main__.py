@@ -55,6 +55,13 @@ SCENARIOS: dict[str, Scenario] = {
         lambda: workloads.idle(Zsched(), 100, window_s=0.5, warmup_s=0.2),
         [("requests_per_s", 1, "le"), ("commands_per_s", 1, "le"), ("cpu_percent", 0.5, "le")],
     ),
+    "idle_tuned": (
+        lambda: workloads.idle(Zsched(dispatcher={"max_idle_ms": 30_000}), 10_000, window_s=30),
+        lambda: workloads.idle(
+            Zsched(dispatcher={"max_idle_ms": 30_000}), 100, window_s=0.5, warmup_s=0.2
+        ),
+        [("requests_per_s", 1, "le"), ("commands_per_s", 1, "le"), ("cpu_percent", 0.5, "le")],
+    ),
     "memory": (
         lambda: workloads.memory(Zsched(), 10_000),
         lambda: workloads.memory(Zsched(), 500),

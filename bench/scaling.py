@@ -56,12 +56,15 @@ def _acked(a: zsched.App) -> int:
     return sum(int(a.redis.hget(v.keys.stats, "acked") or 0) for v in a.partition_views())
 
 
-def _commands(c: Cluster) -> dict[int, int]:
+def _load(c: Cluster) -> dict[int, tuple[int, float]]:
+    """port -> (commands processed, CPU seconds used) of each master."""
     out = {}
     for port in c.master_ports():
         r = redis.Redis(port=port)
         try:
-            out[port] = int(r.info("stats")["total_commands_processed"])
+            cpu = r.info("cpu")
+            out[port] = (int(r.info("stats")["total_commands_processed"]),
+                         float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))  # fmt: skip
         finally:
             r.close()
     return out
@@ -78,7 +81,7 @@ def one(masters: int, n: int, partitions: int, workers: int, concurrency: int,
         for i in range(0, n, 10_000):
             a.enqueue_many(items[i : i + 10_000])
         enqueue_s = time.perf_counter() - t0
-        before = _commands(c)
+        before = _load(c)
         procs = [_proc("dispatcher", "--queue", q, url=c.url)]
         procs += [_proc("worker", "bench.scaling:app", "--queue", q,
                         "--concurrency", str(concurrency), url=c.url)
@@ -99,8 +102,9 @@ def one(masters: int, n: int, partitions: int, workers: int, concurrency: int,
                 p.terminate()
             for p in procs:
                 p.communicate(timeout=30)
-        after = _commands(c)
-        spread = sorted(after[p] - before.get(p, 0) for p in after)
+        after = _load(c)
+        spread = sorted(after[p][0] - before[p][0] for p in after)
+        cpu = sorted(after[p][1] - before[p][1] for p in after)
         a.close()
     total = max(1, sum(spread))
     return {
@@ -109,6 +113,8 @@ def one(masters: int, n: int, partitions: int, workers: int, concurrency: int,
         "e2e_runs_per_s": round(n / max(e2e_s, 1e-3)), "e2e_s": round(e2e_s, 2),
         "enqueue_runs_per_s": round(n / enqueue_s),
         "commands_share_per_master": [round(x / total, 3) for x in spread],
+        "redis_cpu_s_per_master": [round(x, 2) for x in cpu],
+        "busiest_master_cpu_percent": round(100 * cpu[-1] / max(e2e_s, 1e-3)),
     }  # fmt: skip
 
 
@@ -128,21 +134,22 @@ def run(masters: list[int], n: int, partitions: int, workers: int, concurrency: 
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = ["| masters | e2e runs/s | enqueue runs/s | Redis commands per master |",
-            "|---|---|---|---|"]  # fmt: skip
+    rows = ["| masters | e2e runs/s | enqueue runs/s | busiest master's CPU "
+            "| Redis commands per master |", "|---|---|---|---|---|"]  # fmt: skip
     for m, r in result["median"].items():
         share = " / ".join(f"{x:.0%}" for x in r["commands_share_per_master"])
-        rows.append(f"| {m} | {r['e2e_runs_per_s']:,} | {r['enqueue_runs_per_s']:,} | {share} |")
+        rows.append(f"| {m} | {r['e2e_runs_per_s']:,} | {r['enqueue_runs_per_s']:,} | "
+                    f"{r['busiest_master_cpu_percent']} % | {share} |")  # fmt: skip
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__)
     ap.add_argument("--masters", default="1,2,3", help="master counts (default 1,2,3)")
-    ap.add_argument("--n", type=int, default=30_000, help="runs per measurement")
-    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--n", type=int, default=60_000, help="runs per measurement")
+    ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--workers", type=int, default=2, help="worker processes")
-    ap.add_argument("--concurrency", type=int, default=32, help="handlers per worker process")
+    ap.add_argument("--concurrency", type=int, default=128, help="handlers per worker process")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, once (for tests)")
     a = ap.parse_args(argv)

@@ -30,7 +30,6 @@ def test_bench_scenario_completes_and_measures_its_targets(smoke: dict, name: st
     for metric, _target, _how in SCENARIOS[name][2]:
         assert metric in median, f"{name} did not report {metric}"
         assert math.isfinite(median[metric]), f"{name}.{metric} is {median[metric]}"
-        assert median[metric] >= 0
 
 
 def test_bench_throughput_scenarios_handle_every_run(smoke: dict) -> None:
