@@ -11,9 +11,10 @@ same run id is safe, a duplicate is detected).
 - Redis Cluster: redis-py refuses scripts in a cluster pipeline, and a WAIT sent through the
   cluster client could travel on another connection (and to another node) than the script.
   So the calls are grouped by the master that owns their slot and each group is sent, with its
-  WAIT, in a plain pipeline on a connection to that master. A MOVED reply (the slot moved, e.g.
-  after a failover) refreshes the slot map and retries the group; scripts are idempotent by run
-  id, so a retried enqueue never adds a run twice.
+  WAIT, in a plain pipeline on a connection to that master (batches are pipelined that way
+  without WAIT too). A MOVED reply (the slot moved, e.g. after a failover) refreshes the slot
+  map and retries that call; scripts are idempotent by run id, so a retry never adds a run
+  twice.
 """
 
 from __future__ import annotations
@@ -40,29 +41,34 @@ def run_calls(app: App, calls: list[S.Call[Any]]) -> list[Any]:
     """Run `calls` (in any order) and return their decoded replies in the order given."""
     if not calls:
         return []
-    durable = app.durable
-    if not durable and len(calls) == 1:
+    if is_cluster(app.redis) and (app.durable or len(calls) > 1):
+        return _per_node(app, calls)
+    if not app.durable and len(calls) == 1:
         return [app.scripts.run(calls[0])]
-    if not is_cluster(app.redis):
-        return _pipelined(app, app.redis, calls, durable)
-    if not durable:
-        # A cluster pipeline refuses scripts: one call at a time (each moves up to 1000 runs),
-        # through the cluster client, which follows redirects itself.
-        return [app.scripts.run(c) for c in calls]
-    return _per_node(app, calls)
+    pipe = app.redis.pipeline(transaction=False)
+    replies = _send(app, pipe, calls)
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+    return [call.decode(r) for call, r in zip(calls, replies, strict=True)]
 
 
-def _pipelined(app: App, client: Any, calls: list[S.Call[Any]], durable: bool) -> list[Any]:
-    pipe = client.pipeline(transaction=False)
+def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
+    """Execute `calls` (+ WAIT when durable) on `pipe`; raw replies, errors as values."""
     for call in calls:
         app.scripts.queue(call, pipe)
-    if durable:
+    if app.durable:
         pipe.execute_command("WAIT", 1, app.durable_timeout_ms)
-    replies = pipe.execute()
-    out = [call.decode(reply) for call, reply in zip(calls, replies, strict=False)]
-    if durable and int(replies[-1]) < 1:
-        raise NotReplicated(_message(app, calls))
-    return out
+    replies = pipe.execute(raise_on_error=False)
+    if app.durable:
+        acked = replies.pop()
+        if not isinstance(acked, Exception) and int(acked) < 1:
+            # Raise a script's own error first: it says more than the missing acknowledgement.
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            raise NotReplicated(_message(app))
+    return list(replies)
 
 
 def _per_node(app: App, calls: list[S.Call[Any]]) -> list[Any]:
@@ -75,23 +81,23 @@ def _per_node(app: App, calls: list[S.Call[Any]]) -> list[Any]:
             groups[rc.get_node_from_key(calls[i].keys[0])].append(i)
         pending = []
         for node, idx in groups.items():
+            pipe = rc.get_redis_connection(node).pipeline(transaction=False)
             try:
-                replies = _pipelined(app, rc.get_redis_connection(node), [calls[i] for i in idx],
-                                     durable=True)  # fmt: skip
-            except (rex.MovedError, rex.AskError):
-                if attempt == MOVED_RETRIES:
-                    raise
-                pending.extend(idx)
-                continue
+                replies = _send(app, pipe, [calls[i] for i in idx])
             except rex.ConnectionError:
                 # The node is gone: learn the new slot owners for the caller's next attempt.
                 _refresh(rc)
                 raise
             for i, reply in zip(idx, replies, strict=True):
-                out[i] = reply
+                if isinstance(reply, rex.MovedError | rex.AskError) and attempt < MOVED_RETRIES:
+                    pending.append(i)  # only this call: the others of the group are done
+                elif isinstance(reply, Exception):
+                    raise reply
+                else:
+                    out[i] = calls[i].decode(reply)
         if not pending:
             return out
-        log.info("slots moved during a durable enqueue; refreshing the slot map and retrying")
+        log.info("slots moved during an enqueue; refreshing the slot map and retrying")
         _refresh(rc)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -103,7 +109,7 @@ def _refresh(rc: Any) -> None:
         log.warning("could not refresh the cluster slot map: %s", exc)
 
 
-def _message(app: App, calls: list[S.Call[Any]]) -> str:
+def _message(app: App) -> str:
     return (
         f"enqueue in queue {app.queue!r} was written on the master but no replica acknowledged "
         f"it within {app.durable_timeout_ms} ms; it may be lost if the master fails now. "
