@@ -127,7 +127,13 @@ def make_view(app: App, i: int) -> App:
     view.keys = QueueKeys(app.queue, i)
     view.partition = i
     view._views = None
+    view.declared = declared_in(app, i)
     return view
+
+
+def declared_in(app: App, i: int) -> dict[str, dict[str, Any]]:
+    """The rules declared on `app` that live in partition `i` (each rule in exactly one)."""
+    return {s: o for s, o in app.declared.items() if partition_for(s, app.partitions) == i}
 
 
 def shares(total: int, n: int) -> list[int]:
@@ -162,6 +168,8 @@ class MultiDispatcher:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         await asyncio.to_thread(claim_layout, self.app)
+        for d in self.dispatchers:  # rules declared since the views were made
+            d.app.declared = declared_in(self.app, d.app.partition)
         # Load a cluster client's slot map once, before the partitions use it concurrently:
         # redis-py 8.1 races when many coroutines connect a fresh cluster client at once.
         await ensure_ready(self.redis)

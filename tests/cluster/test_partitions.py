@@ -207,3 +207,14 @@ async def test_a_busy_partition_does_not_starve_a_quiet_one(real, queue) -> None
     # First come, first served would run all 10,000 first; each partition's own share runs
     # the quiet ones at once (how many busy ones slip in between depends on scheduling).
     assert served_busy < len(busy) // 10, served_busy
+
+
+def test_declared_rules_are_split_over_the_partitions(backend, queue) -> None:
+    """Each partition's dispatcher syncs only the rules that live in it, so no rule fires in
+    two partitions."""
+    app = backend.app(queue, partitions=4)
+    for i in range(20):
+        app.declared[f"rule-{i}"] = {"task": "t", "every": 60}
+    parts = [set(v.declared) for v in app.partition_views()]
+    assert set().union(*parts) == set(app.declared) and sum(map(len, parts)) == 20
+    assert all(app.partition_for(s) == i for i, p in enumerate(parts) for s in p)
