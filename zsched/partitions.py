@@ -243,18 +243,41 @@ def total(queue: str, parts: list[QueueStatus]) -> QueueStatus:
 
 
 def dead_letters(app: App, count: int, start: str) -> list[DeadLetter]:
-    """Dead letters of every partition, oldest first (by the time they died), at most `count`."""
-    out = [d for v in app.partition_views() for d in v.dead_letters(count, start)]
+    """Dead letters of every partition, oldest first (by the time they died), at most `count`.
+
+    Stream entry ids are only unique within one partition, so each id is qualified with its
+    partition, `<partition>:<entry id>`; replay_dead and purge_dead accept both forms.
+    """
+    out = [replace(d, entry_id=f"{v.partition}:{d.entry_id}")
+           for v in app.partition_views() for d in v.dead_letters(count, start)]  # fmt: skip
     out.sort(key=lambda d: (d.dead_at is None, d.dead_at, d.entry_id))
     return out[:count]
+
+
+def _ids_by_partition(app: App, entry_ids: Iterable[str]) -> dict[int, list[str]]:
+    """Qualified ids go to their partition; a bare stream id is looked for in every one."""
+    out: dict[int, list[str]] = {i: [] for i in range(app.partitions)}
+    for eid in entry_ids:
+        head, sep, tail = eid.partition(":")
+        if sep and head.isdigit() and int(head) in out:
+            out[int(head)].append(tail)
+        else:
+            for ids in out.values():
+                ids.append(eid)
+    return out
 
 
 def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
     """Replay in every partition; an entry id counts as missing only if no partition had it."""
     ids = None if entry_ids is None else list(entry_ids)
+    routed = None if ids is None else _ids_by_partition(app, ids)
     counts = {"replayed": 0, "missing": 0, "live": 0, "undecodable": 0}
     for v in app.partition_views():
-        for name, n in v.replay_dead(ids).items():
+        assert v.partition is not None
+        mine = None if routed is None else routed[v.partition]
+        if mine == []:
+            continue
+        for name, n in v.replay_dead(mine).items():
             if name != "missing":
                 counts[name] += n
     if ids is not None:
@@ -263,5 +286,7 @@ def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
 
 
 def purge_dead(app: App, entry_ids: Iterable[str] | None) -> int:
-    ids = None if entry_ids is None else list(entry_ids)
-    return sum(v.purge_dead(ids) for v in app.partition_views())
+    if entry_ids is None:
+        return sum(v.purge_dead(None) for v in app.partition_views())
+    routed = _ids_by_partition(app, entry_ids)
+    return sum(v.purge_dead(routed[i]) for i, v in enumerate(app.partition_views()) if routed[i])
