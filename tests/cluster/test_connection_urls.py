@@ -7,7 +7,8 @@ import asyncio
 import pytest
 import redis.asyncio.cluster as aiocluster
 import redis.cluster
-from cluster_harness import Cluster, SentinelGroup
+from cluster_harness import Cluster
+from sentinel_harness import SentinelGroup
 
 import zsched
 from zsched.connection import (

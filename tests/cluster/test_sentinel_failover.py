@@ -8,9 +8,10 @@ import time
 
 import pytest
 import redis
-from cluster_harness import FAST, SentinelGroup, wait_until
+from cluster_harness import FAST, wait_until
 from failover import Workload
 from redis_server import RedisServer
+from sentinel_harness import SentinelGroup
 
 from zsched import scripts as S
 from zsched.connection import RETRYABLE_ERRORS
