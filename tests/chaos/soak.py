@@ -234,6 +234,7 @@ def windows(samples: list[dict[str, Any]], width: float) -> list[dict[str, Any]]
                     "p99": pct(lags, 0.99),
                     "used_mb": max(g["used_mb"] for g in group),
                     "rss": {k: max(g["rss"][k] for g in group) for k in group[0]["rss"]},
+                    "load": max(g.get("load", 0.0) for g in group),
                 }
             )
             start, group = s["t"], []
@@ -250,13 +251,15 @@ def report(
     head = (
         "| t (s) | executed/s | lag p50 (ms) | lag p99 (ms) | used_memory (MB) | "
         + " | ".join(f"RSS {n} (MB)" for n in names)
-        + " |"
+        + " | host load (1 min) |"
     )
-    lines = [head, "|" + "---|" * (5 + len(names))]
+    lines = [head, "|" + "---|" * (6 + len(names))]
     for r in rows:
         lines.append(
             f"| {r['t']:.0f} | {r['exec_per_s']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} | "
-            f"{r['used_mb']:.1f} | " + " | ".join(f"{r['rss'][n]:.0f}" for n in names) + " |"
+            f"{r['used_mb']:.1f} | "
+            + " | ".join(f"{r['rss'][n]:.0f}" for n in names)
+            + f" | {r['load']:.1f} |"
         )
     s = summary
     lines += [
