@@ -151,6 +151,8 @@ class Soak:
             "executed": n,
             "lags": lags,
             "rss": {k: rss_mb(v.pid) for k, v in self.procs.items()},
+            # The machine's 1-minute load: a lag spike on a shared host is often someone else.
+            "load": os.getloadavg()[0],
         }
         self.samples.append(s)
         return s
