@@ -410,8 +410,9 @@ class Worker:
                 await self._slot_free.wait()
                 continue
             if time.monotonic() >= next_reclaim:
-                for d in await recovery.reclaim_once(self, free):
-                    self._start(d)
+                if await self._reclaimable():
+                    for d in await recovery.reclaim_once(self, free):
+                        self._start(d)
                 next_reclaim = time.monotonic() + reclaim_every
                 free = s.concurrency - len(self.running)
                 if free <= 0:
@@ -421,6 +422,16 @@ class Worker:
                 self._start(d)
             self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
             self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
+
+    async def _reclaimable(self) -> bool:
+        """Whether any pending entry is idle past the visibility timeout: one XPENDING IDLE,
+        so an idle queue costs Redis one command per reclaim period, not a reclaim script
+        (EVALSHA plus its checks and XAUTOCLAIM). A paged reclaim goes on while it has a cursor."""
+        if self.reclaim_cursor not in ("0-0", "0"):
+            return True
+        rows = await self.redis.xpending_range(self.app.keys.ready, GROUP, "-", "+", 1,
+                                               idle=self.settings.visibility_timeout_ms)  # fmt: skip
+        return bool(rows)
 
     async def _flush_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
