@@ -123,6 +123,11 @@ class Proc:
     popen: subprocess.Popen[str] | None = None
     lines: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
+    #: Peers whose handlers run in forked children report through a file of "<t> <lag_ms>"
+    #: lines (bench/peers/hits.py) instead of stdout; then progress and lags come from it.
+    hits: Path | None = None
+    lags: list[float] = field(default_factory=list)
+    tailer: threading.Thread | None = None
 
     def start(self) -> Proc:
         self.popen = subprocess.Popen(
@@ -136,7 +141,34 @@ class Proc:
         )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        if self.hits is not None:
+            self.tailer = threading.Thread(target=self._tail, daemon=True)
+            self.tailer.start()
         return self
+
+    def _tail(self) -> None:
+        assert self.hits is not None
+        pos, rest, pr = 0, "", self.progress
+        while self.popen is not None:
+            try:
+                with open(self.hits) as f:
+                    f.seek(pos)
+                    chunk = f.read()
+                    pos = f.tell()
+            except OSError:
+                chunk = ""
+            lines = (rest + chunk).split("\n")
+            rest = lines.pop()
+            for line in lines:
+                t_s, lag = line.split()
+                t = float(t_s)
+                pr.first = t if not pr.count else min(pr.first, t)
+                pr.last = max(pr.last, t)
+                pr.count += 1
+                self.lags.append(float(lag))
+            if self.popen.poll() is not None and not chunk:
+                return
+            time.sleep(0.01)
 
     def _read(self) -> None:
         assert self.popen and self.popen.stdout
@@ -178,6 +210,8 @@ class Proc:
                 self.popen.wait()
         if self.reader is not None:
             self.reader.join(5)
+        if self.tailer is not None:
+            self.tailer.join(5)
         if self.popen.stdout is not None:
             self.popen.stdout.close()
 

@@ -59,9 +59,11 @@ def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0)
     with server() as srv:
         q = _queue()
         c.open(srv.url, q)
-        due = now_ms() - 1000
+        due = now_ms() + 300
         try:
             _enqueue_all(c, [(due, payload(due, i)) for i in range(n)])
+            # Every run is due before any consumer starts, and went through the delayed path.
+            time.sleep(max(0.0, (due - now_ms()) / 1000) + 0.2)
             procs = [p.start() for p in c.consumers(srv.url, q, workers, None)]
             try:
                 t0 = time.time()
@@ -74,11 +76,13 @@ def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0)
                 extra["acked"] = c.acked()
         finally:
             c.close()
-    if count < n:
+    if count < min(n, 100):
         raise BenchError(f"{c.name} e2e: handled {count} of {n} runs within {timeout}s")
-    rate = (n - 1) / max(last - first, 1e-9)
+    # A slow contender is measured on what it handled within the timeout (partial=True).
+    rate = (count - 1) / max(last - first, 1e-9)
     return {
         "runs_per_s": rate,
+        "partial": count < n,
         "n": n,
         "workers": workers,
         "wall_s": last - t0,
@@ -121,7 +125,7 @@ def lag(
         finally:
             _stop(procs)
             c.close()
-        lags = read_lags(lags_path)
+        lags = read_lags(lags_path) + [lag for p in procs for lag in p.lags]
     if count < n:
         raise BenchError(f"{c.name} lag: handled {count} of {n} runs")
     return {
@@ -138,6 +142,8 @@ def enqueue(c: Contender, n_one: int = 5000, n_many: int = 100_000) -> dict[str,
     """Enqueue rate of runs due an hour ahead: one call each, and batched."""
     with server() as srv:
         c.open(srv.url, _queue())
+        if hasattr(c, "measure_enqueue"):  # a contender in another language measures itself
+            return c.measure_enqueue(n_one, n_many)  # type: ignore[no-any-return]
         try:
             due = now_ms() + HOUR_MS
             c.enqueue_one(due, payload(due))  # connect and load scripts before timing

@@ -1,0 +1,117 @@
+"""The bare minimum: only the design's Redis operations, hand-written, no library.
+
+Enqueue: HSET (envelope) + ZADD (due time), pipelined. Consumer (one process): a Lua call
+that moves up to 100 due runs onto a stream, XREADGROUP COUNT 100, one XACK per batch. No
+fencing, dedupe, retries, metrics or recovery: the cost floor of this design in Python.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import redis
+
+from ..common import ROOT, Proc
+from ..contender import Item, py_module
+from ..reporter import Reporter, exit_on_sigterm
+
+DISPATCH = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
+for _, id in ipairs(due) do
+  redis.call('XADD', KEYS[3], '*', 'id', id, 'env', redis.call('HGET', KEYS[2], id))
+end
+if #due > 0 then
+  redis.call('ZREM', KEYS[1], unpack(due))
+  redis.call('HDEL', KEYS[2], unpack(due))
+end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {#due, head[2] or -1}
+"""
+
+
+def keys(queue: str) -> tuple[str, str, str]:
+    return f"bare:{{{queue}}}:delayed", f"bare:{{{queue}}}:runs", f"bare:{{{queue}}}:ready"
+
+
+class Bare:
+    name = "bare"
+    has_batch = True
+    config = "1 process: Lua dispatch of 100 per call, XREADGROUP COUNT 100, XACK per batch"
+
+    def __init__(self) -> None:
+        self.r: redis.Redis | None = None
+        self.k = ("", "", "")
+
+    def open(self, url: str, queue: str) -> None:
+        self.r = redis.Redis.from_url(url, protocol=2)
+        self.k = keys(queue)
+
+    def _add(self, pipe: Any, due_ms: int, payload: dict[str, Any]) -> None:
+        rid = uuid.uuid4().hex[:16]
+        pipe.hset(self.k[1], rid, msgpack.packb(payload))
+        pipe.zadd(self.k[0], {rid: due_ms})
+
+    def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
+        assert self.r is not None
+        pipe = self.r.pipeline(transaction=False)
+        self._add(pipe, due_ms, payload)
+        pipe.execute()
+
+    def enqueue_many(self, items: list[Item]) -> None:
+        assert self.r is not None
+        for i in range(0, len(items), 1000):
+            pipe = self.r.pipeline(transaction=False)
+            for due, p in items[i : i + 1000]:
+                self._add(pipe, due, p)
+            pipe.execute()
+
+    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
+        extra = [str(lags)] if lags else []
+        return [
+            Proc(py_module("bench.peers.bare", url, queue, *extra), cwd=str(ROOT))
+            for _ in range(workers)
+        ]
+
+    def close(self) -> None:
+        if self.r is not None:
+            self.r.close()
+            self.r = None
+
+
+def main() -> None:
+    url, queue = sys.argv[1], sys.argv[2]
+    rep = Reporter(sys.argv[3] if len(sys.argv) > 3 else None)
+    exit_on_sigterm()
+    r = redis.Redis.from_url(url, protocol=2)
+    delayed, runs, ready = keys(queue)
+    try:
+        r.xgroup_create(ready, "g", id="0", mkstream=True)
+    except redis.ResponseError:
+        pass
+    dispatch = r.register_script(DISPATCH)
+    rep.ready()
+    while True:
+        now = int(time.time() * 1000)
+        moved, head = dispatch(keys=[delayed, runs, ready], args=[now])
+        head = int(head)
+        resp = r.xreadgroup("g", "c", {ready: ">"}, count=100)
+        ids = []
+        for _stream, entries in resp or []:
+            for eid, fields in entries:
+                rep.hit(msgpack.unpackb(fields[b"env"]))
+                ids.append(eid)
+        if ids:
+            r.xack(ready, "g", *ids)
+        elif not moved:
+            # The bare minimum polls: every 50 ms, or at the next due time if sooner.
+            wait = 0.05 if head < 0 else min(0.05, max(0.0, (head - now) / 1000))
+            time.sleep(wait)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Celery with the Redis broker: `apply_async(eta=...)`, one worker process (solo pool).
+
+ETA tasks are fetched at once and held in the worker's memory until due (Celery's design),
+so fire lag is a timer in the worker; the broker holds them only while no worker runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from ..common import Proc
+from ..contender import Item, py_module
+from .base import cleanup, consumer
+from .hits import hit
+
+app = Celery("bench", broker=os.environ.get("BENCH_CELERY_URL", "redis://127.0.0.1:6379/0"))
+app.conf.update(
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    task_ignore_result=True,
+    worker_redirect_stdouts=False,
+)
+
+
+@app.task(name="noop")
+def noop(payload: Any) -> None:
+    hit(payload)
+
+
+class CeleryPeer:
+    name = "celery"
+    has_batch = False
+    config = "1 worker process (--pool solo), Redis broker, apply_async(eta=...)"
+
+    def __init__(self) -> None:
+        self.queue = ""
+        self.procs: list[Proc] = []
+        self.app: Celery | None = None
+
+    def open(self, url: str, queue: str) -> None:
+        # A client app of its own per run: each run has its own redis-server.
+        self.app = Celery("bench-client", broker=url)
+        self.app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True)
+        self.queue = queue
+
+    def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
+        assert self.app is not None
+        self.app.send_task(
+            "noop",
+            args=[payload],
+            queue=self.queue,
+            eta=datetime.fromtimestamp(due_ms / 1000, UTC),
+        )
+
+    def enqueue_many(self, items: list[Item]) -> None:
+        raise NotImplementedError
+
+    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
+        procs = []
+        for _ in range(workers):
+            p = consumer(py_module("bench.peers.celery_peer", queue), "celery")
+            assert p.env is not None
+            p.env["BENCH_CELERY_URL"] = url
+            procs.append(p)
+        self.procs += procs
+        return procs
+
+    def close(self) -> None:
+        if self.app is not None:
+            self.app.close()
+            self.app = None
+        cleanup(self.procs)
+        self.procs = []
+
+
+def main() -> None:
+    from celery.signals import worker_ready
+
+    @worker_ready.connect
+    def ready(**_: Any) -> None:
+        os.write(1, b"ready\n")  # fd 1 itself: Celery may have replaced sys.stdout
+
+    app.worker_main(
+        [
+            "worker",
+            "-Q",
+            sys.argv[1],
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""saq: `enqueue(scheduled=...)`, one worker with saq's defaults (concurrency 10)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..common import Proc
+from ..contender import Item, py_module
+from .base import cleanup, consumer
+from .hits import hit
+
+
+async def noop(ctx: Any, *, payload: Any) -> None:
+    hit(payload)
+
+
+class Saq:
+    name = "saq"
+    has_batch = False
+    config = "1 saq Worker, defaults (concurrency 10), enqueue(scheduled=epoch s)"
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.q: Any = None
+        self.procs: list[Proc] = []
+
+    def open(self, url: str, queue: str) -> None:
+        from saq import Queue
+
+        self.loop = asyncio.new_event_loop()
+        self.q = Queue.from_url(url, name=queue)
+        self.loop.run_until_complete(self.q.connect())
+
+    def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
+        assert self.loop
+        # saq schedules in whole epoch seconds.
+        self.loop.run_until_complete(
+            self.q.enqueue("noop", scheduled=int(due_ms / 1000), payload=payload)
+        )
+
+    def enqueue_many(self, items: list[Item]) -> None:
+        raise NotImplementedError
+
+    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
+        procs = [
+            consumer(py_module("bench.peers.saq_peer", url, queue), "saq") for _ in range(workers)
+        ]
+        self.procs += procs
+        return procs
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.run_until_complete(self.q.disconnect())
+            self.loop.close()
+            self.loop = None
+        cleanup(self.procs)
+        self.procs = []
+
+
+async def _main(url: str, queue: str) -> None:
+    from saq import Queue, Worker
+
+    w = Worker(Queue.from_url(url, name=queue), functions=[("noop", noop)])
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    task = asyncio.create_task(w.start())
+    print("ready", flush=True)
+    await stop.wait()
+    await w.stop()
+    task.cancel()
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(sys.argv[1], sys.argv[2]))
