@@ -22,6 +22,7 @@ from .envelope import Envelope, Payload, check_payload
 from .errors import ZschedError
 from .keys import QueueKeys
 from .metrics import Metrics
+from .schedule_api import ScheduleMethods
 from .tasks import Backoff, Task, make_task
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -100,7 +101,7 @@ def _delay_ms(delay: timedelta | float | int) -> int:
     return int(round(seconds * 1000))
 
 
-class App:
+class App(ScheduleMethods):
     """One queue: register tasks, enqueue runs, inspect them; builds dispatchers and workers."""
 
     def __init__(
@@ -358,68 +359,6 @@ class App:
     def partition_statuses(self) -> list[_inspect.QueueStatus]:
         """The status of each partition (queue reads `<queue>#<i>`)."""
         return _partitions.statuses(self)
-
-    # -- recurring rules ---------------------------------------------------------------------
-
-    def schedule(self, schedule_id: str, task_name: str, **options: Any) -> int:
-        """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
-
-        Options: cron= | every=, tz=, payload=, misfire="coalesce"|"catch_up"|"skip",
-        misfire_grace=, overlap="allow"|"skip"|"queue", max_catch_up=, jitter=, start_at=,
-        end_at=, paused=, lease=, dst_gap="shift"|"skip", dst_repeat="first"|"both".
-        Returns scripts.SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
-        """
-        from . import schedule_ops
-
-        return schedule_ops.upsert(self, schedule_id, task_name, **options)
-
-    def declare(self, schedule_id: str, task_name: str, **options: Any) -> None:
-        """Declare a rule in code (like Celery's beat_schedule); validated now, written to
-        Redis when a dispatcher starts (`sync_schedules`)."""
-        from .schedules import build_spec
-
-        build_spec(schedule_id, task_name, **options)
-        self.declared[schedule_id] = {"task": task_name, **options}
-
-    def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:
-        """Write the declared rules; report rules only in Redis (removed only with prune)."""
-        from . import schedule_ops
-
-        return schedule_ops.sync_declared(self, self.declared, prune)
-
-    def unschedule(self, schedule_id: str) -> bool:
-        """Remove a rule, its state and ledger. Runs it already made are untouched."""
-        from . import schedule_ops
-
-        return schedule_ops.remove(self, schedule_id)
-
-    def pause_schedule(self, schedule_id: str) -> bool:
-        from . import schedule_ops
-
-        return schedule_ops.pause(self, schedule_id)
-
-    def resume_schedule(self, schedule_id: str) -> bool:
-        from . import schedule_ops
-
-        return schedule_ops.resume(self, schedule_id)
-
-    def backfill(self, schedule_id: str, start: datetime | float, end: datetime | float) -> int:
-        """Enqueue a past range's slots with their usual run ids; re-running adds nothing."""
-        from . import schedule_ops
-
-        return schedule_ops.backfill(self, schedule_id, start, end)
-
-    def schedules(self) -> list[Any]:
-        """Every rule with next fire, last fire, last outcome and missed count."""
-        from . import schedule_ops
-
-        return schedule_ops.infos(self)
-
-    def schedule_history(self, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
-        """The rule's fire ledger, newest first: one outcome per slot."""
-        from . import schedule_ops
-
-        return schedule_ops.history(self, schedule_id, count)
 
     # -- processes ---------------------------------------------------------------------------
 

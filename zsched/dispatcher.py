@@ -153,6 +153,11 @@ class Dispatcher:
                           backoff, extra={"queue": self._q})  # fmt: skip
                 await _sleep_or_stop(stop, backoff)
                 backoff = min(backoff * 2, 5.0)
+            except Exception:  # noqa: BLE001 - keep dispatching other work; say so loudly
+                log.exception("dispatcher pass failed; retrying in %.1fs", backoff,
+                              extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
             finally:
                 try:
                     await pubsub.aclose()

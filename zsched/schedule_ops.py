@@ -83,7 +83,7 @@ def pause(app: App, schedule_id: str) -> bool:
     if spec.paused:
         return False
     now = server_now_ms(app)
-    since = min(nxt, now) if nxt is not None else now
+    since = nxt if nxt is not None else now  # the first slot not handled yet
     new_state = replace(state, paused_at_ms=since, backlog=[], updated_ms=now)
     app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(), None,
                                new_state.encode()))  # fmt: skip

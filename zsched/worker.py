@@ -388,6 +388,10 @@ class Worker:
                 why = redact_text(str(exc))[:500]
                 log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
                           backoff, extra={"queue": self.app.queue})  # fmt: skip
+            except Exception:  # noqa: BLE001 - a loop must never die silently in a live process
+                log.exception("worker loop %s failed; restarting it in %.1fs",
+                              getattr(loop, "__name__", loop), backoff,
+                              extra={"queue": self.app.queue})  # fmt: skip
             else:
                 return
             with contextlib.suppress(TimeoutError):

@@ -129,7 +129,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from ..schedules import spec_options
 
     app = make_app(args)
-    spec = load(app, args.schedule_id)[0]
+    spec = load(app.rule_home(args.schedule_id), args.schedule_id)[0]
     o = spec_options(spec)
     new = _options(args)
     if "every" in new and new["every"] is not None:
@@ -186,10 +186,10 @@ def cmd_next(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     app = make_app(args)
-    spec = load(app, args.schedule_id)[0]
+    spec = load(app.rule_home(args.schedule_id), args.schedule_id)[0]
     tz = getattr(spec.trigger, "tz", "UTC")
     slots: list[int] = []
-    at = server_now_ms(app)
+    at = server_now_ms(app.rule_home(args.schedule_id))
     while len(slots) < args.count:
         nxt = spec.first_slot_after(at)
         if nxt is None:
@@ -211,9 +211,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ..audit import audit
-
-    results = audit(make_app(args))
+    results = make_app(args).audit_schedules()
     lines = []
     for r in results:
         state = "ok" if not r.unaccounted else f"{len(r.unaccounted)} slot(s) without an outcome"
@@ -236,8 +234,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     app = make_app(args)
     from ..schedule_ops import load
 
-    tz = getattr(load(app, args.schedule_id)[0].trigger, "tz", "UTC")
-    rows = simulate(app, args.schedule_id, int(start.timestamp() * 1000),
+    home = app.rule_home(args.schedule_id)
+    tz = getattr(load(home, args.schedule_id)[0].trigger, "tz", "UTC")
+    rows = simulate(home, args.schedule_id, int(start.timestamp() * 1000),
                     int(end.timestamp() * 1000), slow)  # fmt: skip
     lines = [f"{_iso(r.slot_ms, tz)}  {r.outcome:<10} {r.reason}" for r in rows]
     emit(args, [r.as_dict() for r in rows], "\n".join(lines) or "no slots")

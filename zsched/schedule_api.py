@@ -1,0 +1,109 @@
+"""The App's recurring-rule methods (a mixin, so app.py stays about runs).
+
+On a partitioned queue each rule lives in one partition, chosen by its id: every method here
+routes to that partition's view, and the listing methods gather all partitions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+class ScheduleMethods:
+    """Recurring rules of an App: schedule, declare, sync, pause, resume, backfill, list."""
+
+    declared: dict[str, dict[str, Any]]
+
+    def rule_home(self, schedule_id: str) -> App:
+        """The App (on a partitioned queue: the partition view) where this rule lives."""
+        app: Any = self
+        if app.partitions > 1 and app.partition is None:
+            return app.partition_view(app.partition_for(schedule_id))  # type: ignore[no-any-return]
+        return app  # type: ignore[no-any-return]
+
+    def _rule_apps(self) -> list[App]:
+        app: Any = self
+        if app.partitions > 1 and app.partition is None:
+            return app.partition_views()  # type: ignore[no-any-return]
+        return [app]
+
+    def schedule(self, schedule_id: str, task_name: str, **options: Any) -> int:
+        """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
+
+        Options: cron= | every=, tz=, payload=, misfire="coalesce"|"catch_up"|"skip",
+        misfire_grace=, overlap="allow"|"skip"|"queue", max_catch_up=, jitter=, start_at=,
+        end_at=, paused=, lease=, dst_gap="shift"|"skip", dst_repeat="first"|"both".
+        Returns scripts.SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
+        """
+        from . import schedule_ops
+
+        return schedule_ops.upsert(self.rule_home(schedule_id), schedule_id, task_name, **options)
+
+    def declare(self, schedule_id: str, task_name: str, **options: Any) -> None:
+        """Declare a rule in code (like Celery's beat_schedule); validated now, written to
+        Redis when a dispatcher starts (`sync_schedules`)."""
+        from .schedules import build_spec
+
+        build_spec(schedule_id, task_name, **options)
+        self.declared[schedule_id] = {"task": task_name, **options}
+
+    def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:
+        """Write the declared rules; report rules only in Redis (removed only with prune)."""
+        from . import schedule_ops
+        from .partitions import declared_in
+
+        total: dict[str, list[str]] = {}
+        apps = self._rule_apps()
+        for a in apps:
+            whole = len(apps) == 1
+            mine = self.declared if whole else declared_in(self, a.partition)  # type: ignore[arg-type]
+            for k, v in schedule_ops.sync_declared(a, mine, prune).items():
+                total.setdefault(k, []).extend(v)
+        return total
+
+    def unschedule(self, schedule_id: str) -> bool:
+        """Remove a rule, its state and ledger. Runs it already made are untouched."""
+        from . import schedule_ops
+
+        return schedule_ops.remove(self.rule_home(schedule_id), schedule_id)
+
+    def pause_schedule(self, schedule_id: str) -> bool:
+        """Stop firing; the slots until resume are recorded as skipped (paused)."""
+        from . import schedule_ops
+
+        return schedule_ops.pause(self.rule_home(schedule_id), schedule_id)
+
+    def resume_schedule(self, schedule_id: str) -> bool:
+        """Fire again from the next slot after now."""
+        from . import schedule_ops
+
+        return schedule_ops.resume(self.rule_home(schedule_id), schedule_id)
+
+    def backfill(self, schedule_id: str, start: datetime | float, end: datetime | float) -> int:
+        """Enqueue a past range's slots with their usual run ids; re-running adds nothing."""
+        from . import schedule_ops
+
+        return schedule_ops.backfill(self.rule_home(schedule_id), schedule_id, start, end)
+
+    def schedules(self) -> list[Any]:
+        """Every rule with next fire, last fire, last outcome and missed count."""
+        from . import schedule_ops
+
+        out = [i for a in self._rule_apps() for i in schedule_ops.infos(a)]
+        return sorted(out, key=lambda i: i.schedule_id)
+
+    def schedule_history(self, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
+        """The rule's fire ledger, newest first: one outcome per slot."""
+        from . import schedule_ops
+
+        return schedule_ops.history(self.rule_home(schedule_id), schedule_id, count)
+
+    def audit_schedules(self) -> list[Any]:
+        """Slots past their grace with no outcome in the ledger, per rule (see zsched.audit)."""
+        from .audit import audit
+
+        return [r for a in self._rule_apps() for r in audit(a)]
