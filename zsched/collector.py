@@ -55,12 +55,14 @@ from typing import Any
 
 import msgpack
 import redis
+import redis.cluster
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from zsched.clock import Clock
 from zsched.keys import GROUP, QueueKeys
+from zsched.partitions import stored_count
 
 logger = logging.getLogger(__name__)
 
@@ -180,11 +182,26 @@ class QueueCollector(Collector):
     # -- reading ------------------------------------------------------------------------------
 
     def read(self, queue: str | QueueKeys) -> QueueSnapshot:
-        """Read one queue in one pipeline. Raises `redis.RedisError` if Redis fails."""
-        keys = queue if isinstance(queue, QueueKeys) else QueueKeys(queue)
+        """Read one queue (every partition of a partitioned one, summed). Raises
+        `redis.RedisError` if Redis fails."""
+        if isinstance(queue, QueueKeys):
+            return self._read_keys(queue)
+        n = stored_count(self._redis, queue)
+        if n == 1:
+            return self._read_keys(QueueKeys(queue))
+        return _merge(queue, [self._read_keys(QueueKeys(queue, i)) for i in range(n)])
+
+    def _read_keys(self, keys: QueueKeys) -> QueueSnapshot:
+        """One queue partition in one pipeline (on a cluster: the script, then a pipeline)."""
         pinned = self._clock.now_ms() if self._clock is not None else None
+        now_arg = "" if pinned is None else str(int(pinned))
+        delayed_args = (_DELAYED_SCRIPT, 1, keys.delayed, now_arg)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.eval(_DELAYED_SCRIPT, 1, keys.delayed, "" if pinned is None else str(int(pinned)))
+        cluster = isinstance(self._redis, redis.cluster.RedisCluster)
+        if cluster:  # cluster pipelines refuse scripts
+            delayed_first = self._redis.eval(*delayed_args)
+        else:
+            pipe.eval(*delayed_args)
         pipe.xlen(keys.ready)
         pipe.xinfo_groups(keys.ready)
         pipe.xpending(keys.ready, GROUP)
@@ -193,6 +210,8 @@ class QueueCollector(Collector):
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
         replies = pipe.execute(raise_on_error=False)
+        if cluster:
+            replies = [delayed_first, *replies]
         (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r) = replies
 
         # Only "this stream/group does not exist yet" is tolerated; any other error is raised.
@@ -290,6 +309,24 @@ class QueueCollector(Collector):
             labels = ["queue", "schedule"] if name.startswith("zsched_rule_") else ["queue"]
             fams[name] = GaugeMetricFamily(name, _HELP[name], labels=labels)
         return fams
+
+
+def _merge(queue: str, parts: Sequence[QueueSnapshot]) -> QueueSnapshot:
+    """One snapshot for a partitioned queue: counts add up, ages are the worst partition's."""
+    return QueueSnapshot(
+        queue=queue,
+        now=max(p.now for p in parts),
+        delayed=sum(p.delayed for p in parts),
+        due_backlog=sum(p.due_backlog for p in parts),
+        due_backlog_oldest_age=max(p.due_backlog_oldest_age for p in parts),
+        stream_length=sum(p.stream_length for p in parts),
+        group_lag=sum(p.group_lag for p in parts),
+        pending=sum(p.pending for p in parts),
+        pending_oldest_idle=max(p.pending_oldest_idle for p in parts),
+        dead_letters=sum(p.dead_letters for p in parts),
+        rule_next_fire={k: v for p in parts for k, v in p.rule_next_fire.items()},
+        rule_last_fire={k: v for p in parts for k, v in p.rule_last_fire.items()},
+    )
 
 
 def _last_fires(queue: str, state: Mapping[bytes, bytes]) -> Iterator[tuple[str, float]]:
