@@ -279,7 +279,7 @@ class QueueCollector(Collector):
                 fams["zsched_collector_up"].add_metric([q], 0.0)
                 continue
             try:
-                snap = self.read(keys)
+                snap = self.read(q)
             except (redis.RedisError, OSError, ValueError, TypeError, KeyError) as exc:
                 logger.warning("collector could not read queue %s: %r", q, exc, extra={"queue": q})
                 fams["zsched_collector_up"].add_metric([q], 0.0)
