@@ -71,7 +71,11 @@ local function start(run_id, at, env)
   if overlap ~= 'allow' then redis.call('SET', lease, run_id, 'PX', lease_ms) end
 end
 
--- A fire left waiting by a run whose lease expired (crashed) goes first.
+-- A lease whose run is no longer live (done or dead, but its worker died before unlease)
+-- is stale: free it now rather than wait for its TTL.
+local holder0 = redis.call('GET', lease)
+if holder0 and redis.call('HEXISTS', runs, holder0) == 0 then redis.call('DEL', lease) end
+-- A fire left waiting by a run whose lease expired or went stale goes first.
 if overlap == 'queue' and redis.call('EXISTS', lease) == 0 then
   local w = redis.call('HGET', waiting, sid)
   if w then

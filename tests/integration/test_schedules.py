@@ -221,3 +221,23 @@ def test_bad_rules_are_refused_naming_the_bad_part(backend, queue) -> None:
     with pytest.raises(zsched.RuleError, match="misfire"):
         app.schedule("a", "t", every=5, misfire="sometimes")
     assert app.schedules() == []
+
+
+async def test_a_lease_left_by_a_worker_that_died_before_unlease_is_freed_at_the_next_fire(
+    backend, queue
+) -> None:
+    app, clock, drv = setup(backend, queue, slow_s=30)
+    app.schedule("sweep", "sweep", every=60, overlap="skip")
+    await drv.step(T0)
+    ((entry, (_, run_id, _, _)),) = drv.running.items()
+    # The run is acked, but its worker dies before calling unlease: the lease stays behind.
+    from zsched import scripts as S
+
+    app.scripts.run(
+        S.ack(app.keys, "sim", [(entry, run_id)], now_ms=T0 + 1, dedupe_window_ms=60_000)
+    )
+    drv.running.clear()
+    assert backend.sync.get(app.keys.lease("sweep")) == run_id.encode()
+    await drv.step(T0 + M)
+    assert [r.outcome for r in ledger_rows(app, "sweep")] == ["ran", "ran"]
+    await drv.close()
