@@ -26,9 +26,10 @@ from .schedule_api import ScheduleMethods
 from .tasks import Backoff, Task, make_task
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-#: Runs per enqueue.lua call: 250 keep one call near 1.5 ms of Redis time, far under the 5 ms
-#: any script may hold Redis (1000, the scripts' bound, took ~5 ms; BENCHMARKS.md).
-ENQUEUE_BATCH = 250
+#: Runs per enqueue.lua call: 100 take ~0.5 ms of Redis time into a small queue and up to
+#: ~2.5 ms into one of 1M runs due at random instants (ZADD into a big skiplist misses cache),
+#: under the 5 ms any script may hold Redis (1000, the scripts' bound, took 5+ ms).
+ENQUEUE_BATCH = 100
 
 
 class _RunIds:

@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
 REDIS_ERRORS = RETRYABLE_ERRORS
-#: Outcomes written per script call. An ack of 250 runs holds Redis ~1.5 ms; 1000 (the
-#: scripts' bound) takes ~6 ms, over the 5 ms a script may hold Redis (BENCHMARKS.md).
-FLUSH_BATCH = 250
+#: Outcomes written per script call. An ack of 100 runs holds Redis ~0.6 ms with a small
+#: queue and ~2 ms with 1M runs in it; 1000 (the scripts' bound) took ~6 ms, over the 5 ms a
+#: script may hold Redis (BENCHMARKS.md).
+FLUSH_BATCH = 100
 # Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
 # error and retried; a loop that died here would leave a live process that does nothing.
 REFUSALS = (redis.exceptions.ResponseError, ScriptError)
