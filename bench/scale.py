@@ -25,6 +25,7 @@ from .common import (
     BenchError,
     Proc,
     client,
+    median,
     now_ms,
     payload,
     percentile,
@@ -114,9 +115,11 @@ def scale(
                 t = time.perf_counter()
                 app.enqueue_many(items)
                 rates.append(len(items) / (time.perf_counter() - t))
-            out["enqueue_first_chunk_per_s"] = rates[0]
-            out["enqueue_last_chunk_per_s"] = rates[-1]
-            out["enqueue_flatness"] = rates[-1] / rates[0]
+            # Medians of the first and last five chunks: at 10k and at ~n runs delayed.
+            first, last = median(rates[:5]), median(rates[-5:])
+            out["enqueue_first_chunks_per_s"] = first
+            out["enqueue_last_chunks_per_s"] = last
+            out["enqueue_flatness"] = last / first
             out["memory_per_run_b"] = used_memory(r) / n
 
             pings = Path(tmp) / "pings.json"
