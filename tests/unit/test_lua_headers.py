@@ -5,30 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from sample_calls import sample_calls
 
 from zsched import scripts as S
 from zsched.keys import QueueKeys
 
 K = QueueKeys("h")
-SAMPLE_CALLS = {
-    "enqueue": S.enqueue(K, [], now_ms=None, dedupe_window_ms=1, max_envelope_bytes=1),
-    "dispatch": S.dispatch(K, now_ms=None, limit=1, max_backlog=0),
-    "ack": S.ack(K, "c", [], now_ms=None, dedupe_window_ms=1),
-    "retry": S.retry(K, "c", [], now_ms=None),
-    "release": S.release(K, "c", [], now_ms=None),
-    "dead": S.dead(K, "c", [], now_ms=None),
-    "reclaim": S.reclaim(K, "c", now_ms=None, min_idle_ms=1, count=1, max_deliveries=1),
-    "renew": S.renew(K, "c", []),
-    "cancel": S.cancel(K, "r"),
-    "replay": S.replay(K, [], now_ms=None),
-    "schedule": S.schedule(K, "s", b"x", None),
-    "unschedule": S.unschedule(K, "s"),
-    "fire": S.fire(
-        K, S.FireArgs("s", b"", None, b"", None, b"", None, "allow", 1, [], []),
-        now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
-    ),
-    "unlease": S.unlease(K, "s", "r", 1, now_ms=None),
-}
+SAMPLE_CALLS = sample_calls(K)
 
 
 def header(name: str) -> str:

@@ -7,9 +7,9 @@ import dataclasses
 import inspect
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
+from sample_calls import sample_calls
 
 from zsched import envelope as E
 from zsched import keys as K
@@ -149,35 +149,12 @@ def test_documented_argv_match_the_lua_header(name: str) -> None:
     assert set(variadic.findall(section)) == set(variadic.findall(header)), f"{name}.lua batch"
 
 
-def sample_calls() -> dict[str, S.Call[Any]]:
-    k = QueueKeys("h")
-    return {
-        "enqueue": S.enqueue(k, [], now_ms=None, dedupe_window_ms=1, max_envelope_bytes=1),
-        "dispatch": S.dispatch(k, now_ms=None, limit=1, max_backlog=0),
-        "ack": S.ack(k, "c", [], now_ms=None, dedupe_window_ms=1),
-        "retry": S.retry(k, "c", [], now_ms=None),
-        "release": S.release(k, "c", [], now_ms=None),
-        "dead": S.dead(k, "c", [], now_ms=None),
-        "reclaim": S.reclaim(k, "c", now_ms=None, min_idle_ms=1, count=1, max_deliveries=1),
-        "renew": S.renew(k, "c", []),
-        "cancel": S.cancel(k, "r"),
-        "replay": S.replay(k, [], now_ms=None),
-        "schedule": S.schedule(k, "s", b"x", None),
-        "unschedule": S.unschedule(k, "s"),
-        "fire": S.fire(
-            k, S.FireArgs("s", b"", None, b"", None, b"", None, "allow", 1, [], []),
-            now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
-        ),
-        "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
-    }
-
-
 @pytest.mark.parametrize("name", [n for n in DOCUMENTED if n in S.NAMES])
 def test_documented_keys_are_the_ones_the_python_wrapper_passes(name: str) -> None:
     k = QueueKeys("h")
     by_name = {getattr(k, f): f for f in declared_keys() if "(" not in f}
     by_name.update({k.ledger("s"): "ledger", k.lease("s"): "lease"})  # per-rule keys
-    passed = [by_name[key] for key in sample_calls()[name].keys]
+    passed = [by_name[key] for key in sample_calls(k)[name].keys]
     in_doc = re.findall(r"\|\s*KEYS\[\d+\]\s*\|\s*`(\w+)`", script_sections()[name])
     assert in_doc == passed
 

@@ -1,0 +1,30 @@
+"""One sample call per Lua script (empty batches), for tests that compare wrappers and docs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zsched import scripts as S
+from zsched.keys import QueueKeys
+
+
+def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
+    return {
+        "enqueue": S.enqueue(k, [], now_ms=None, dedupe_window_ms=1, max_envelope_bytes=1),
+        "dispatch": S.dispatch(k, now_ms=None, limit=1, max_backlog=0),
+        "ack": S.ack(k, "c", [], now_ms=None, dedupe_window_ms=1),
+        "retry": S.retry(k, "c", [], now_ms=None),
+        "release": S.release(k, "c", [], now_ms=None),
+        "dead": S.dead(k, "c", [], now_ms=None),
+        "reclaim": S.reclaim(k, "c", now_ms=None, min_idle_ms=1, count=1, max_deliveries=1),
+        "renew": S.renew(k, "c", []),
+        "cancel": S.cancel(k, "r"),
+        "replay": S.replay(k, [], now_ms=None),
+        "schedule": S.schedule(k, "s", b"x", None),
+        "unschedule": S.unschedule(k, "s"),
+        "fire": S.fire(
+            k, S.FireArgs("s", b"", None, b"", None, b"", None, "allow", 1, [], []),
+            now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
+        ),
+        "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
+    }  # fmt: skip
