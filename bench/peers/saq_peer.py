@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import sys
 from pathlib import Path
@@ -37,9 +38,9 @@ class Saq:
 
     def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
         assert self.loop
-        # saq schedules in whole epoch seconds.
+        # saq schedules in whole epoch seconds: round up, never run before the intended time.
         self.loop.run_until_complete(
-            self.q.enqueue("noop", scheduled=int(due_ms / 1000), payload=payload)
+            self.q.enqueue("noop", scheduled=math.ceil(due_ms / 1000), payload=payload)
         )
 
     def enqueue_many(self, items: list[Item]) -> None:
