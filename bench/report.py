@@ -22,8 +22,10 @@ def zsched_table(d: dict[str, Any]) -> str:
             med = sc["median"].get(metric, float("nan"))
             each = " / ".join(fmt(float(r[metric])) for r in sc["runs"] if metric in r)
             sign = ">=" if how == "ge" else "<="
-            rows.append(f"| {name} | {metric} | {fmt(med)} | {each} | {sign} {fmt(float(target))} "
-                        f"| {met(med, target, how)} |")
+            rows.append(
+                f"| {name} | {metric} | {fmt(med)} | {each} | {sign} {fmt(float(target))} "
+                f"| {met(med, target, how)} |"
+            )
     return "\n".join(rows)
 
 
