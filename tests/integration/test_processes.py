@@ -8,9 +8,9 @@ import time
 from collections import Counter
 
 import redis
+from procs import stop, wait_for, zsched_proc
 
 import zsched
-from procs import stop, wait_for, zsched_proc
 from zsched.keys import QueueKeys
 
 
@@ -45,8 +45,10 @@ def test_a_killed_workers_run_is_reclaimed_and_completed(redis_url, queue) -> No
     disp = zsched_proc("dispatcher", "--queue", queue, url=redis_url)
     w1 = zsched_proc("worker", "integration.apps.crashapp:app", *common, url=redis_url)
     try:
-        wait_for(lambda: r.llen(f"test:{queue}:started") == 1, 30, "the run to start")
-        stop(w1, signal.SIGKILL)
+        try:
+            wait_for(lambda: r.llen(f"test:{queue}:started") == 1, 30, "the run to start")
+        finally:
+            stop(w1, signal.SIGKILL)
         w2 = zsched_proc("worker", "integration.apps.crashapp:app", *common, url=redis_url)
         try:
             wait_for(lambda: app.get_run("h1").state == "done", 30, "the run to be reclaimed")
@@ -57,6 +59,23 @@ def test_a_killed_workers_run_is_reclaimed_and_completed(redis_url, queue) -> No
     executed = [x.decode().split("|") for x in r.lrange(f"test:{queue}:executed", 0, -1)]
     assert [(e[0], e[2]) for e in executed] == [("h1", "2")]  # second delivery
     assert int(r.hget(app.keys.stats, "reclaimed")) == 1
+
+
+def test_sigterm_with_a_stuck_handler_hands_its_run_back_and_exits(redis_url, queue) -> None:
+    r = redis.Redis.from_url(redis_url)
+    app = zsched.App(redis_url, queue=queue)
+    app.enqueue("hang", None, run_id="stuck")
+    disp = zsched_proc("dispatcher", "--queue", queue, url=redis_url)
+    w = zsched_proc("worker", "integration.apps.crashapp:app", "--queue", queue,
+                    "--shutdown-grace", "0.2", url=redis_url)  # fmt: skip
+    try:
+        wait_for(lambda: r.llen(f"test:{queue}:started") == 1, 30, "the run to start")
+        out = stop(w, signal.SIGTERM, timeout=20)
+        assert w.returncode == 0, out
+        assert app.get_run("stuck").state in ("scheduled", "ready")  # handed back, not lost
+    finally:
+        stop(w, signal.SIGKILL)
+        stop(disp)
 
 
 def test_sigterm_finishes_running_work_and_loses_nothing(redis_url, queue) -> None:

@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -145,4 +147,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
             await w.close()
 
     asyncio.run(_until_signal(main))
+    _exit_past_stuck_handlers()
     return 0
+
+
+def _exit_past_stuck_handlers() -> None:
+    """After a clean shutdown (their runs handed back), do not let sync handlers that are
+    still running keep the process alive: Python would join their threads at exit."""
+    stuck = [t for t in threading.enumerate() if t.name.startswith("zsched") and t.is_alive()]
+    if stuck:
+        log.warning("exiting with %d handler thread(s) still running; their runs were "
+                    "handed back", len(stuck))  # fmt: skip
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
