@@ -330,6 +330,7 @@ class Worker:
                 raise
             finally:
                 self._flushing.difference_update(a[0] for a in acks)
+                self._slot_free.set()
 
     async def _unlease(self, items: list[Any], codes: list[int]) -> None:
         """A rule's run finished: free its overlap lease (and start a fire that waited)."""
@@ -409,7 +410,7 @@ class Worker:
         if self._max_block_ms:
             reclaim_every = min(reclaim_every, self._max_block_ms / 1000)
         while not stop.is_set():
-            free = s.concurrency - len(self.running)
+            free = self._free_slots()
             if free <= 0:
                 self._slot_free.clear()
                 await self._slot_free.wait()
@@ -419,7 +420,7 @@ class Worker:
                     for d in await recovery.reclaim_once(self, free):
                         self._start(d)
                 next_reclaim = time.monotonic() + reclaim_every
-                free = s.concurrency - len(self.running)
+                free = self._free_slots()
                 if free <= 0:
                     continue
             block = int(min(s.block_ms, max(1.0, (next_reclaim - time.monotonic()) * 1000)))
@@ -428,14 +429,21 @@ class Worker:
             self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
             self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
 
+    def _free_slots(self) -> int:
+        """Slots for new runs. A run whose outcome is not written yet still holds its entry:
+        counting it keeps reading from outpacing the writes, else (1M runs draining) the
+        backlog outlived the visibility timeout and this worker reclaimed its own entries."""
+        unwritten = len(self._acks) + len(self._retries) + len(self._deads) + len(self._flushing)
+        return self.settings.concurrency - len(self.running) - unwritten
+
     async def _reclaimable(self) -> bool:
         """Whether any pending entry is idle past the visibility timeout: one XPENDING IDLE,
         so an idle queue costs Redis one command per reclaim period, not a reclaim script
         (EVALSHA plus its checks and XAUTOCLAIM). A paged reclaim goes on while it has a cursor."""
         if self.reclaim_cursor not in ("0-0", "0"):
             return True
-        rows = await self.redis.xpending_range(self.app.keys.ready, GROUP, "-", "+", 1,
-                                               idle=self.settings.visibility_timeout_ms)  # fmt: skip
+        idle_ms, ready = self.settings.visibility_timeout_ms, self.app.keys.ready
+        rows = await self.redis.xpending_range(ready, GROUP, "-", "+", 1, idle=idle_ms)
         return bool(rows)
 
     async def _flush_loop(self, stop: asyncio.Event) -> None:
