@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..common import Proc, wait_ready
+from ..common import Proc
 from ..contender import Item
 from .base import cleanup
 
@@ -75,8 +76,6 @@ class BullMQ:
         procs = []
         for _ in range(workers):
             fd, path = tempfile.mkstemp(prefix="zsched-bench-bullmq-", suffix=".hits")
-            import os
-
             os.close(fd)
             procs.append(
                 Proc(
@@ -102,6 +101,3 @@ class BullMQ:
             self.producer = None
         cleanup(self.procs)
         self.procs = []
-
-
-__all__ = ["BullMQ", "wait_ready"]
