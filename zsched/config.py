@@ -39,7 +39,7 @@ class DispatcherSettings:
     #: Hold back while the ready stream holds this many entries; 0 = no limit.
     max_backlog: int = 50_000
     #: Longest sleep without hearing from Redis (ms); a safety net for lost wake-ups.
-    max_idle_ms: int = 5_000
+    max_idle_ms: int = 30_000
     #: Sleep while held back by the backlog limit (ms).
     held_poll_ms: int = 20
 
