@@ -233,7 +233,9 @@ class App(ScheduleMethods):
         self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
         return EnqueuedId(group[0], code != S.ENQUEUED)
 
-    def enqueue_many(self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]) -> list[EnqueuedId]:
+    def enqueue_many(
+        self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
+    ) -> list[EnqueuedId]:
         """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
         (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
         groups = []

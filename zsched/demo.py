@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -43,7 +43,9 @@ def send_reminder(payload: dict[str, Any]) -> None:
         time.sleep(60)  # the demo kills this worker here
     dispatched = run.dispatched_at.timestamp() if run.dispatched_at else now
     pipe = _sink.pipeline()
-    pipe.hsetnx(sink_key(run.queue, "sent"), run.run_id, f"{dispatched - run.scheduled_for.timestamp():.6f}")
+    pipe.hsetnx(
+        sink_key(run.queue, "sent"), run.run_id, f"{dispatched - run.scheduled_for.timestamp():.6f}"
+    )
     pipe.rpush(sink_key(run.queue, "executions"), run.run_id)
     pipe.execute()
 
@@ -140,7 +142,7 @@ def main() -> int:
 def run_story(demo: zsched.App, sink: redis.Redis, queue: str, workers: list[Any], url: str,
               procs: list[Any], started: float) -> int:  # fmt: skip
     classes = ["python-101", "redis-deep-dive", "sre-bootcamp"]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     expected: set[str] = set()
     say("learners register; each registration schedules a reminder 24 h before class")
     for i in range(300):

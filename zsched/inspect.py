@@ -44,9 +44,7 @@ class RunStatus:
     deliveries: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()
-        }
+        return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
 
 
 def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> RunStatus:
@@ -95,7 +93,7 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
         return _from_envelope(run_id, "ready", raw)
     if done_at is not None:
         return RunStatus(run_id, "done", done_at=ms_to_datetime(int(float(done_at))))
-    for entry_id, fields in _scan_dead(r, k):
+    for _entry_id, fields in _scan_dead(r, k):
         if _s(fields.get(b"run_id", b"")) == run_id:
             return _from_envelope(
                 run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b""))

@@ -11,7 +11,7 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from .envelope import Payload
@@ -104,4 +104,4 @@ def set_current(info: RunInfo | None) -> contextvars.Token[RunInfo | None]:
 
 
 def ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)

@@ -494,7 +494,9 @@ class Worker:
         released = 0
         for i in range(0, len(pairs), S.MAX_BATCH):
             codes = await self.scripts.run(
-                S.release(k, self.consumer, pairs[i : i + S.MAX_BATCH], now_ms=self.app.clock.now_ms())
+                S.release(
+                    k, self.consumer, pairs[i : i + S.MAX_BATCH], now_ms=self.app.clock.now_ms()
+                )
             )
             released += sum(codes)
         if released:

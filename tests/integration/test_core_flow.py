@@ -6,9 +6,9 @@ import asyncio
 
 import msgpack
 import pytest
+from state import places, snapshot
 
 import zsched
-from state import places, snapshot
 from zsched import FakeClock
 from zsched.keys import GROUP
 

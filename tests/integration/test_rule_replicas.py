@@ -9,9 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import redis
+from procs import wait_for
 
 import zsched
-from procs import wait_for
 from zsched.rules import slot_run_id
 from zsched.simulate import ledger_rows
 

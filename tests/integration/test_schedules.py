@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import UTC
 
 import pytest
 
@@ -76,7 +77,7 @@ async def test_each_overlap_policy_with_runs_slower_than_the_interval(backend, q
         assert outcomes == ["ran"] * 10 and len(starts) == 10
         return
     # Never two runs of the rule at once.
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:]))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:], strict=False))
     if overlap == "skip":
         assert outcomes == ["ran", "skipped", "skipped"] * 3 + ["ran"]
         assert app.metrics.overlap_skips.labels(queue, "sweep")._value.get() == 6
@@ -130,10 +131,10 @@ async def test_declared_rules_sync_twice_with_no_change(backend, queue) -> None:
 async def test_backfill_run_twice_adds_nothing_the_second_time(backend, queue) -> None:
     app, clock, drv = setup(backend, queue, start=T0 + 10 * H)
     app.schedule("hourly", "report", every=3600)
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    start = datetime.fromtimestamp(T0 / 1000, timezone.utc)
-    end = datetime.fromtimestamp((T0 + 3 * H) / 1000, timezone.utc)
+    start = datetime.fromtimestamp(T0 / 1000, UTC)
+    end = datetime.fromtimestamp((T0 + 3 * H) / 1000, UTC)
     assert app.backfill("hourly", start, end) == 4
     assert app.backfill("hourly", start, end) == 0
     ids = sorted(m.decode() for m in backend.sync.zrange(app.keys.delayed, 0, -1))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 import redis
-
 from helpers import NOW, seed_delayed
 from state import snapshot
+
 from zsched import scripts as S
 
 

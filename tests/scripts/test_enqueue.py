@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import redis
-
 from state import snapshot
+
 from zsched import FakeClock
 from zsched import scripts as S
 from zsched.envelope import Envelope

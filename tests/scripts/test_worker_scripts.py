@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import NOW, env, seed_ready
 from state import snapshot
+
 from zsched import scripts as S
 from zsched.keys import GROUP
 

@@ -241,5 +241,3 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     lines = [f"{_iso(r.slot_ms, tz)}  {r.outcome:<10} {r.reason}" for r in rows]
     emit(args, [r.as_dict() for r in rows], "\n".join(lines) or "no slots")
     return 0
-
-
