@@ -12,13 +12,15 @@ import logging
 import time
 import zlib
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from . import scripts as S
 from .connection import is_cluster
 from .envelope import Envelope
 from .errors import RuleError
-from .rules import Misfire, Overlap, slot_run_id
+from .rules import Cron, Misfire, Overlap, slot_run_id
 from .schedules import Spec, State, decode_spec, decode_state
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,8 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         p.fires.append((s, now_ms, "ran_late"))
     p.budget_used = len(take)
     backlog = backlog[len(take) :]
+    gaps, gap_checked = dst_gap_skips(spec, state, next_ms, now_ms)
+    p.records += [(g, "skipped", "dst_gap", slot_run_id(sid, g)) for g in gaps]
     fired_slots = [f[0] for f in p.fires]
     p.state = replace(
         state,
@@ -110,8 +114,38 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         missed=state.missed + p.missed,
         fired=state.fired + len(p.fires),
         backlog=backlog,
+        gap_checked_ms=gap_checked,
     )
     return p
+
+
+def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
+                  ) -> tuple[list[int], int | None]:  # fmt: skip
+    """Fires a `dst_gap="skip"` cron rule dropped because their wall time did not exist.
+
+    They are the fires the same rule would make with `dst_gap="shift"` (moved to the end of the
+    gap) that are not fires of the rule itself; each is recorded at that instant, so the
+    ledger says why the day had no run. A wildcard rule's dropped slots merge into a real
+    slot at the gap's end and are not listed: they simply do not exist (docs/policies.md).
+    """
+    trig = spec.trigger
+    if not isinstance(trig, Cron) or trig.dst_gap != "skip" or next_ms is None:
+        return [], state.gap_checked_ms
+    lo = state.gap_checked_ms if state.gap_checked_ms is not None else next_ms - 1
+    lo = max(lo, (state.created_ms or lo) - 1)
+    if now_ms <= lo:
+        return [], state.gap_checked_ms
+    zone = ZoneInfo(trig.tz)
+
+    def offset(ms: int) -> object:
+        return zone.utcoffset(datetime.fromtimestamp(ms / 1000, zone))
+
+    if offset(lo) == offset(now_ms):  # no transition in between: the common case, cheap
+        return [], now_ms
+    shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
+    own = set(trig.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS))
+    gaps = [s for s in shifted.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS) if s not in own]
+    return gaps, now_ms
 
 
 def fire_args(spec: Spec, raw_spec: bytes, raw_state: bytes, next_ms: int | None,

@@ -122,6 +122,8 @@ class State:
     paused_at_ms: int | None = None
     created_ms: int | None = None
     updated_ms: int | None = None
+    #: Up to when DST gaps were checked for wall times a `dst_gap="skip"` rule dropped.
+    gap_checked_ms: int | None = None
 
     def encode(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)  # type: ignore[no-any-return]

@@ -16,6 +16,7 @@ from .clock import FakeClock
 from .envelope import decode
 from .keys import GROUP
 from .metrics import Metrics
+from .recovery import ensure_group
 from .schedule_ops import history, load
 from .schedules import State
 
@@ -92,6 +93,7 @@ class Driver:
         self.scripts = S.AsyncScripts(aredis)
         self.running: dict[str, tuple[int, str, str, int | None]] = {}
         self.started: list[tuple[str, int, int]] = []  # (run_id, start_ms, finish_ms)
+        self._group = False
 
     async def step(self, t: int) -> None:
         """Everything that happens at instant `t`: finish runs, dispatch, start runs."""
@@ -99,13 +101,10 @@ class Driver:
         await self._finish(t)
         await self.dispatcher.tick()
         k = self.app.keys
-        try:
-            rows = await self.redis.xreadgroup(GROUP, "sim", {k.ready: ">"}, count=1000)
-        except Exception as exc:  # noqa: BLE001 - create the group on first use
-            if "NOGROUP" not in str(exc):
-                raise
-            await self.redis.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
-            rows = await self.redis.xreadgroup(GROUP, "sim", {k.ready: ">"}, count=1000)
+        if not self._group:
+            self._group = True
+            await ensure_group(self.redis, k)
+        rows = await self.redis.xreadgroup(GROUP, "sim", {k.ready: ">"}, count=1000)
         for _, entries in rows or []:
             for eid, f in entries:
                 env = decode(f[b"envelope"])
