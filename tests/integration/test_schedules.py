@@ -246,15 +246,15 @@ async def test_a_lease_left_by_a_worker_that_died_before_unlease_is_freed_at_the
 
 async def test_a_fixed_time_rule_that_skips_dst_gaps_records_the_missing_day(backend, queue):
     """Berlin springs forward on 2026-03-29 at 02:00: 02:30 does not exist that day."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     day = 24 * H
-    mar28 = int(datetime(2026, 3, 28, tzinfo=timezone.utc).timestamp() * 1000)
+    mar28 = int(datetime(2026, 3, 28, tzinfo=UTC).timestamp() * 1000)
     app, clock, drv = setup(backend, queue, start=mar28)
     app.schedule("night", "t", cron="30 2 * * *", tz="Europe/Berlin", dst_gap="skip")
     await drv.run_until(mar28, mar28 + 3 * day)
     rows = one_outcome_per_slot(app, "night")
-    got = [(datetime.fromtimestamp(r.slot_ms / 1000, timezone.utc).isoformat(), r.outcome,
+    got = [(datetime.fromtimestamp(r.slot_ms / 1000, UTC).isoformat(), r.outcome,
             r.reason) for r in rows]  # fmt: skip
     assert got == [
         ("2026-03-28T01:30:00+00:00", "ran", ""),
