@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
     add_connection(p)
     p.add_argument("--app", dest="app_ref", metavar="MODULE:APP", default=None,
                    help="load rules declared on this App (optional)")  # fmt: skip
-    p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=500, help="runs per dispatch call (1..1000)")
     p.add_argument("--max-backlog", type=int, default=50_000,
                    help="hold back while the stream holds this many entries (0 = no limit)")  # fmt: skip
@@ -42,7 +43,8 @@ def register(sub: Any) -> None:
     w.add_argument("--concurrency", type=int, default=16, help="handlers at once (default 16)")
     w.add_argument("--visibility-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="reclaim runs of a worker silent this long (default 30)")  # fmt: skip
-    w.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
+    w.add_argument("--metrics-port", type=int, default=None,
+                   help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
     w.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM, wait this long for running handlers (default 10)")  # fmt: skip
     w.set_defaults(func=cmd_worker)
@@ -73,6 +75,10 @@ def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
     return app
 
 
+#: Processes on one host given the same --metrics-port take the next free one of this many.
+METRICS_PORT_TRIES = 16
+
+
 def _serve_metrics(app: zsched.App, port: int | None) -> None:
     if port is None:
         return
@@ -84,7 +90,16 @@ def _serve_metrics(app: zsched.App, port: int | None) -> None:
         app.metrics.registry.register(QueueCollector(app.redis, [app.queue]))
     except (ImportError, TypeError, ValueError):
         pass
-    start_http_server(port, addr="0.0.0.0", registry=app.metrics.registry)
+    for candidate in range(port, port + METRICS_PORT_TRIES) if port else [0]:
+        try:
+            server, _thread = start_http_server(candidate, addr="0.0.0.0",
+                                                registry=app.metrics.registry)  # fmt: skip
+        except OSError:  # taken, e.g. by another worker on this host: try the next port
+            continue
+        # Say where, so a second worker on the same host can be found (and scraped).
+        print(f"zsched: serving /metrics on port {server.server_port}", file=sys.stderr)
+        return
+    raise UsageError(f"--metrics-port: ports {port}..{port + METRICS_PORT_TRIES - 1} are all taken")
 
 
 async def _until_signal(main: Any) -> None:
