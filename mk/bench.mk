@@ -12,6 +12,8 @@ PEERS_ARGS ?=
 
 bench: venv redis
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	@# The full run includes the scaling scenario (1, 2, 3 masters; mk/cluster.mk).
+	@if [ -z "$(BENCH_ARGS)" ]; then $(BIN)/python -m bench.scaling $(SCALING_ARGS); fi
 
 bench-smoke: venv redis
 	$(BIN)/python -m bench --smoke
