@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import redis
+from integration.procs import stop as _stop
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -26,14 +27,7 @@ def zsched_proc(*args: str, url: str, sink: str, partitions: int = 1) -> subproc
 
 
 def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 30) -> str:
-    if p.poll() is None:
-        p.send_signal(sig)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, _ = p.communicate()
-    return out.decode(errors="replace")
+    return _stop(p, sig, timeout)
 
 
 def executed(sink: redis.Redis, queue: str) -> Counter[str]:
