@@ -1,4 +1,4 @@
-"""zsched: a durable scheduler for future work, built on Redis."""
+"""zsched — a durable scheduler for future work, built on Redis."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ write is fenced: a consumer that no longer owns an entry cannot ack, retry or re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -25,25 +24,21 @@ import redis.exceptions
 from . import recovery
 from . import scripts as S
 from .config import WorkerSettings, settings_from
-from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, redact_text
+from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
-from .errors import Fail, PayloadError, Retry, ScriptError
+from .errors import Fail, PayloadError, Retry
 from .keys import GROUP
 from .tasks import RunInfo, Task, ms_to_datetime, set_current
+from .worker_loop import REDIS_ERRORS, REFUSALS, WorkerLoop
 
 if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger(__name__)
-# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
-REDIS_ERRORS = RETRYABLE_ERRORS
 #: Outcomes written per script call. An ack of 100 runs holds Redis ~0.6 ms with a small
 #: queue and ~2 ms with 1M runs in it; 1000 (the scripts' bound) took ~6 ms, over the 5 ms a
 #: script may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
-# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
-# error and retried; a loop that died here would leave a live process that does nothing.
-REFUSALS = (redis.exceptions.ResponseError, ScriptError)
 _DEFAULT_SOCKET_TIMEOUT = getattr(redis.asyncio.connection, "DEFAULT_SOCKET_TIMEOUT", None)
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
 
@@ -82,7 +77,7 @@ def failure_reason(exc: BaseException, attempts: int) -> str:
     return f"failed after {attempts} attempt(s): {last}{where}"[:2000]
 
 
-class Worker:
+class Worker(WorkerLoop):
     """Consumes one queue. `run()` loops until stopped; `tick()` does one non-blocking pass."""
 
     def __init__(
@@ -353,156 +348,6 @@ class Worker:
             self.metrics.fenced.labels(self.app.queue, what).inc(len(lost))
             if what == "ack":
                 self.metrics.duplicates.labels(self.app.queue, "worker").inc(len(lost))
-
-    # -- the loop ----------------------------------------------------------------------------
-
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Consume until `stop` is set (or SIGTERM via the CLI), then shut down cleanly."""
-        stop = stop or asyncio.Event()
-        q = self.app.queue
-        log.info("worker %s started", self.consumer, extra={"queue": q})
-        loops = [
-            asyncio.create_task(self._guard(self._read_loop, stop)),
-            asyncio.create_task(self._guard(self._flush_loop, stop)),
-            asyncio.create_task(self._guard(self._lease_loop, stop)),
-        ]
-        await stop.wait()
-        await self.shutdown(loops)
-        log.info("worker %s stopped", self.consumer, extra={"queue": q})
-
-    async def _guard(self, loop: Any, stop: asyncio.Event) -> None:
-        """Run one loop, retrying with backoff while Redis is unreachable."""
-        backoff = 0.1
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                await loop(stop)
-            except REDIS_ERRORS as exc:
-                # A loop that ran well for a while starts over from a short backoff.
-                backoff = 0.1 if time.monotonic() - started > 10 else backoff
-                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
-                log.warning("worker lost Redis (%s); retrying in %.1fs", type(exc).__name__,
-                            backoff, extra={"queue": self.app.queue})  # fmt: skip
-            except REFUSALS as exc:
-                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
-                if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
-                    self._group_ready = False
-                why = redact_text(str(exc))[:500]
-                log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
-                          backoff, extra={"queue": self.app.queue})  # fmt: skip
-            except Exception:  # noqa: BLE001 - a loop must never die silently in a live process
-                log.exception("worker loop %s failed; restarting it in %.1fs",
-                              getattr(loop, "__name__", loop), backoff,
-                              extra={"queue": self.app.queue})  # fmt: skip
-            else:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff)
-            backoff = min(backoff * 2, 5.0)
-
-    async def _read_loop(self, stop: asyncio.Event) -> None:
-        s = self.settings
-        await self.setup()
-        next_reclaim = 0.0
-        # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
-        # reclaim instead of a full-length read plus a short one to reach the reclaim time.
-        reclaim_every = min(s.visibility_timeout_ms / 2000, 5.0)
-        if self._max_block_ms:
-            reclaim_every = min(reclaim_every, self._max_block_ms / 1000)
-        while not stop.is_set():
-            free = self._free_slots()
-            if free <= 0:
-                self._slot_free.clear()
-                await self._slot_free.wait()
-                continue
-            if time.monotonic() >= next_reclaim:
-                if await self._reclaimable():
-                    for d in await recovery.reclaim_once(self, free):
-                        self._start(d)
-                next_reclaim = time.monotonic() + reclaim_every
-                free = self._free_slots()
-                if free <= 0:
-                    continue
-            block = int(min(s.block_ms, max(1.0, (next_reclaim - time.monotonic()) * 1000)))
-            for d in await self._read(min(free, s.read_batch), block):
-                self._start(d)
-            self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
-            self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
-
-    def _free_slots(self) -> int:
-        """Slots for new runs. A run whose outcome is not written yet still holds its entry:
-        counting it keeps reading from outpacing the writes, else (1M runs draining) the
-        backlog outlived the visibility timeout and this worker reclaimed its own entries."""
-        unwritten = len(self._acks) + len(self._retries) + len(self._deads) + len(self._flushing)
-        return self.settings.concurrency - len(self.running) - unwritten
-
-    async def _reclaimable(self) -> bool:
-        """Whether any pending entry is idle past the visibility timeout: one XPENDING IDLE,
-        so an idle queue costs Redis one command per reclaim period, not a reclaim script
-        (EVALSHA plus its checks and XAUTOCLAIM). A paged reclaim goes on while it has a cursor."""
-        if self.reclaim_cursor not in ("0-0", "0"):
-            return True
-        idle_ms, ready = self.settings.visibility_timeout_ms, self.app.keys.ready
-        rows = await self.redis.xpending_range(ready, GROUP, "-", "+", 1, idle=idle_ms)
-        return bool(rows)
-
-    async def _flush_loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            if not (self._acks or self._retries or self._deads):  # else: left by a failed flush
-                await self._wake_flush.wait()
-            self._wake_flush.clear()
-            await self.flush()
-
-    async def _lease_loop(self, stop: asyncio.Event) -> None:
-        every = self.settings.visibility_timeout_ms / 3000
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), every)
-            if not stop.is_set():
-                await recovery.renew_leases(self)
-
-    async def shutdown(self, loops: list[asyncio.Task[None]]) -> None:
-        """Stop reading, let running handlers finish within the grace, hand back the rest."""
-        self.stopping = True
-        reader, others = loops[0], loops[1:]
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
-        if self._tasks:
-            grace = self.settings.shutdown_grace_ms / 1000
-            await asyncio.wait(list(self._tasks), timeout=grace)
-        for t in others:
-            t.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
-        try:
-            await self.flush()
-            await self._hand_back()
-        except REDIS_ERRORS:
-            log.error("Redis unreachable at shutdown: held runs will be reclaimed by other "
-                      "workers after the visibility timeout", extra={"queue": self.app.queue})  # fmt: skip
-        for t in list(self._tasks):
-            t.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _hand_back(self) -> None:
-        """Release every entry still pending for this consumer (unfinished or never started)."""
-        k = self.app.keys
-        mine = await recovery.own_pending(self)
-        gone = [eid for eid, run_id in mine if not run_id]
-        pairs = [(eid, run_id) for eid, run_id in mine if run_id]
-        if gone:
-            await self.redis.xack(k.ready, GROUP, *gone)
-        released = 0
-        for i in range(0, len(pairs), S.MAX_BATCH):
-            codes = await self.scripts.run(
-                S.release(
-                    k, self.consumer, pairs[i : i + S.MAX_BATCH], now_ms=self.app.clock.now_ms()
-                )
-            )
-            released += sum(codes)
-        if released:
-            log.info("handed back %d runs", released, extra={"queue": self.app.queue})
-        if not await recovery.own_pending(self):
-            await self.redis.xgroup_delconsumer(k.ready, GROUP, self.consumer)
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -10,6 +10,9 @@ from typing import Any
 
 import zsched
 
+#: The command's name, as argparse prints it in usage and errors.
+PROG = "zsched"
+
 
 class UsageError(Exception):
     """A bad argument value found after parsing; exits 2 like argparse does."""
@@ -54,5 +57,5 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def fail(msg: str, code: int = 1) -> int:
-    print(f"zsched: error: {msg}", file=sys.stderr)
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
     return code

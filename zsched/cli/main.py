@@ -12,14 +12,14 @@ import redis.exceptions
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
 from . import dead, enqueue, processes, runs, status
-from .common import UsageError, fail
+from .common import PROG, UsageError, fail
 
 MODULES = [processes, enqueue, status, runs, dead]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="zsched", description="zsched: a durable scheduler for future work, built on Redis."
+        prog=PROG, description="zsched — a durable scheduler for future work, built on Redis."
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)

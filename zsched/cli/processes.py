@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import zsched
 
 from ..connection import RETRYABLE_ERRORS, redact_text
-from .common import UsageError, add_connection, make_app, partitions_arg
+from .common import PROG, UsageError, add_connection, make_app, partitions_arg
 
 T = TypeVar("T")
 log = logging.getLogger("zsched.cli")
@@ -97,7 +97,7 @@ def _serve_metrics(app: zsched.App, port: int | None) -> None:
         except OSError:  # taken, e.g. by another worker on this host: try the next port
             continue
         # Say where, so a second worker on the same host can be found (and scraped).
-        print(f"zsched: serving /metrics on port {server.server_port}", file=sys.stderr)
+        print(f"{PROG}: serving /metrics on port {server.server_port}", file=sys.stderr)
         return
     raise UsageError(f"--metrics-port: ports {port}..{port + METRICS_PORT_TRIES - 1} are all taken")
 
