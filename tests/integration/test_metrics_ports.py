@@ -18,15 +18,17 @@ def test_two_workers_with_one_metrics_port_both_serve(redis_url, queue) -> None:
         wait_for(lambda: _serves(port), 30, "the first worker's /metrics")
         b = zsched_proc(*args, url=redis_url)
         try:
-            wait_for(lambda: _serves(port + 1), 30, "the second worker's /metrics on the next port")
-            wait_for(lambda: "zsched_process_heartbeat_timestamp_seconds" in _get(port + 1), 30,
+            # The next free port: port + 1 unless something else on the host holds it.
+            second = wait_for(lambda: next((p for p in range(port + 1, port + 16) if _serves(p)),
+                                           None), 30, "the second worker's /metrics")  # fmt: skip
+            wait_for(lambda: "zsched_process_heartbeat_timestamp_seconds" in _get(second), 30,
                      "the second worker's heartbeat")  # fmt: skip
         finally:
             out_b = stop(b, signal.SIGTERM)
     finally:
         out_a = stop(a, signal.SIGTERM)
     assert re.search(rf"serving /metrics on port {port}\b", out_a)
-    assert re.search(rf"serving /metrics on port {port + 1}\b", out_b)
+    assert re.search(rf"serving /metrics on port {second}\b", out_b)
 
 
 def _get(port: int) -> str:
