@@ -56,23 +56,25 @@ class RedisServer:
         self.wait_ready()
         return self
 
+    def client_kwargs(self) -> dict[str, object]:
+        """How to connect for the readiness check (subclasses add a password or TLS)."""
+        return {}
+
     def wait_ready(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        try:
-            while True:
-                try:
-                    if client.ping():
+        while True:
+            try:
+                with redis.Redis(port=self.port, socket_connect_timeout=0.2,
+                                 **self.client_kwargs()) as c:  # type: ignore[arg-type]  # fmt: skip
+                    if c.ping():
                         return
-                except (redis.ConnectionError, redis.exceptions.BusyLoadingError):
-                    pass
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server exited early, see {self.dir}/redis.log")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start")
-                time.sleep(0.02)
-        finally:
-            client.close()
+            except (redis.ConnectionError, redis.exceptions.BusyLoadingError):
+                pass
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited early, see {self.dir}/redis.log")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.02)
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:

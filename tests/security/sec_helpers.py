@@ -35,21 +35,8 @@ class AuthServer(RedisServer):
     def admin(self) -> redis.Redis:
         return redis.Redis(port=self.port, password=self.admin_password)
 
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with redis.Redis(port=self.port, password=self.admin_password,
-                                 socket_connect_timeout=0.2) as c:  # fmt: skip
-                    if c.ping():
-                        return
-            except (redis.ConnectionError, redis.exceptions.BusyLoadingError):
-                pass
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited early, see {self.dir}/redis.log")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on port {self.port} did not start")
-            time.sleep(0.02)
+    def client_kwargs(self) -> dict[str, object]:
+        return {"password": self.admin_password}
 
 
 def env_for(url: str, sink_url: str) -> dict[str, str]:
