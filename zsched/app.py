@@ -19,7 +19,7 @@ from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
 from .envelope import Envelope, Payload, check_payload
-from .errors import ZschedError
+from .errors import PayloadError, ZschedError
 from .keys import QueueKeys
 from .metrics import Metrics
 from .schedule_api import ScheduleMethods
@@ -205,7 +205,6 @@ class App(ScheduleMethods):
             raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
         if run_id is not None and len(_utf8(run_id)) > 512:
             raise ValueError(f"run_id is {len(run_id.encode())} bytes, over the limit of 512")
-        check_payload(payload, self.settings.max_payload_bytes)
         now = self._local_ms()
         at: int | str
         if run_at is not None:
@@ -215,7 +214,15 @@ class App(ScheduleMethods):
             due = now + d
             at = f"+{d}" if self.clock.now_ms() is None else due
         rid = run_id or _run_ids.next()
-        env = Envelope(rid, task_name, payload, due, due, now).encode()
+        try:
+            env = Envelope(rid, task_name, payload, due, due, now).encode()
+        except PayloadError:
+            check_payload(payload, self.settings.max_payload_bytes)  # raises, naming the type
+            raise
+        # The payload is packed once, inside the envelope; only a large envelope needs the
+        # payload measured alone against the limit.
+        if len(env) > self.settings.max_payload_bytes:
+            check_payload(payload, self.settings.max_payload_bytes)
         return rid, at, task_name, env
 
     def enqueue(

@@ -92,7 +92,7 @@ def pause(app: App, schedule_id: str) -> bool:
 
 def resume(app: App, schedule_id: str) -> bool:
     """Fire again from now on; the slots missed while paused get the outcome skipped/paused."""
-    spec, state, _, _, _ = load(app, schedule_id)
+    spec, state, _, raw_state, _ = load(app, schedule_id)
     if not spec.paused:
         return False
     now = server_now_ms(app)
@@ -103,10 +103,10 @@ def resume(app: App, schedule_id: str) -> bool:
     slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
              if live.end_ms is None or s <= live.end_ms]  # fmt: skip
     records = [(s, "skipped", "paused", slot_run_id(schedule_id, s)) for s in slots]
-    _, raw_state, _ = _read(app, schedule_id)
-    new_state = replace(decode_state(raw_state), paused_at_ms=None, updated_ms=now)
+    # The schedule call kept the stored state, so what `load` read is still the CAS token.
+    new_state = replace(state, paused_at_ms=None, updated_ms=now)
     args = S.FireArgs(
-        schedule_id, raw_live, None, raw_state or b"", live.first_slot_after(now),
+        schedule_id, raw_live, None, raw_state, live.first_slot_after(now),
         new_state.encode(), None, str(live.overlap), live.lease_ms, [], records,
     )  # fmt: skip
     r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
