@@ -14,18 +14,33 @@
 -- Invariant: a run id is live in `runs` at most once; a run enters `delayed` and `runs` together.
 -- Bound: 1000 runs per call.
 local delayed, runs, done, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- Check types before any write: a script is atomic but not transactional.
-for key, want in pairs({[delayed] = 'zset', [runs] = 'hash', [done] = 'zset', [stats] = 'hash'}) do
+-- Check types before any write: a script is atomic but not transactional. `stats` is checked
+-- here; `delayed`, `runs` and `done` by the reads below (pcall), which all come before a write.
+-- (Each redis.call is a fixed cost: one enqueue() runs 7 of them, not 11.)
+local function wrong_type(key, want)
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched enqueue: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
+local function read(want, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply['err'] then
+    return nil, wrong_type(select(2, ...), want) or redis.error_reply(reply['err'])
+  end
+  return reply
+end
+local err = wrong_type(stats, 'hash')
+if err then return err end
 local now_ms = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local max_bytes = tonumber(ARGV[3])
 local nargs = #ARGV - 3
-if not now_ms then
-  local t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Server time is read only when needed (a relative run_at, a recently done run id).
+local function now()
+  if not now_ms then
+    local t = redis.call('TIME')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now_ms
 end
 if not window_ms or not max_bytes then
   return redis.error_reply('ERR zsched enqueue: dedupe_window_ms and max_envelope_bytes must be numbers')
@@ -100,22 +115,27 @@ end
 local n = nargs / 4
 local ids = {}
 for i = 1, n do ids[i] = ARGV[4 * i] end
-local live = redis.call('HMGET', runs, unpack(ids))
-local done_at = redis.call('ZMSCORE', done, unpack(ids))
+local live, done_at, head
+live, err = read('hash', 'HMGET', runs, unpack(ids))
+if err then return err end
+done_at, err = read('zset', 'ZMSCORE', done, unpack(ids))
+if err then return err end
+-- The head before the write: a new run at or before it is the new head (wake dispatchers).
+head, err = read('zset', 'ZRANGE', delayed, 0, 0, 'WITHSCORES')
+if err then return err end
 local codes, seen, envs, scores = {}, {}, {}, {}
 local added, dups = 0, 0
 local earliest = nil
-local horizon = now_ms - window_ms
 for i = 1, n do
   local run_id, run_at = ids[i], ARGV[4 * i + 1]
   local code
   if live[i] or seen[run_id] then
     code = 0
-  elseif done_at[i] and tonumber(done_at[i]) > horizon then
+  elseif done_at[i] and tonumber(done_at[i]) > now() - window_ms then
     code = 2
   else
     local at
-    if string.sub(run_at, 1, 1) == '+' then at = now_ms + tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end
+    if string.sub(run_at, 1, 1) == '+' then at = now() + tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end
     seen[run_id] = true
     envs[#envs + 1] = run_id
     envs[#envs + 1] = ARGV[4 * i + 3]
@@ -133,10 +153,7 @@ if added > 0 then
   redis.call('HINCRBY', stats, 'enqueued', added)
 end
 if dups > 0 then redis.call('HINCRBY', stats, 'duplicate', dups) end
-if earliest then
-  local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-  if head[2] and tonumber(head[2]) >= earliest then
-    redis.call('PUBLISH', wake, earliest)
-  end
+if earliest and (not head[2] or tonumber(head[2]) >= earliest) then
+  redis.call('PUBLISH', wake, earliest)
 end
 return codes

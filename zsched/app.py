@@ -134,6 +134,7 @@ class App(ScheduleMethods):
         #: Rules declared in code (`declare`), synced when a dispatcher starts.
         self.declared: dict[str, dict[str, Any]] = {}
         self._scripts: S.Scripts | None = None
+        self._enqueued_child: tuple[Metrics, Any] | None = None
         self.partitions = (
             _partitions.stored_count(self.redis, queue)
             if partitions == "auto"
@@ -236,7 +237,11 @@ class App(ScheduleMethods):
     ) -> EnqueuedId:
         """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
         group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        (code,) = self._enqueue_groups([group])
+        if self.partitions == 1 and not self.durable and self._layout_checked[0]:
+            # The common case in one call: no routing, no pipeline (see _enqueue_groups).
+            (code,) = self.scripts.run(self._enqueue_call([group]))
+        else:
+            (code,) = self._enqueue_groups([group])
         self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
         return EnqueuedId(group[0], code != S.ENQUEUED)
 
@@ -292,7 +297,14 @@ class App(ScheduleMethods):
 
     def _count(self, added: int, duplicates: int) -> None:
         if added:
-            self.metrics.enqueued.labels(self.queue).inc(added)
+            # The labelled child is cached: labels() cost ~8 us, a tenth of one enqueue().
+            cached = self._enqueued_child
+            if cached is None or cached[0] is not self.metrics:
+                cached = self._enqueued_child = (
+                    self.metrics,
+                    self.metrics.enqueued.labels(self.queue),
+                )
+            cached[1].inc(added)
         if duplicates:
             self.metrics.duplicates.labels(self.queue, "enqueue").inc(duplicates)
 
@@ -391,4 +403,6 @@ class App(ScheduleMethods):
         return Worker(self, **settings)
 
     def close(self) -> None:
+        if self._scripts is not None:
+            self._scripts.close()
         self.redis.close()

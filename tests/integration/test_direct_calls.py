@@ -1,0 +1,108 @@
+"""The direct EVALSHA path of sync script calls (scripts._DirectConnections) on a real server.
+
+It skips redis-py's per-command machinery, so it has to get right by itself what that
+machinery does: load a flushed script, replace a connection the server closed, keep a
+connection usable after a script error, close its connections, and never run a call twice.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+
+import zsched
+from zsched import scripts as S
+from zsched.metrics import Metrics
+
+
+@pytest.fixture
+def app(redis_server, queue):
+    a = zsched.App(redis_server.url, queue=queue, metrics=Metrics())
+    yield a
+    a.close()
+
+
+def _direct_ids(app: zsched.App) -> set[int]:
+    """Client ids (CLIENT ID) of the direct path's idle connections."""
+    out = set()
+    for conn in app.scripts._direct._idle:  # type: ignore[union-attr]
+        conn.send_command("CLIENT", "ID")
+        out.add(int(conn.read_response()))
+    return out
+
+
+def test_a_plain_client_enqueues_on_one_direct_connection(app) -> None:
+    for i in range(5):
+        assert not app.enqueue("t", run_id=f"r{i}", delay=60).duplicate
+    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
+    assert app.redis.zcard(app.keys.delayed) == 5
+
+
+def test_a_flushed_script_is_loaded_again(app, redis_server) -> None:
+    app.enqueue("t", run_id="a", delay=60)
+    r = redis.Redis.from_url(redis_server.url)
+    r.script_flush()
+    assert not app.enqueue("t", run_id="b", delay=60).duplicate
+    assert r.script_exists(app.scripts._scripts["enqueue"].sha) == [True]
+    assert app.redis.zcard(app.keys.delayed) == 2
+    r.close()
+
+
+def test_a_connection_the_server_closed_is_replaced_before_the_send(app, redis_server) -> None:
+    app.enqueue("t", run_id="a", delay=60)
+    (old,) = _direct_ids(app)
+    r = redis.Redis.from_url(redis_server.url)
+    assert r.client_kill_filter(_id=old) == 1
+    # The closed connection is noticed before anything is sent on it: no error, no retry that
+    # could report our own run as a duplicate.
+    assert not app.enqueue("t", run_id="b", delay=60).duplicate
+    assert _direct_ids(app) != {old}
+    assert r.hget(app.keys.stats, "duplicate") is None
+    r.close()
+
+
+def test_a_script_error_leaves_the_connection_usable(app) -> None:
+    app.redis.set(app.keys.done, "not a zset")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue"):
+        app.enqueue("t", run_id="a", delay=60)
+    app.redis.delete(app.keys.done)
+    assert not app.enqueue("t", run_id="a", delay=60).duplicate
+    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
+
+
+def test_close_closes_the_direct_connections(app, redis_server) -> None:
+    app.enqueue("t", run_id="a", delay=60)
+    (cid,) = _direct_ids(app)
+    app.close()
+    r = redis.Redis.from_url(redis_server.url)
+    assert cid not in {int(c["id"]) for c in r.client_list()}
+    r.close()
+
+
+def test_a_forked_child_opens_its_own_connection(app) -> None:
+    app.enqueue("t", run_id="parent", delay=60)
+    (parent_conn,) = _direct_ids(app)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: enqueue, report the connection it used, exit at once
+        try:
+            ok = app.enqueue("t", run_id="child", delay=60).duplicate is False
+            (child_conn,) = _direct_ids(app)
+            os.write(write, f"{int(ok)} {child_conn}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    ok, child_conn = os.read(read, 100).decode().split()
+    os.waitpid(pid, 0)
+    assert ok == "1" and int(child_conn) != parent_conn
+    assert _direct_ids(app) == {parent_conn}  # the parent's connection is untouched
+    assert not app.enqueue("t", run_id="again", delay=60).duplicate
+
+
+def test_cluster_and_single_connection_clients_keep_redis_pys_path(redis_server) -> None:
+    single = redis.Redis.from_url(redis_server.url, single_connection_client=True)
+    assert S.Scripts(single)._direct is None
+    assert S.Scripts(redis.Redis.from_url(redis_server.url))._direct is not None
+    single.close()
