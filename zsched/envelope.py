@@ -55,16 +55,21 @@ class Envelope:
         return pack_fields(self.as_fields())
 
     def as_fields(self) -> dict[str, Any]:
+        # Fields at their default are left out (docs/protocol.md): every delayed run is stored
+        # in Redis, and 32 bytes fewer put a ~110-byte payload's envelope in a smaller
+        # allocator class (256 -> 224 bytes). The Node and shell clients write the same.
         d: dict[str, Any] = {
             "v": VERSION,
             "run_id": self.run_id,
             "task": self.task,
             "payload": self.payload,
             "run_at_ms": self.run_at_ms,
-            "scheduled_ms": self.scheduled_ms,
-            "enqueued_at_ms": self.enqueued_at_ms,
-            "attempt": self.attempt,
         }
+        if self.scheduled_ms != self.run_at_ms:
+            d["scheduled_ms"] = self.scheduled_ms
+        d["enqueued_at_ms"] = self.enqueued_at_ms
+        if self.attempt != 1:
+            d["attempt"] = self.attempt
         if self.schedule_id is not None:
             d["schedule_id"] = self.schedule_id
         if self.max_attempts is not None:

@@ -72,7 +72,9 @@ else
   # not move the run; the envelope's run_at_ms is this machine's estimate (informational).
   at_arg="+${delay:-0}" due=$((now_ms + ${delay:-0}))
 fi
-envelope="{\"v\":1,\"run_id\":$(json_string "$run_id"),\"task\":$(json_string "$task"),\"payload\":$payload,\"run_at_ms\":$due,\"scheduled_ms\":$due,\"enqueued_at_ms\":$now_ms,\"attempt\":1"
+# Fields at their default (scheduled_ms = run_at_ms, attempt = 1) are left out, as the other
+# clients do (docs/protocol.md, "Encoding rules").
+envelope="{\"v\":1,\"run_id\":$(json_string "$run_id"),\"task\":$(json_string "$task"),\"payload\":$payload,\"run_at_ms\":$due,\"enqueued_at_ms\":$now_ms"
 [[ -z "$max_attempts" ]] || envelope+=",\"max_attempts\":$max_attempts"
 envelope+="}"
 

@@ -22,9 +22,21 @@ def test_envelope_round_trips_through_msgpack() -> None:
 
 
 def test_envelope_field_names_are_words_with_a_version() -> None:
-    d = msgpack.unpackb(env().encode())
+    d = msgpack.unpackb(env(scheduled_ms=4, attempt=2).encode())
     assert d["v"] == VERSION
     assert {"run_id", "task", "payload", "run_at_ms", "scheduled_ms", "attempt"} <= set(d)
+
+
+def test_fields_at_their_default_are_left_out_and_read_back() -> None:
+    first = env()  # attempt 1, scheduled_ms == run_at_ms
+    d = msgpack.unpackb(first.encode())
+    assert list(d) == ["v", "run_id", "task", "payload", "run_at_ms", "enqueued_at_ms"]
+    assert decode(first.encode()) == first
+    retry = first.next_attempt(run_at_ms=9)
+    d = msgpack.unpackb(retry.encode())
+    assert (d["attempt"], d["scheduled_ms"], d["run_at_ms"]) == (2, 5, 9)
+    assert decode(retry.encode()) == retry
+    assert len(first.encode()) == len(retry.encode()) - len(b"\xaascheduled_ms\x05\xa7attempt\x02")
 
 
 def test_json_envelope_is_accepted() -> None:

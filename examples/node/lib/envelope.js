@@ -27,9 +27,16 @@ export function build({ runId, task, payload = null, runAtMs, enqueuedAtMs, maxA
   return env;
 }
 
-/** msgpack bytes of an envelope object. Whole JS numbers are written as msgpack integers. */
+/**
+ * msgpack bytes of an envelope object. Whole JS numbers are written as msgpack integers.
+ * Fields at their default (scheduled_ms = run_at_ms, attempt = 1) are left out, as the Python
+ * client does: every delayed run is stored in Redis, and the bytes count.
+ */
 export function encode(env) {
-  return Buffer.from(msgpackEncode(env, { ignoreUndefined: true }));
+  const out = { ...env };
+  if (out.scheduled_ms === out.run_at_ms) delete out.scheduled_ms;
+  if (out.attempt === 1) delete out.attempt;
+  return Buffer.from(msgpackEncode(out, { ignoreUndefined: true }));
 }
 
 function requireField(d, name, kind) {
