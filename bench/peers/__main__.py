@@ -20,21 +20,25 @@ from ..machine import describe
 
 
 def contenders() -> dict[str, Callable[[], Contender]]:
-    from .arq_peer import Arq
-    from .bare import Bare
-    from .bullmq_peer import BullMQ
-    from .celery_peer import CeleryPeer
-    from .rq_peer import RQ
-    from .saq_peer import Saq
+    """Name -> maker. A peer's library is imported only when that peer runs, so zsched and the
+    bare minimum run from zsched's own venv (`--only zsched bare`) without the peers' env."""
+
+    def lazy(module: str, cls: str) -> Callable[[], Contender]:
+        def make() -> Contender:
+            from importlib import import_module
+
+            return getattr(import_module(module, __package__), cls)()  # type: ignore[no-any-return]
+
+        return make
 
     return {
         "zsched": Zsched,
-        "bare": Bare,
-        "bullmq": BullMQ,
-        "celery": CeleryPeer,
-        "saq": Saq,
-        "arq": Arq,
-        "rq": RQ,
+        "bare": lazy(".bare", "Bare"),
+        "bullmq": lazy(".bullmq_peer", "BullMQ"),
+        "celery": lazy(".celery_peer", "CeleryPeer"),
+        "saq": lazy(".saq_peer", "Saq"),
+        "arq": lazy(".arq_peer", "Arq"),
+        "rq": lazy(".rq_peer", "RQ"),
     }
 
 
