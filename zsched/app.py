@@ -32,26 +32,65 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ENQUEUE_BATCH = 100
 
 
+#: URL-safe characters in ASCII order, so that a number written with them sorts as it counts.
+ORDERED_ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+_TO_ORDERED = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", ORDERED_ALPHABET
+)
+
+
+def _ordered(n: int, nbytes: int) -> str:
+    """`n` big-endian in `nbytes` bytes, in base 64 with ORDERED_ALPHABET (4 chars per 3 bytes)."""
+    return base64.urlsafe_b64encode(n.to_bytes(nbytes, "big")).decode().translate(_TO_ORDERED)
+
+
+def new_run_id(ms: int, n: int) -> str:
+    """The run id of epoch ms `ms` and 72-bit number `n`: 8 + 12 characters that sort as
+    (ms, n) does."""
+    return _ordered(ms, 6) + _ordered(n, 9)
+
+
 class _RunIds:
-    """Random run ids in secrets.token_urlsafe(12)'s format (16 URL-safe characters, 96 bits
-    from os.urandom), drawn 256 at a time: one urandom call per id cost ~2.5 us of the ~12 us
-    a run takes in enqueue_many. The buffer is emptied in a forked child so that parent and
-    child never hand out the same ids."""
+    """Run ids that sort by creation time, like a monotonic ULID in 20 URL-safe characters:
+    8 of the epoch ms (48 bits), 12 of a 72-bit number that starts at random (os.urandom)
+    each millisecond and counts up within it. Ids of one process always increase (a clock
+    that steps back keeps the last millisecond); two processes collide only if they start
+    within a few ids of each other in the same millisecond (~2^-70). 20 characters fit the
+    same Redis string class (a 24-byte sds) as the former 16 random ones.
+
+    Why ordered: runs due at the same instant sit in `delayed` ordered by id, so they are
+    dispatched in the order they were enqueued, and each new one goes to the end of that run
+    instead of a random place in the skiplist; with 1M runs due at once that made enqueue
+    faster and dispatch cost ~38 % less Redis time (BENCHMARKS.md). A forked child starts a
+    fresh number, so parent and child never hand out the same ids."""
 
     def __init__(self) -> None:
         self._reset()
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
-        self._buf: list[str] = []
         self._lock = threading.Lock()
+        self._ms = -1
+        self._high = 0  # the number without its last 6 bits
+        self._low = 0  # its last 6 bits: the id's last character
+        self._head = ""  # the id's first 19 characters
+
+    def _start(self, n: int) -> None:
+        self._high, self._low = n & ~63, n & 63
+        self._head = new_run_id(self._ms, self._high)[:19]
 
     def next(self) -> str:
+        ms = int(time.time() * 1000)
         with self._lock:
-            if not self._buf:
-                raw = base64.urlsafe_b64encode(os.urandom(12 * 256)).decode()
-                self._buf = [raw[i : i + 16] for i in range(0, len(raw), 16)]
-            return self._buf.pop()
+            if ms > self._ms:
+                # A random start in the lower half leaves 2^71 ids of room in the millisecond.
+                self._ms = ms
+                self._start(int.from_bytes(os.urandom(9), "big") >> 1)
+            elif self._low < 63:  # the common case within a millisecond: one more character
+                self._low += 1
+            else:
+                self._start(self._high + 64)
+            return self._head + ORDERED_ALPHABET[self._low]
 
 
 _run_ids = _RunIds()

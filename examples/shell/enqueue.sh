@@ -21,7 +21,10 @@ max_envelope_bytes=$((512 * 1024 + 4096))  # payload limit + room for the envelo
 
 die() { echo "enqueue.sh: $*" >&2; exit 2; }
 
+usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
 while (($#)); do
+  case "$1" in -h|--help) usage; exit 0 ;; esac
   [[ $# -ge 2 ]] || die "$1 needs a value"
   case "$1" in
     --redis) url="$2" ;;
@@ -61,10 +64,17 @@ json_string() {
   printf '"%s"' "$s"
 }
 
-if [[ -z "$run_id" ]]; then
-  run_id="$(head -c 12 /dev/urandom | base64 | tr '+/' '-_')"
-fi
 now_ms="$(date +%s%3N)"
+if [[ -z "$run_id" ]]; then
+  # As the other clients: 8 characters of the epoch ms in base 64 with URL-safe characters in
+  # ASCII order (so ids sort by time), then 12 random URL-safe characters (72 bits).
+  ordered="-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+  run_id=""
+  for shift in 42 36 30 24 18 12 6 0; do
+    run_id+="${ordered:$(( (now_ms >> shift) & 63 )):1}"
+  done
+  run_id+="$(head -c 9 /dev/urandom | base64 | tr '+/' '-_')"
+fi
 if [[ -n "$run_at" ]]; then
   at_arg="$run_at" due="$run_at"
 else

@@ -10,11 +10,13 @@ import fcntl
 import hashlib
 import json
 import queue as queue_mod
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +27,7 @@ import pytest
 from redis_server import RedisServer
 
 import zsched
+from zsched.app import ORDERED_ALPHABET
 from zsched import scripts as S
 from zsched.envelope import Envelope, decode
 from zsched.keys import QueueKeys
@@ -441,3 +444,39 @@ def test_python_reads_a_node_envelope_as_the_same_envelope(real, queue, node_dir
     assert env == Envelope("n", "echo", PAYLOAD, 1_800_000_000_000, 1_800_000_000_000,
                            env.enqueued_at_ms, 1, None, 4)  # fmt: skip
     assert env.enqueued_at_ms > 0
+
+
+# -- fresh run ids ----------------------------------------------------------------------------
+
+
+def _id_time_ms(run_id: str) -> int:
+    """The epoch ms written in the first 8 characters of a fresh run id."""
+    n = 0
+    for c in run_id[:8]:
+        n = n * 64 + ORDERED_ALPHABET.index(c)
+    return n
+
+
+def test_every_client_makes_fresh_ids_that_sort_by_time(real, queue, node_dir) -> None:
+    app = real.app(queue)
+    ids: dict[str, list[str]] = {}
+    for client in CLIENTS:
+        before = int(time.time() * 1000)
+        made = []
+        for _ in range(2):
+            if client == "python":
+                made.append(str(app.enqueue("echo", None, delay=60)))
+            elif client == "node":
+                made.append(node_enqueue(node_dir, real.url, queue, "--task", "echo")["run_id"])
+            else:
+                made.append(shell_enqueue(real.url, queue, "--task", "echo")["run_id"])
+            time.sleep(0.002)  # the next id is in a later millisecond
+        after = int(time.time() * 1000)
+        assert all(re.fullmatch(r"[-0-9A-Za-z_]{20}", rid) for rid in made), made
+        assert all(before <= _id_time_ms(rid) <= after for rid in made), (made, before, after)
+        assert made == sorted(made)
+        ids[client] = made
+    # One ordering across clients: each client's ids come after the previous client's.
+    everything = ids["python"] + ids["node"] + ids["shell"]
+    assert everything == sorted(everything)
+    assert real.sync.zcard(app.keys.delayed) == 6

@@ -23,9 +23,31 @@ export const CANCELLED = 1;
 export const NOT_FOUND = 0;
 export const NOT_CANCELLABLE = 2;
 
-function newRunId() {
-  // Same shape as Python's secrets.token_urlsafe(12): 16 url-safe characters.
-  return randomBytes(12).toString('base64url');
+// Run ids as the Python client makes them (docs/protocol.md, "enqueue.lua"): 8 characters of
+// the epoch ms, then 12 of a 72-bit number that starts at random each millisecond and counts
+// up within it, both in base 64 with URL-safe characters in ASCII order, so ids sort by time.
+const ORDERED = '-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz';
+const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+let lastMs = -1;
+let counter = 0n;
+
+function ordered(buf) {
+  let out = '';
+  for (const c of buf.toString('base64url')) out += ORDERED[BASE64URL.indexOf(c)];
+  return out;
+}
+
+export function newRunId() {
+  const ms = Date.now();
+  if (ms > lastMs) {
+    lastMs = ms;
+    counter = BigInt(`0x${randomBytes(9).toString('hex')}`) >> 1n; // 2^71 ids of room
+  } else {
+    counter += 1n; // same millisecond (or a clock that stepped back): count up
+  }
+  const time = Buffer.alloc(6);
+  time.writeUIntBE(lastMs, 0, 6);
+  return ordered(time) + ordered(Buffer.from(counter.toString(16).padStart(18, '0'), 'hex'));
 }
 
 /**
