@@ -27,8 +27,8 @@ import pytest
 from redis_server import RedisServer
 
 import zsched
-from zsched.app import ORDERED_ALPHABET
 from zsched import scripts as S
+from zsched.app import ORDERED_ALPHABET
 from zsched.envelope import Envelope, decode
 from zsched.keys import QueueKeys
 
