@@ -16,6 +16,18 @@ import threading
 import time
 from typing import Any
 
+# print() writes the text and the newline separately: lines written from the reporting
+# thread and the main thread ("ready") could interleave into "P 0 0 0ready". One lock, one
+# write per line.
+_OUT = threading.Lock()
+
+
+def say(line: str) -> None:
+    """Write one whole line to stdout, safely beside the reporting thread."""
+    with _OUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
 
 class Reporter:
     def __init__(self, out: str | None) -> None:
@@ -39,7 +51,7 @@ class Reporter:
             self.lags.append(t * 1000 - payload["at"])
 
     def ready(self) -> None:
-        print("ready", flush=True)
+        say("ready")
 
     def _loop(self) -> None:
         while True:
@@ -49,7 +61,7 @@ class Reporter:
     def report(self) -> None:
         if self.count != self._printed:
             self._printed = self.count
-            print(f"P {self.count} {self.first:.6f} {self.last:.6f}", flush=True)
+            say(f"P {self.count} {self.first:.6f} {self.last:.6f}")
 
     def dump(self) -> None:
         if self._done:

@@ -15,7 +15,7 @@ import signal
 import zsched
 from zsched.metrics import Metrics
 
-from .reporter import Reporter
+from .reporter import Reporter, say
 
 
 async def main() -> None:
@@ -50,7 +50,7 @@ async def main() -> None:
     proc = app.worker(**settings) if a.role == "worker" else app.dispatcher(**settings)
     if a.role == "worker":
         await proc.setup()
-    print("ready", flush=True)
+    say("ready")
     await proc.run(stop)
     await proc.close()
     if rep is not None:

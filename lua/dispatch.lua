@@ -5,9 +5,11 @@
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
 -- ARGV[3] max_backlog  hold back while XLEN ready >= this; 0 = no limit
--- Returns {moved, next_due_ms, now_ms, held, run_at_ms...}: next_due_ms is the earliest
---   run_at left in `delayed` (-1 when empty); held is 1 when the backlog limit stopped the
---   move; then the run_at_ms of each moved run, for lag metrics.
+-- Returns {moved, next_due_ms, now_ms, held, busy_us, run_at_ms...}: next_due_ms is the
+--   earliest run_at left in `delayed` (-1 when empty); held is 1 when the backlog limit
+--   stopped the move; busy_us is how long this call ran in Redis when it moved runs (server
+--   TIME at its start and end; 0 on the idle pass), so the caller can size its calls on
+--   Redis's own time; then the run_at_ms of each moved run, for lag metrics.
 -- Invariant: a run leaves `delayed` only in the call that adds it to `ready`; a run id in
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
 -- Bound: `limit` runs per call (one XADD each, a fixed number of other commands).
@@ -23,15 +25,18 @@ if err then return err end
 local now_ms = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local max_backlog = tonumber(ARGV[3])
+local function micros(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+local started_us = nil
 if not now_ms then
   local t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  started_us = micros(t)
+  now_ms = math.floor(started_us / 1000)
 end
 if not limit or limit < 1 or limit > 1000 or not max_backlog then
   return redis.error_reply('ERR zsched dispatch: limit must be 1..1000 and max_backlog a number')
 end
 
-local out = {0, -1, now_ms, 0}
+local out = {0, -1, now_ms, 0, 0}
 -- Nothing due (the idle case): answer from the head alone, before the backlog check, so an
 -- idle dispatcher costs Redis four commands per pass (EVALSHA, TYPE, TIME, ZRANGE).
 local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
@@ -43,6 +48,7 @@ for key, want in pairs({[runs] = 'hash', [ready] = 'stream', [entries] = 'hash',
   err = wrong_type(key, want)
   if err then return err end
 end
+if not started_us then started_us = micros(redis.call('TIME')) end
 
 if max_backlog > 0 then
   local room = max_backlog - redis.call('XLEN', ready)
@@ -79,10 +85,11 @@ if limit > 0 then
     redis.call('ZREMRANGEBYRANK', delayed, 0, n - 1)
     if #recorded > 0 then redis.call('HSET', entries, unpack(recorded)) end
     if orphans > 0 then redis.call('HINCRBY', stats, 'orphan', orphans) end
-    out[1] = #out - 4
+    out[1] = #out - 5
     if out[1] > 0 then redis.call('HINCRBY', stats, 'dispatched', out[1]) end
   end
 end
 head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if head[2] then out[2] = tonumber(head[2]) end
+out[5] = math.max(0, micros(redis.call('TIME')) - started_us)
 return out

@@ -8,6 +8,10 @@ Queue gauges (backlog, pending, ...) are read from Redis at scrape time by a col
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Sequence
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 #: Lag buckets from 1 ms to 1 h.
@@ -19,6 +23,34 @@ DURATION_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 )  # fmt: skip
+
+
+def observe_many(child: Any, amounts: Sequence[float]) -> None:
+    """Observe `amounts` on a labelled Histogram child: one increment per bucket touched.
+
+    prometheus_client has no batch observe, and observe() costs ~3-8 us (a linear bucket
+    search, a lock per increment): at 500 runs per dispatch call that was most of the
+    dispatcher's own time. This reads the child's bounds and values (prometheus_client's
+    layout, checked by tests/unit/test_metrics_batch.py) and falls back to observe() on
+    any other layout. Observing a batch this way gives the very samples one observe() per
+    amount would.
+    """
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if not amounts:
+        return
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for a in amounts:
+            child.observe(a)
+        return
+    counts = [0] * len(bounds)
+    for a in amounts:
+        counts[bisect_left(bounds, a)] += 1  # the first bound >= a: observe()'s bucket
+    total.inc(sum(amounts))
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 class Metrics:

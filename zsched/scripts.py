@@ -112,11 +112,13 @@ class DispatchResult:
     now_ms: int
     held: bool
     run_at_ms: list[int]
+    #: How long the call ran in Redis (us); 0 on the idle pass.
+    busy_us: int = 0
 
 
 def _decode_dispatch(reply: Any) -> DispatchResult:
     r = _int_list(reply)
-    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[4:])
+    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[5:], r[4])
 
 
 def dispatch(

@@ -1,0 +1,110 @@
+"""The dispatcher's batching: calls sized on Redis's own time, two calls in flight.
+
+On redis-server and fakeredis. What could go wrong: a run moved twice or not at all when two
+calls overlap, the tick cap exceeded, the head reported from a stale reply, or calls shrunk
+by delays of the dispatcher process itself (which once sized them to the floor on a slow host).
+"""
+
+from __future__ import annotations
+
+import time
+
+from zsched import FakeClock
+from zsched import dispatcher as D
+from zsched import scripts as S
+
+NOW = 1_800_000_000_000
+
+
+def _seed(app, n: int, later: int | None = None) -> None:
+    app.enqueue_many({"task": "t", "run_id": f"r{i:05d}", "run_at": (NOW - 1000) / 1000}
+                     for i in range(n))  # fmt: skip
+    if later is not None:
+        app.enqueue("t", run_id="later", run_at=later / 1000)
+
+
+async def test_one_tick_moves_every_due_run_once_with_two_calls_in_flight(backend, queue) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    _seed(app, 2_000, later=NOW + 60_000)
+    d = app.dispatcher(redis=backend.async_client(), batch_size=100, max_batches_per_tick=1000)
+    t = await d.tick()
+    assert (t.moved, t.more, t.next_due_ms) == (2_000, False, NOW + 60_000)
+    entries = backend.sync.xrange(app.keys.ready)
+    ids = [f[b"run_id"].decode() for _, f in entries]
+    assert len(ids) == 2_000 and len(set(ids)) == 2_000
+    # Runs due at the same instant leave in id order: the order they were enqueued.
+    assert ids == sorted(ids)
+    assert backend.sync.zcard(app.keys.delayed) == 1
+    assert int(backend.sync.hget(app.keys.stats, "dispatched")) == 2_000
+    await d.close()
+
+
+async def test_the_tick_cap_bounds_calls_in_flight_too(backend, queue) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    _seed(app, 1_000)
+    d = app.dispatcher(redis=backend.async_client(), batch_size=100, max_batches_per_tick=3)
+    calls = _count_calls(d)
+    t = await d.tick()
+    # Three calls, whatever size each was given (a slow backend makes them smaller).
+    assert calls == [3] and t.more
+    assert t.moved == backend.sync.xlen(app.keys.ready) > 0
+    t = await d.tick()
+    assert calls == [6] and t.more
+    await d.close()
+
+
+def _count_calls(d, busy_us: int | None = None) -> list[int]:
+    """Count the dispatcher's script calls; optionally report `busy_us` as their Redis time."""
+    calls = [0]
+    sized = d._sized
+
+    async def counted(c):
+        calls[0] += 1
+        r, limit = await sized(c)
+        if busy_us is not None:
+            r = S.DispatchResult(r.moved, r.next_due_ms, r.now_ms, r.held, r.run_at_ms, busy_us)
+        return r, limit
+
+    d._sized = counted
+    return calls
+
+
+async def test_the_script_reports_its_own_time_only_when_it_moved_runs(backend, queue) -> None:
+    app = backend.app(queue)
+    k = app.keys
+    idle = app.scripts.run(S.dispatch(k, now_ms=None, limit=100, max_backlog=0))
+    assert (idle.moved, idle.busy_us) == (0, 0)
+    due = int(time.time() * 1000) - 1000
+    app.enqueue_many({"task": "t", "run_at": due / 1000} for _ in range(50))
+    r = app.scripts.run(S.dispatch(k, now_ms=None, limit=100, max_backlog=0))
+    assert r.moved == 50 and len(r.run_at_ms) == 50 and set(r.run_at_ms) == {due}
+    assert 0 < r.busy_us < 10_000_000
+    # With a fixed now_ms (tests, the simulator) the script still times itself.
+    app.enqueue_many({"task": "t", "run_at": due / 1000} for _ in range(5))
+    r = app.scripts.run(S.dispatch(k, now_ms=due, limit=100, max_backlog=0))
+    assert r.moved == 5 and r.busy_us > 0
+
+
+async def test_calls_are_sized_on_redis_time_not_on_the_dispatchers_own_delays(
+    backend, queue, monkeypatch
+) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    _seed(app, 3_000)
+    d = app.dispatcher(redis=backend.async_client(), batch_size=200, max_batches_per_tick=1000)
+    # Redis reports each call ran 0.1 ms; this process is what is slow.
+    _count_calls(d, busy_us=100)
+    slow_observe = d._observe
+
+    def observe(r):  # a dispatcher process that is slow to record the lag (a loaded host)
+        time.sleep(0.005)
+        slow_observe(r)
+
+    monkeypatch.setattr(d, "_observe", observe)
+    assert (await d.tick()).moved == 3_000
+    assert d._limit == 200  # the calls ran well under CALL_TARGET_S in Redis: they stay full
+    # A call that ran long in Redis shrinks the next one, in proportion.
+    d._adapt(200, 4 * D.CALL_TARGET_S)
+    assert d._limit == 50
+    d._adapt(50, D.CALL_TARGET_S / 4)
+    assert d._limit == 100
+    await d.close()
