@@ -18,7 +18,7 @@ from . import scripts as S
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
-from .envelope import Envelope, Payload, check_payload
+from .envelope import Payload, check_payload, encode_first
 from .errors import PayloadError, ZschedError
 from .keys import QueueKeys
 from .metrics import Metrics
@@ -255,7 +255,7 @@ class App(ScheduleMethods):
             at = f"+{d}" if self.clock.now_ms() is None else due
         rid = run_id or _run_ids.next()
         try:
-            env = Envelope(rid, task_name, payload, due, due, now).encode()
+            env = encode_first(rid, task_name, payload, due, now)
         except PayloadError:
             check_payload(payload, self.settings.max_payload_bytes)  # raises, naming the type
             raise

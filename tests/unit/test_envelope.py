@@ -82,3 +82,11 @@ def test_payload_that_cannot_be_serialised_is_refused() -> None:
 def test_payload_over_the_limit_is_refused_with_its_size() -> None:
     with pytest.raises(PayloadError, match="over the limit of 100 bytes"):
         check_payload("x" * 200, max_bytes=100)
+
+
+def test_enqueues_fast_encoding_is_the_envelopes_own() -> None:
+    from zsched.envelope import encode_first
+
+    for payload in (None, {"a": [1, 2.5, None]}, "é", b"\x00\xff", [True, {"k": {}}]):
+        want = Envelope("r9", "task", payload, 1_800_000_000_123, 1_800_000_000_123, 42).encode()
+        assert encode_first("r9", "task", payload, 1_800_000_000_123, 42) == want
