@@ -28,6 +28,7 @@ from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
 from .errors import Fail, PayloadError, Retry
 from .keys import GROUP
+from .metrics import observe_many
 from .tasks import RunInfo, Task, ms_to_datetime, set_current
 from .worker_loop import REDIS_ERRORS, REFUSALS, WorkerLoop
 
@@ -114,7 +115,7 @@ class Worker(WorkerLoop):
         self._executor = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="zsched")
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.
-        self._task_metrics: dict[str, tuple[Any, Any, Any]] = {}
+        self._task_metrics: dict[str, tuple[Any, list[float], list[float], Any, Any]] = {}
         self._group_ready = False
         self.reclaim_cursor = "0-0"
         self.stopping = False
@@ -146,6 +147,7 @@ class Worker(WorkerLoop):
 
     async def _read(self, count: int, block_ms: int | None) -> list[Delivery]:
         k = self.app.keys
+        self._observe_metrics()  # start lags of long handlers show before they finish
         if block_ms and self._max_block_ms:
             block_ms = min(block_ms, self._max_block_ms)
         try:
@@ -210,8 +212,8 @@ class Worker(WorkerLoop):
                        env.schedule_id, d.deliveries, dispatched)  # fmt: skip
         started = time.time()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
-        start_lag, succeeded, duration = self._children(task.name)
-        start_lag.observe(max(0.0, started - due / 1000))
+        succeeded, lags, durations = self._children(task.name)
+        lags.append(max(0.0, started - due / 1000))
         t0 = time.perf_counter()
         try:
             await self._call(task, env, info)
@@ -227,16 +229,29 @@ class Worker(WorkerLoop):
             self._acks.append((d.entry_id, d.run_id))
             succeeded.inc()
         finally:
-            duration.observe(time.perf_counter() - t0)
+            durations.append(time.perf_counter() - t0)
 
-    def _children(self, task: str) -> tuple[Any, Any, Any]:
+    def _children(self, task: str) -> tuple[Any, list[float], list[float]]:
+        """The task's succeeded counter, and the start lags and durations not yet observed.
+
+        Histograms are observed in batches (observe_many, when outcomes are written): one
+        observe() per run cost ~3-8 us twice per run, a tenth of a no-op run's worker time."""
         children = self._task_metrics.get(task)
         if children is None:
             m, q = self.metrics, self.app.queue
-            children = (m.start_lag.labels(q, task), m.completed.labels(q, task, "succeeded"),
-                        m.job_duration.labels(q, task))  # fmt: skip
+            children = (m.completed.labels(q, task, "succeeded"), [], [],
+                        m.start_lag.labels(q, task), m.job_duration.labels(q, task))  # fmt: skip
             self._task_metrics[task] = children
-        return children
+        return children[0], children[1], children[2]
+
+    def _observe_metrics(self) -> None:
+        for _, lags, durations, start_lag, duration in self._task_metrics.values():
+            if lags:
+                observe_many(start_lag, lags)
+                lags.clear()
+            if durations:
+                observe_many(duration, durations)
+                durations.clear()
 
     async def _call(self, task: Task, env: Envelope, info: RunInfo) -> None:
         if task.is_async:
@@ -292,6 +307,7 @@ class Worker(WorkerLoop):
 
     async def flush(self) -> None:
         """Write buffered outcomes (not while leases are renewed: see renew_leases)."""
+        self._observe_metrics()
         async with self.writing:
             await self._flush()
 
@@ -350,6 +366,7 @@ class Worker(WorkerLoop):
                 self.metrics.duplicates.labels(self.app.queue, "worker").inc(len(lost))
 
     async def close(self) -> None:
+        self._observe_metrics()
         self._executor.shutdown(wait=False, cancel_futures=True)
         await self.redis.aclose()
         if self._reader is not self.redis:

@@ -135,6 +135,7 @@ class WorkerLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)
             if not stop.is_set():
+                self._observe_metrics()  # also while every slot holds a long handler
                 await recovery.renew_leases(self)
 
     async def shutdown(self: Any, loops: list[asyncio.Task[None]]) -> None:
