@@ -54,6 +54,10 @@ class TickResult:
     now_ms: int
     held: bool
     more: bool
+    #: time.monotonic() when the call that read `now_ms` was sent: Redis read its clock after
+    #: that, so `now_ms` is at least this late, and the sleep until `next_due_ms` is counted
+    #: from here (not from whenever this process gets to sleep).
+    sent_at: float = 0.0
 
 
 class Dispatcher:
@@ -92,7 +96,7 @@ class Dispatcher:
         r: S.DispatchResult | None = None
         limit = self._limit
 
-        def call() -> asyncio.Future[tuple[S.DispatchResult, int]]:
+        def call() -> asyncio.Future[tuple[S.DispatchResult, int, float]]:
             c = S.dispatch(k, now_ms=clock.now_ms(), limit=self._limit, max_backlog=s.max_backlog)
             return asyncio.ensure_future(self._sized(c))
 
@@ -100,7 +104,7 @@ class Dispatcher:
         sent = 1
         try:
             while inflight:
-                r, limit = await inflight.pop(0)
+                r, limit, sent_at = await inflight.pop(0)
                 moved += r.moved
                 more = r.moved == limit and not r.held
                 if more:
@@ -117,7 +121,7 @@ class Dispatcher:
                     # Nothing more due now: the calls still in flight answer (moving little
                     # or nothing); the last reply is the freshest view of the head.
                     while inflight:
-                        r, limit = await inflight.pop(0)
+                        r, limit, sent_at = await inflight.pop(0)
                         moved += r.moved
                         self._observe(r)
                     more = r.moved == limit and not r.held
@@ -130,10 +134,11 @@ class Dispatcher:
         if part_due is not None and (next_due is None or part_due < next_due):
             next_due = part_due
         self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
-        return TickResult(moved, next_due, r.now_ms, r.held, more)
+        return TickResult(moved, next_due, r.now_ms, r.held, more, sent_at)
 
-    async def _sized(self, c: S.Call[S.DispatchResult]) -> tuple[S.DispatchResult, int]:
-        return await self.scripts.run(c), int(c.args[1])
+    async def _sized(self, c: S.Call[S.DispatchResult]) -> tuple[S.DispatchResult, int, float]:
+        sent_at = time.monotonic()
+        return await self.scripts.run(c), int(c.args[1]), sent_at
 
     def _adapt(self, limit: int, took: float) -> None:
         """Size the next call from how long a full one ran in Redis (`took`, as the script
@@ -165,7 +170,12 @@ class Dispatcher:
             return s.held_poll_ms / 1000
         if t.next_due_ms is None:
             return s.max_idle_ms / 1000
-        return min(max(0, t.next_due_ms - t.now_ms), s.max_idle_ms) / 1000
+        wait_ms = min(max(0, t.next_due_ms - t.now_ms), s.max_idle_ms)
+        if self.app.clock.now_ms() is not None or not t.sent_at:
+            return wait_ms / 1000  # a fake clock (tests, the simulator): its own time only
+        # Counted from when the call went out: the reply's trip back and this process's work
+        # since (lag metrics, the data watch) would otherwise make every timed wake that late.
+        return max(0.0, wait_ms / 1000 - (time.monotonic() - t.sent_at))
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""

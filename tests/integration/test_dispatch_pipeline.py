@@ -60,10 +60,10 @@ def _count_calls(d, busy_us: int | None = None) -> list[int]:
 
     async def counted(c):
         calls[0] += 1
-        r, limit = await sized(c)
+        r, limit, sent_at = await sized(c)
         if busy_us is not None:
             r = S.DispatchResult(r.moved, r.next_due_ms, r.now_ms, r.held, r.run_at_ms, busy_us)
-        return r, limit
+        return r, limit, sent_at
 
     d._sized = counted
     return calls
@@ -108,3 +108,22 @@ async def test_calls_are_sized_on_redis_time_not_on_the_dispatchers_own_delays(
     d._adapt(50, D.CALL_TARGET_S / 4)
     assert d._limit == 100
     await d.close()
+
+
+async def test_the_sleep_to_the_next_due_run_counts_from_when_the_call_went_out(
+    backend, queue
+) -> None:
+    app = backend.app(queue)  # the system clock
+    d = app.dispatcher(redis=backend.async_client())
+    now = 1_800_000_000_000
+    # Redis read its clock after the call was sent 30 ms ago; the next run is due 100 ms
+    # after that reading: 70 ms are left, not 100.
+    t = D.TickResult(0, now + 100, now, False, False, time.monotonic() - 0.030)
+    assert 0.060 < d._sleep_s(t) <= 0.070
+    late = D.TickResult(0, now + 100, now, False, False, time.monotonic() - 0.5)
+    assert d._sleep_s(late) == 0.0
+    # A fake clock has no wall time to subtract (tests, the simulator).
+    fake = backend.app(queue, clock=FakeClock(now)).dispatcher(redis=backend.async_client())
+    assert fake._sleep_s(t) == 0.1
+    await d.close()
+    await fake.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import re
 import signal
 import urllib.request
@@ -39,5 +40,7 @@ def _get(port: int) -> str:
 def _serves(port: int) -> bool:
     try:
         return "zsched_" in _get(port)
-    except OSError:
+    # HTTPException: probing a port nobody listens on in the ephemeral range can connect the
+    # socket to itself (TCP simultaneous open), and the request comes back as the "response".
+    except (OSError, http.client.HTTPException):
         return False
