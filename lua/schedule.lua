@@ -1,6 +1,8 @@
 -- schedule: create or update a recurring rule, keeping its history.
 -- KEYS[1] rules (hash: schedule_id -> rule spec)   KEYS[2] rule_next (zset: schedule_id -> ms)
 -- KEYS[3] rule_state (hash: schedule_id -> state)  KEYS[4] rule_catchup (zset)
+-- KEYS[5] wake (pub/sub channel): dispatchers sleeping until their next due time hear of the
+--   rule at once (published: its next fire) when it is created or changed while active
 -- ARGV[1] schedule_id
 -- ARGV[2] spec          the rule (msgpack)
 -- ARGV[3] next_ms       its next fire; -1 = not active (paused or ended)
@@ -9,7 +11,7 @@
 -- Invariant: a rule is in `rule_next` only while active, and at most once; editing a rule
 --   changes its spec (so a dispatcher holding the old one fails its compare-and-set).
 -- Bound: one rule per call.
-local rules, rule_next, rule_state, rule_catchup = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local rules, rule_next, rule_state, rule_catchup, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[rules] = 'hash', [rule_next] = 'zset', [rule_state] = 'hash', [rule_catchup] = 'zset'}) do
   local got = redis.call('TYPE', key)['ok']
@@ -32,5 +34,6 @@ if state ~= '' then
 elseif redis.call('HEXISTS', rule_state, sid) == 0 then
   redis.call('HSET', rule_state, sid, '')
 end
+if next_ms >= 0 then redis.call('PUBLISH', wake, next_ms) end
 if old then return 2 end
 return 1

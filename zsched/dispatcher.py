@@ -45,6 +45,7 @@ class TickPart(Protocol):
     """Extra work a dispatcher does each pass (recurring rules). Returns its next due ms."""
 
     async def tick(self, now_ms: int | None) -> int | None: ...
+    def invalidate(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,7 @@ class Dispatcher:
             try:
                 synced = synced or await self._sync_declared()  # Redis may be down at start
                 await pubsub.subscribe(self.app.keys.wake)
+                self._woken()  # what was published while not subscribed is not heard
                 await self.watch.check(force=True)
                 while not stop.is_set():
                     t = await self.tick()
@@ -230,7 +232,7 @@ class Dispatcher:
         if seconds <= 0:
             # Still drain pending wake-ups so they don't pile up while we are busy.
             while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.0):
-                pass
+                self._woken()
             return
         deadline = time.monotonic() + seconds
         while not stop.is_set():
@@ -240,7 +242,14 @@ class Dispatcher:
             # Check `stop` at least every 0.5 s without costing any Redis command.
             msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(left, 0.5))
             if msg is not None:
+                self._woken()
                 return
+
+    def _woken(self) -> None:
+        """Something was published on `wake`: a new earliest run, or a rule created or changed
+        (schedule.lua), so the parts read their state again at the next pass."""
+        for part in self.parts:
+            part.invalidate()
 
     async def close(self) -> None:
         await self.redis.aclose()

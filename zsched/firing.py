@@ -174,6 +174,12 @@ def fire_args(spec: Spec, raw_spec: bytes, raw_state: bytes, next_ms: int | None
     )
 
 
+#: A pass reads the rules at least this often even with no change announced on `wake`
+#: (rules written by a client that does not publish). Idle dispatchers pass less often than
+#: this anyway (max_idle_ms), so it adds no request then.
+RULES_RECHECK_S = 5.0
+
+
 class RuleFirer:
     """A dispatcher part: fires the due rules of one queue each pass (see Dispatcher.parts)."""
 
@@ -189,11 +195,44 @@ class RuleFirer:
         self.conflicts = 0
         self.audit_every_s = 60.0
         self._next_audit = 0.0
+        # What the last pass learned: the earliest next fire (Redis clock; None: no rule) and
+        # when, on this process's monotonic clock, that is. Until then, and unless told of a
+        # change (invalidate), a pass need not read the rules: one round trip less before
+        # every timed dispatch.
+        self._known: int | None = None
+        self._due_at = 0.0
+        self._read_at = -RULES_RECHECK_S
+        self._dirty = True
+
+    def invalidate(self) -> None:
+        """Read the rules at the next pass: something was published on `wake` (a rule was
+        created or changed: schedule.lua publishes), or the subscription was interrupted."""
+        self._dirty = True
+
+    def _still_known(self, now_ms: int | None) -> bool:
+        mono = time.monotonic()
+        if self._dirty or mono - self._read_at >= RULES_RECHECK_S:
+            return False
+        if self._known is None:
+            return True
+        if now_ms is not None:  # a fake clock: both times are its own
+            return now_ms < self._known
+        return mono < self._due_at
+
+    def _learn(self, head: int | None, now: int, read_at: float) -> int | None:
+        self._known, self._read_at, self._dirty = head, read_at, False
+        self._due_at = read_at + (head - now) / 1000 if head is not None else 0.0
+        return head
 
     async def tick(self, now_ms: int | None) -> int | None:
         """Fire what is due; return the earliest next fire (or now, if catch-up remains).
-        Idle, this is one round trip."""
+        A pass before the next known fire, with no change announced, costs nothing; else
+        one round trip when nothing is due."""
+        if self._still_known(now_ms):
+            await self._maybe_audit()
+            return self._known
         k = self.app.keys
+        read_at = time.monotonic()
         # A cluster pipeline refuses keyless commands such as TIME: read it on its own there.
         cluster = is_cluster(self.redis)
         pipe = self.redis.pipeline(transaction=False)
@@ -210,7 +249,7 @@ class RuleFirer:
         ids = list(dict.fromkeys([*due, *(_s(m) for m in catchup)]))
         await self._maybe_audit()
         if not ids:
-            return int(heads[0][1]) if heads else None
+            return self._learn(int(heads[0][1]) if heads else None, now, read_at)
         budget = int(self.catch_up_budget * max(0.0, 1 - backlog / max(1, self.max_backlog)))
         await self._fire(ids, now, budget)
         pipe = self.redis.pipeline(transaction=False)
@@ -220,8 +259,8 @@ class RuleFirer:
         head = int(nxt[0][1]) if nxt else None
         if more:  # catch-up left to drain under the budget: come back soon, not at once
             soon = now + CATCH_UP_PAUSE_MS
-            return min(head, soon) if head is not None else soon
-        return head
+            head = min(head, soon) if head is not None else soon
+        return self._learn(head, now, read_at)
 
     async def _maybe_audit(self) -> None:
         """Every minute, recount slots without an outcome (a hung replica shows up here)."""

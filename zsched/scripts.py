@@ -269,7 +269,7 @@ def schedule(
     """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
     return Call(
         "schedule",
-        [k.rules, k.rule_next, k.rule_state, k.rule_catchup],
+        [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake],
         [schedule_id, spec, -1 if next_ms is None else next_ms, state],
         int,
     )
