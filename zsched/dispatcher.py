@@ -95,7 +95,6 @@ class Dispatcher:
                 part_due = due
         moved, more = 0, False
         r: S.DispatchResult | None = None
-        limit = self._limit
 
         def call() -> asyncio.Future[tuple[S.DispatchResult, int, float]]:
             c = S.dispatch(k, now_ms=clock.now_ms(), limit=self._limit, max_backlog=s.max_backlog)
@@ -127,8 +126,9 @@ class Dispatcher:
                         self._observe(r)
                     more = r.moved == limit and not r.held
         except BaseException:
-            for f in inflight:
-                f.cancel()
+            for f in inflight:  # the other call in flight: stop it, or take its outcome
+                if not f.cancel() and not f.cancelled():
+                    f.exception()  # retrieved: no "exception was never retrieved" later
             raise
         assert r is not None
         next_due = r.next_due_ms
