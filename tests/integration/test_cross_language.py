@@ -28,9 +28,9 @@ from redis_server import RedisServer
 
 import zsched
 from zsched import scripts as S
-from zsched.app import ORDERED_ALPHABET
 from zsched.envelope import Envelope, decode
 from zsched.keys import QueueKeys
+from zsched.runids import created_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"
@@ -449,14 +449,6 @@ def test_python_reads_a_node_envelope_as_the_same_envelope(real, queue, node_dir
 # -- fresh run ids ----------------------------------------------------------------------------
 
 
-def _id_time_ms(run_id: str) -> int:
-    """The epoch ms written in the first 8 characters of a fresh run id."""
-    n = 0
-    for c in run_id[:8]:
-        n = n * 64 + ORDERED_ALPHABET.index(c)
-    return n
-
-
 def test_every_client_makes_fresh_ids_that_sort_by_time(real, queue, node_dir) -> None:
     app = real.app(queue)
     ids: dict[str, list[str]] = {}
@@ -473,7 +465,7 @@ def test_every_client_makes_fresh_ids_that_sort_by_time(real, queue, node_dir) -
             time.sleep(0.002)  # the next id is in a later millisecond
         after = int(time.time() * 1000)
         assert all(re.fullmatch(r"[-0-9A-Za-z_]{20}", rid) for rid in made), made
-        assert all(before <= _id_time_ms(rid) <= after for rid in made), (made, before, after)
+        assert all(before <= created_ms(rid) <= after for rid in made), (made, before, after)
         assert made == sorted(made)
         ids[client] = made
     # One ordering across clients: each client's ids come after the previous client's.

@@ -6,7 +6,7 @@ import os
 import random
 import re
 
-from zsched.app import ORDERED_ALPHABET, _RunIds, new_run_id
+from zsched.runids import ORDERED_ALPHABET, _RunIds, created_ms, new_run_id
 
 
 def _decode(run_id: str) -> tuple[int, int]:
@@ -30,7 +30,7 @@ def test_ids_sort_as_their_time_and_number_do() -> None:
     pairs += [(0, 0), (2**48 - 1, 2**72 - 1), (1, 0), (0, 1)]
     ids = {p: new_run_id(*p) for p in pairs}
     assert all(len(i) == 20 for i in ids.values())
-    assert all(_decode(i) == p for p, i in ids.items())
+    assert all(_decode(i) == p and created_ms(i) == p[0] for p, i in ids.items())
     assert sorted(ids.values()) == [ids[p] for p in sorted(pairs)]
 
 
