@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -51,6 +52,29 @@ def observe_many(child: Any, amounts: Sequence[float]) -> None:
     for i, n in enumerate(counts):
         if n:
             buckets[i].inc(n)
+
+
+@dataclass(slots=True)
+class TaskMetrics:
+    """A worker's labelled metric children of one task, and the start lags and durations not yet observed.
+
+    Histograms are observed in batches (observe_many, when outcomes are written, at each read
+    and lease renewal): one observe() per run cost ~3-8 us twice per run, a tenth of a no-op
+    run's worker time."""
+
+    succeeded: Any
+    start_lag: Any
+    duration: Any
+    lags: list[float] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+
+    def observe(self) -> None:
+        if self.lags:
+            observe_many(self.start_lag, self.lags)
+            self.lags.clear()
+        if self.durations:
+            observe_many(self.duration, self.durations)
+            self.durations.clear()
 
 
 class Metrics:

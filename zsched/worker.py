@@ -28,7 +28,7 @@ from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
 from .errors import Fail, PayloadError, Retry
 from .keys import GROUP
-from .metrics import observe_many
+from .metrics import TaskMetrics
 from .tasks import RunInfo, Task, ms_to_datetime, set_current
 from .worker_loop import REDIS_ERRORS, REFUSALS, WorkerLoop
 
@@ -115,7 +115,7 @@ class Worker(WorkerLoop):
         self._executor = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="zsched")
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.
-        self._task_metrics: dict[str, tuple[Any, list[float], list[float], Any, Any]] = {}
+        self._task_metrics: dict[str, TaskMetrics] = {}
         self._group_ready = False
         self.reclaim_cursor = "0-0"
         self.stopping = False
@@ -212,8 +212,8 @@ class Worker(WorkerLoop):
                        env.schedule_id, d.deliveries, dispatched)  # fmt: skip
         started = time.time()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
-        succeeded, lags, durations = self._children(task.name)
-        lags.append(max(0.0, started - due / 1000))
+        tm = self._metrics_of(task.name)
+        tm.lags.append(max(0.0, started - due / 1000))
         t0 = time.perf_counter()
         try:
             await self._call(task, env, info)
@@ -227,31 +227,22 @@ class Worker(WorkerLoop):
             self._retry(d, env, task, None, None, exc=exc)
         else:
             self._acks.append((d.entry_id, d.run_id))
-            succeeded.inc()
+            tm.succeeded.inc()
         finally:
-            durations.append(time.perf_counter() - t0)
+            tm.durations.append(time.perf_counter() - t0)
 
-    def _children(self, task: str) -> tuple[Any, list[float], list[float]]:
-        """The task's succeeded counter, and the start lags and durations not yet observed.
-
-        Histograms are observed in batches (observe_many, when outcomes are written): one
-        observe() per run cost ~3-8 us twice per run, a tenth of a no-op run's worker time."""
-        children = self._task_metrics.get(task)
-        if children is None:
+    def _metrics_of(self, task: str) -> TaskMetrics:
+        tm = self._task_metrics.get(task)
+        if tm is None:
             m, q = self.metrics, self.app.queue
-            children = (m.completed.labels(q, task, "succeeded"), [], [],
-                        m.start_lag.labels(q, task), m.job_duration.labels(q, task))  # fmt: skip
-            self._task_metrics[task] = children
-        return children[0], children[1], children[2]
+            tm = TaskMetrics(m.completed.labels(q, task, "succeeded"), m.start_lag.labels(q, task),
+                              m.job_duration.labels(q, task))  # fmt: skip
+            self._task_metrics[task] = tm
+        return tm
 
     def _observe_metrics(self) -> None:
-        for _, lags, durations, start_lag, duration in self._task_metrics.values():
-            if lags:
-                observe_many(start_lag, lags)
-                lags.clear()
-            if durations:
-                observe_many(duration, durations)
-                durations.clear()
+        for tm in self._task_metrics.values():
+            tm.observe()
 
     async def _call(self, task: Task, env: Envelope, info: RunInfo) -> None:
         if task.is_async:
