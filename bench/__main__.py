@@ -8,14 +8,13 @@ once (the test suite uses it to check that every scenario completes and yields n
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from . import scale, workloads
-from .common import ROOT, median
+from .common import median, write_results
 from .contender import Zsched
 from .machine import describe
 
@@ -138,13 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{name:<16} {metric:<26} {fmt(med.get(metric, float('nan'))):>12} "
                 f"{sign}{fmt(float(target)):>8}  {met(med.get(metric, float('nan')), target, how)}"
             )
-    out = a.out or str(ROOT / "bench-results" / f"zsched-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    if out != "-":
-        from pathlib import Path
-
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(results, indent=1, default=str))
-        print(f"\nwrote {out}")
+    write_results(a.out, "zsched", results)
     return results
 
 

@@ -66,6 +66,15 @@ def server(*extra: str) -> Iterator[RedisServer]:
         yield srv
 
 
+def write_results(out: str | None, prefix: str, data: Any) -> None:
+    """Write a run's JSON to `out` ("-": nowhere), by default bench-results/<prefix>-<time>.json."""
+    out = out or str(ROOT / "bench-results" / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    if out != "-":
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(data, indent=1, default=str))
+        print(f"\nwrote {out}")
+
+
 def client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, protocol=2)
 

@@ -6,15 +6,13 @@ then a table of medians and of zsched's ratio to each.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from .. import workloads as W
-from ..common import ROOT, median
+from ..common import median, write_results
 from ..contender import Contender, Zsched
 from ..machine import describe
 
@@ -141,11 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "medians": medians,
         "errors": errors,
     }
-    out = a.out or str(ROOT / "bench-results" / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    if out != "-":
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=1, default=str))
-        print(f"\nwrote {out}")
+    write_results(a.out, "peers", result)
     return result
 
 

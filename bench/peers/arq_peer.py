@@ -6,12 +6,9 @@ from __future__ import annotations
 import asyncio
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from ..common import Proc
-from ..contender import Item, py_module
-from .base import cleanup, consumer
+from .base import HitsPeer
 from .hits import hit
 
 
@@ -19,15 +16,15 @@ async def noop(ctx: Any, payload: Any) -> None:
     hit(payload)
 
 
-class Arq:
+class Arq(HitsPeer):
     name = "arq"
-    has_batch = False
+    module = "bench.peers.arq_peer"
     config = "1 arq worker, defaults (max_jobs 10, poll_delay 0.5 s), _defer_until"
 
     def __init__(self) -> None:
+        super().__init__()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pool: Any = None
-        self.procs: list[Proc] = []
 
     def open(self, url: str, queue: str) -> None:
         from arq import create_pool
@@ -46,23 +43,12 @@ class Arq:
             )
         )
 
-    def enqueue_many(self, items: list[Item]) -> None:
-        raise NotImplementedError
-
-    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
-        procs = [
-            consumer(py_module("bench.peers.arq_peer", url, queue), "arq") for _ in range(workers)
-        ]
-        self.procs += procs
-        return procs
-
     def close(self) -> None:
         if self.loop is not None:
             self.loop.run_until_complete(self.pool.aclose())
             self.loop.close()
             self.loop = None
-        cleanup(self.procs)
-        self.procs = []
+        self.release()
 
 
 def main() -> None:

@@ -14,8 +14,7 @@ from typing import Any
 from celery import Celery
 
 from ..common import Proc
-from ..contender import Item, py_module
-from .base import cleanup, consumer
+from .base import HitsPeer
 from .hits import hit
 
 app = Celery("bench", broker=os.environ.get("BENCH_CELERY_URL", "redis://127.0.0.1:6379/0"))
@@ -32,14 +31,14 @@ def noop(payload: Any) -> None:
     hit(payload)
 
 
-class CeleryPeer:
+class CeleryPeer(HitsPeer):
     name = "celery"
-    has_batch = False
+    module = "bench.peers.celery_peer"
     config = "1 worker process (--pool solo), Redis broker, apply_async(eta=...)"
 
     def __init__(self) -> None:
+        super().__init__()
         self.queue = ""
-        self.procs: list[Proc] = []
         self.app: Celery | None = None
 
     def open(self, url: str, queue: str) -> None:
@@ -57,25 +56,21 @@ class CeleryPeer:
             eta=datetime.fromtimestamp(due_ms / 1000, UTC),
         )
 
-    def enqueue_many(self, items: list[Item]) -> None:
-        raise NotImplementedError
+    def consumer_args(self, url: str, queue: str) -> list[str]:
+        return [queue]  # the broker URL goes in the environment (consumers())
 
     def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
-        procs = []
-        for _ in range(workers):
-            p = consumer(py_module("bench.peers.celery_peer", queue), "celery")
+        procs = super().consumers(url, queue, workers, lags)
+        for p in procs:
             assert p.env is not None
             p.env["BENCH_CELERY_URL"] = url
-            procs.append(p)
-        self.procs += procs
         return procs
 
     def close(self) -> None:
         if self.app is not None:
             self.app.close()
             self.app = None
-        cleanup(self.procs)
-        self.procs = []
+        self.release()
 
 
 def main() -> None:

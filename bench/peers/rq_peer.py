@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from ..common import Proc
-from ..contender import Item, py_module
-from .base import cleanup, consumer
+from .base import HitsPeer
 from .hits import hit
 
 
@@ -18,14 +15,14 @@ def noop(payload: Any) -> None:
     hit(payload)
 
 
-class RQ:
+class RQ(HitsPeer):
     name = "rq"
-    has_batch = False
+    module = "bench.peers.rq_peer"
     config = "1 rq Worker (forks a work horse per job) with_scheduler=True, enqueue_at"
 
     def __init__(self) -> None:
+        super().__init__()
         self.q: Any = None
-        self.procs: list[Proc] = []
 
     def open(self, url: str, queue: str) -> None:
         from redis import Redis
@@ -38,22 +35,11 @@ class RQ:
             datetime.fromtimestamp(due_ms / 1000, UTC), "bench.peers.rq_peer.noop", payload
         )
 
-    def enqueue_many(self, items: list[Item]) -> None:
-        raise NotImplementedError
-
-    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
-        procs = [
-            consumer(py_module("bench.peers.rq_peer", url, queue), "rq") for _ in range(workers)
-        ]
-        self.procs += procs
-        return procs
-
     def close(self) -> None:
         if self.q is not None:
             self.q.connection.close()
             self.q = None
-        cleanup(self.procs)
-        self.procs = []
+        self.release()
 
 
 def main() -> None:

@@ -6,12 +6,9 @@ import asyncio
 import math
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..common import Proc
-from ..contender import Item, py_module
-from .base import cleanup, consumer
+from .base import HitsPeer
 from .hits import hit
 
 
@@ -19,15 +16,15 @@ async def noop(ctx: Any, *, payload: Any) -> None:
     hit(payload)
 
 
-class Saq:
+class Saq(HitsPeer):
     name = "saq"
-    has_batch = False
+    module = "bench.peers.saq_peer"
     config = "1 saq Worker, defaults (concurrency 10), enqueue(scheduled=epoch s)"
 
     def __init__(self) -> None:
+        super().__init__()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.q: Any = None
-        self.procs: list[Proc] = []
 
     def open(self, url: str, queue: str) -> None:
         from saq import Queue
@@ -43,23 +40,12 @@ class Saq:
             self.q.enqueue("noop", scheduled=math.ceil(due_ms / 1000), payload=payload)
         )
 
-    def enqueue_many(self, items: list[Item]) -> None:
-        raise NotImplementedError
-
-    def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
-        procs = [
-            consumer(py_module("bench.peers.saq_peer", url, queue), "saq") for _ in range(workers)
-        ]
-        self.procs += procs
-        return procs
-
     def close(self) -> None:
         if self.loop is not None:
             self.loop.run_until_complete(self.q.disconnect())
             self.loop.close()
             self.loop = None
-        cleanup(self.procs)
-        self.procs = []
+        self.release()
 
 
 async def _main(url: str, queue: str) -> None:
