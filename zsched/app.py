@@ -210,11 +210,7 @@ class App(ScheduleMethods):
     ) -> EnqueuedId:
         """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
         group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        if self.partitions == 1 and not self.durable and self._layout_checked[0]:
-            # The common case in one call: no routing, no pipeline (see _enqueue_groups).
-            (code,) = self.scripts.run(self._enqueue_call([group]))
-        else:
-            (code,) = self._enqueue_groups([group])
+        (code,) = self._enqueue_groups([group])
         self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
         return EnqueuedId(group[0], code != S.ENQUEUED)
 
@@ -241,6 +237,9 @@ class App(ScheduleMethods):
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
         if asked), and return one reply code per run, in order."""
         _partitions.claim_layout(self)
+        if self.partitions == 1 and not self.durable and len(groups) <= ENQUEUE_BATCH:
+            # One call, the common case (every enqueue()): no routing, no pipeline.
+            return self.scripts.run(self._enqueue_call(groups))
         by_part: dict[int, list[int]] = {}
         for i, g in enumerate(groups):
             by_part.setdefault(self.run_partition(g[0]), []).append(i)
