@@ -71,6 +71,12 @@ async def reclaim_once(w: Worker, limit: int) -> list[Delivery]:
 
     if limit <= 0:
         return []
+    held = set(w.held_entry_ids())
+    if held:
+        # Renew first: entries this worker holds can look idle after it was paused (SIGSTOP,
+        # a long GC, a Redis restart), and XAUTOCLAIM would hand them back to their own
+        # holder, counting a reclaim and a delivery that never ran.
+        await renew_leases(w)
     s = w.settings
     result = await w.scripts.run(
         S.reclaim(
@@ -93,7 +99,9 @@ async def reclaim_once(w: Worker, limit: int) -> list[Delivery]:
         w.metrics.reclaimed.labels(q).inc(len(result.claimed))
         log.info("reclaimed %d runs from stalled consumers", len(result.claimed),
                  extra={"queue": q})  # fmt: skip
-    return [Delivery(c.entry_id, c.run_id, c.envelope, None, c.deliveries) for c in result.claimed]
+    # Still held here (renewal raced a zero visibility timeout): one execution per entry.
+    return [Delivery(c.entry_id, c.run_id, c.envelope, None, c.deliveries)
+            for c in result.claimed if c.entry_id not in held]  # fmt: skip
 
 
 async def own_pending(w: Worker) -> list[tuple[str, str]]:

@@ -240,6 +240,31 @@ async def test_a_zombie_worker_cannot_ack_a_run_reclaimed_by_another(backend, qu
         await x.close()
 
 
+async def test_a_paused_worker_does_not_reclaim_the_runs_it_still_holds(backend, queue) -> None:
+    # After a pause (SIGSTOP, Redis restart) the entries a worker holds look idle; its own
+    # reclaim must renew them, not take them over again (one reclaim counted, two executions).
+    app = make(backend, queue)
+    app.enqueue_many([("t", i) for i in range(3)])
+    d = app.dispatcher(redis=backend.async_client())
+    await d.tick()
+    w = app.worker(redis=backend.async_client(), consumer="w", visibility_timeout_ms=60_000)
+    await w.setup()
+    held = await w._read(2, None)
+    for dl in held:
+        w.running[dl.entry_id] = dl
+    for dl in held:  # idle far past the visibility timeout, still owned by w
+        backend.sync.xclaim(app.keys.ready, GROUP, "w", 0, [dl.entry_id], idle=600_000, justid=True)
+    from zsched import recovery
+
+    assert await recovery.reclaim_once(w, 10) == []
+    assert app.status().stats.get("reclaimed", 0) == 0
+    rows = backend.sync.xpending_range(app.keys.ready, GROUP, "-", "+", 10)
+    assert sorted((r["consumer"], r["times_delivered"]) for r in rows) == [(b"w", 1), (b"w", 1)]
+    assert all(r["time_since_delivered"] < 60_000 for r in rows)
+    for x in (d, w):
+        await x.close()
+
+
 async def test_lease_renewal_tells_a_worker_it_lost_the_run(backend, queue) -> None:
     app = make(backend, queue)
     app.enqueue("t", None, run_id="l")
