@@ -6,6 +6,7 @@ from typing import Any
 
 import msgpack
 
+from zsched.envelope import V2_FIELDS
 from zsched.keys import GROUP, QueueKeys
 
 
@@ -14,10 +15,14 @@ def _s(b: Any) -> Any:
 
 
 def _env(raw: bytes) -> Any:
+    """An envelope as a map of its fields (a version 2 array named, without its run id)."""
     try:
-        return msgpack.unpackb(raw, raw=False)
+        d = msgpack.unpackb(raw, raw=False)
     except Exception:  # noqa: BLE001 - tests show undecodable bytes as they are
         return raw
+    if isinstance(d, list) and d[:1] == [2]:
+        return {k: v for k, v in zip(("v", *V2_FIELDS), d, strict=False) if v is not None}
+    return d
 
 
 def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:

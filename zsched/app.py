@@ -189,7 +189,7 @@ class App(ScheduleMethods):
             at = f"+{d}" if self.clock.now_ms() is None else due
         rid = run_id or fresh_run_id()
         try:
-            env = encode_first(rid, task_name, payload, due, now)
+            env = encode_first(task_name, payload, due, now)
         except PayloadError:
             check_payload(payload, self.settings.max_payload_bytes)  # raises, naming the type
             raise

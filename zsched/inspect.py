@@ -51,7 +51,7 @@ def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> 
     env: Envelope | None = None
     if raw:
         try:
-            env = decode(raw)
+            env = decode(raw, run_id)
         except PayloadError:
             env = None
     if env is None:
@@ -189,7 +189,7 @@ class DeadLetter:
 def _dead_letter(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
     raw = f.get(b"envelope", b"")
     try:
-        task: str | None = decode(raw).task
+        task: str | None = decode(raw, _s(f.get(b"run_id", b""))).task
     except PayloadError:
         task = None
     at = f.get(b"dead_at_ms")
@@ -220,7 +220,7 @@ def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
     now = app._local_ms()
     for d in letters:
         try:
-            env = decode(d.envelope)
+            env = decode(d.envelope, d.run_id)
         except PayloadError:
             counts["undecodable"] += 1
             continue

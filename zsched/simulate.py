@@ -107,7 +107,7 @@ class Driver:
         rows = await self.redis.xreadgroup(GROUP, "sim", {k.ready: ">"}, count=1000)
         for _, entries in rows or []:
             for eid, f in entries:
-                env = decode(f[b"envelope"])
+                env = decode(f[b"envelope"], f[b"run_id"].decode())
                 finish = t + self.slow_ms
                 self.running[eid.decode()] = (finish, env.run_id, env.schedule_id or "",
                                               env.lease_ms)  # fmt: skip

@@ -196,7 +196,7 @@ class Worker(WorkerLoop):
     async def _execute_inner(self, d: Delivery) -> None:
         q = self.app.queue
         try:
-            env = decode(d.raw)
+            env = decode(d.raw, d.run_id)
         except PayloadError as exc:
             return self._dead(d, f"undecodable envelope: {exc}", "undecodable")
         if env.lease_ms and env.schedule_id:

@@ -348,7 +348,7 @@ async def test_enqueue_many_splits_big_batches_in_one_round_trip(backend, queue)
     assert len(set(ids)) == 2500 and not any(i.duplicate for i in ids)
     assert app.status().delayed == 2500
     raw = backend.sync.hget(app.keys.runs, ids[1234])
-    assert msgpack.unpackb(raw)["payload"] == 1234
+    assert msgpack.unpackb(raw)[2] == 1234  # [v, task, payload, ...]
 
 
 def test_naive_datetime_and_bad_delays_are_refused(backend, queue) -> None:

@@ -28,7 +28,7 @@ from redis_server import RedisServer
 
 import zsched
 from zsched import scripts as S
-from zsched.envelope import Envelope, decode
+from zsched.envelope import V2_FIELDS, Envelope, decode
 from zsched.keys import QueueKeys
 from zsched.runids import created_ms
 
@@ -219,7 +219,7 @@ async def test_the_node_worker_retries_then_dead_letters_through_the_scripts(rea
 async def test_the_node_worker_dead_letters_bad_runs_with_the_python_reasons(real, queue, node_dir):
     app = real.app(queue)
     app.enqueue("nope", None, run_id="unknown-task")
-    future = msgpack.packb({"v": 2, "run_id": "v2", "task": "echo", "run_at_ms": 1})
+    future = msgpack.packb({"v": 3, "run_id": "v2", "task": "echo", "run_at_ms": 1})
     app.scripts.run(S.enqueue(app.keys, [("v2", 0, "echo", future)], now_ms=None,
                               dedupe_window_ms=60_000, max_envelope_bytes=10_000))  # fmt: skip
     await dispatch(app, real)
@@ -229,7 +229,7 @@ async def test_the_node_worker_dead_letters_bad_runs_with_the_python_reasons(rea
     reasons = {d.run_id: (d.reason, d.envelope) for d in app.dead_letters()}
     assert reasons["unknown-task"][0] == "unknown task 'nope': not registered with this worker"
     assert reasons["v2"] == (
-        "undecodable envelope: unknown protocol version 2 (this worker reads 1)",
+        "undecodable envelope: unknown protocol version 3 (this worker reads 1 and 2)",
         future,
     )
 
@@ -348,8 +348,12 @@ async def test_dedupe_holds_across_languages(real, queue, node_dir, first):
 
 
 def decode_any(raw: bytes) -> dict[str, Any]:
-    """The envelope map as stored: JSON when the first byte is `{`, else msgpack."""
-    return json.loads(raw) if raw[:1] == b"{" else msgpack.unpackb(raw, raw=False)  # type: ignore[no-any-return]
+    """The envelope's fields as stored: JSON when the first byte is `{`, else msgpack (a
+    version 2 array named by position, without the run id it does not carry)."""
+    d = json.loads(raw) if raw[:1] == b"{" else msgpack.unpackb(raw, raw=False)
+    if isinstance(d, list):
+        d = {k: v for k, v in zip(("v", *V2_FIELDS), d, strict=False) if v is not None}
+    return d  # type: ignore[no-any-return]
 
 
 def queue_state(r: Any, queue: str, ignore: set[str], scores: bool) -> dict[str, Any]:
@@ -387,7 +391,9 @@ def test_the_same_enqueue_from_python_node_and_shell_leaves_identical_state(
     run_at_ms = (int(datetime.now(UTC).timestamp()) + 86_400) * 1000
     when = {"run_at_ms": run_at_ms} if timing == "run_at" else {"delay_ms": 60_000}
     # Timestamps differ by client and by moment; with a relative delay so do the due times.
-    ignore = {"enqueued_at_ms"} | ({"run_at_ms", "scheduled_ms"} if timing == "delay" else set())
+    # The shell writes a version 1 map (v 1, with the run id); Python and Node a version 2 array.
+    ignore = {"enqueued_at_ms", "v", "run_id"}
+    ignore |= {"run_at_ms", "scheduled_ms"} if timing == "delay" else set()
     states, raws = {}, {}
     for client in CLIENTS:
         app = real.app(f"{queue}-{client}")
@@ -398,12 +404,14 @@ def test_the_same_enqueue_from_python_node_and_shell_leaves_identical_state(
     assert states["python"] == states["node"] == states["shell"]
     assert set(states["python"]) == {"delayed", "runs", "stats"}
     (env,) = states["python"]["runs"][1].values()
-    assert env["payload"] == PAYLOAD and env["v"] == 1
+    assert env["payload"] == PAYLOAD
     # Every client leaves the fields at their default out (attempt 1, scheduled = run_at).
     assert "attempt" not in env and "scheduled_ms" not in env
-    # Python and Node write msgpack maps, the shell writes the JSON variant.
-    assert [raws[c][0] & 0xF0 for c in ("python", "node")] == [0x80, 0x80]
-    assert raws["shell"][:1] == b"{"
+    # Python and Node write the same version 2 array of 5; the shell the JSON version 1 map.
+    py, node = (msgpack.unpackb(raws[c], raw=False) for c in ("python", "node"))
+    assert (len(py), py[0], py[:4] if timing == "run_at" else py[:3]) == (
+        5, 2, node[:4] if timing == "run_at" else node[:3])  # fmt: skip
+    assert json.loads(raws["shell"])["v"] == 1 and json.loads(raws["shell"])["run_id"] == "same-run"
     if timing == "run_at":
         assert states["python"]["delayed"][1] == {"same-run": float(run_at_ms)}
         assert env["run_at_ms"] == run_at_ms
@@ -440,7 +448,7 @@ def test_python_reads_a_node_envelope_as_the_same_envelope(real, queue, node_dir
     node_enqueue(
         node_dir, real.url, queue, "--task", "echo", "--payload", json.dumps(PAYLOAD), *args
     )
-    env = decode(real.sync.hget(QueueKeys(queue).runs, "n"))
+    env = decode(real.sync.hget(QueueKeys(queue).runs, "n"), "n")
     assert env == Envelope("n", "echo", PAYLOAD, 1_800_000_000_000, 1_800_000_000_000,
                            env.enqueued_at_ms, 1, None, 4)  # fmt: skip
     assert env.enqueued_at_ms > 0

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 import redis
 from helpers import NOW, seed_delayed
 from state import snapshot
 
 from zsched import scripts as S
+from zsched.envelope import decode
 
 
 def dispatch(app, now=NOW, limit=100, max_backlog=0):
@@ -33,7 +33,8 @@ def test_stream_entry_carries_the_envelope(backend, queue) -> None:
     app = seed_delayed(backend, queue, {"a": NOW})
     dispatch(app)
     (_, fields), = backend.sync.xrange(app.keys.ready)
-    assert msgpack.unpackb(fields[b"envelope"])["run_id"] == "a"
+    assert fields[b"run_id"] == b"a"
+    assert decode(fields[b"envelope"], "a").run_id == "a"
 
 
 def test_dispatch_moves_at_most_limit_runs_oldest_first(backend, queue) -> None:

@@ -35,12 +35,13 @@ values = st.recursive(
 envelopes = st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=8), values, max_size=12)
 
 
-def decodes_or_payload_error(raw: bytes) -> None:
-    try:
-        env = decode(raw)
-    except PayloadError:
-        return
-    assert isinstance(env, Envelope) and env.run_id and env.task and env.attempt >= 1
+def decodes_or_payload_error(raw: bytes, run_id: str | None = None) -> None:
+    for rid in {run_id, "r"}:  # with and without the run id a version 2 array needs
+        try:
+            env = decode(raw, rid)
+        except PayloadError:
+            continue
+        assert isinstance(env, Envelope) and env.run_id and env.task and env.attempt >= 1
 
 
 @FAST
@@ -59,6 +60,13 @@ def test_any_map_of_fields_decodes_or_is_a_payload_error(fields: dict, version_h
     except (TypeError, ValueError):
         return  # bytes or NaN have no JSON form: the msgpack case covered them
     decodes_or_payload_error(text.encode())
+
+
+@FAST
+@given(st.lists(values, max_size=12), st.integers(min_value=0, max_value=3), st.text(max_size=5))
+def test_any_array_decodes_or_is_a_payload_error(items: list, version: int, run_id: str) -> None:
+    decodes_or_payload_error(msgpack.packb([version, *items], use_bin_type=True), run_id)
+    decodes_or_payload_error(msgpack.packb(items, use_bin_type=True), run_id)
 
 
 @FAST

@@ -133,7 +133,7 @@ export class Client {
       .hget(k.entries, runId)
       .zscore(k.done, runId)
       .exec();
-    const envelope = raw ? safeDecode(raw) : null;
+    const envelope = raw ? safeDecode(raw, runId) : null;
     if (score !== null) return { runId, state: 'scheduled', runAtMs: Number(score), envelope };
     if (raw && entry) {
       const pending = await this.redis.xpending(k.ready, GROUP, entry, entry, 1);
@@ -150,7 +150,7 @@ export class Client {
       for (const [id, fields] of batch) {
         const f = fieldMap(fields);
         if (f.run_id && f.run_id.toString() === runId) {
-          return { runId, state: 'dead', reason: f.reason?.toString(), envelope: safeDecode(f.envelope) };
+          return { runId, state: 'dead', reason: f.reason?.toString(), envelope: safeDecode(f.envelope, runId) };
         }
       }
       if (batch.length < 500) break;
@@ -161,9 +161,9 @@ export class Client {
   }
 }
 
-function safeDecode(raw) {
+function safeDecode(raw, runId) {
   try {
-    return decode(raw);
+    return decode(raw, runId);
   } catch {
     return null;
   }

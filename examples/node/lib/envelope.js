@@ -1,10 +1,14 @@
-// The run envelope, protocol version 1 (docs/protocol.md, "The run envelope").
-// msgpack on the wire; JSON is accepted on read when the first byte is `{`.
+// The run envelope (docs/protocol.md, "The run envelope"). This client writes protocol
+// version 2, a positional msgpack array without the run id; it reads 2 and 1 (a map, in
+// msgpack, or JSON when the first byte is `{`).
 
 import { decode as msgpackDecode, encode as msgpackEncode } from '@msgpack/msgpack';
 
-/** Major protocol version this client writes and reads. */
-export const VERSION = 1;
+/** Major protocol version this client writes; it reads READS. */
+export const VERSION = 2;
+export const READS = [1, 2];
+/** Version 2's positions after `v`, in order; the first three are required. */
+const V2 = ['task', 'payload', 'run_at_ms', 'enqueued_at_ms', 'scheduled_ms', 'attempt', 'schedule_id', 'max_attempts', 'lease_ms'];
 export const MAX_RUN_ID_BYTES = 512;
 export const MAX_TASK_BYTES = 256;
 
@@ -28,11 +32,25 @@ export function build({ runId, task, payload = null, runAtMs, enqueuedAtMs, maxA
 }
 
 /**
- * msgpack bytes of an envelope object. Whole JS numbers are written as msgpack integers.
- * Fields at their default (scheduled_ms = run_at_ms, attempt = 1) are left out, as the Python
- * client does: every delayed run is stored in Redis, and the bytes count.
+ * msgpack bytes of an envelope object, as a version 2 array: positional, without the run id
+ * (the key in `runs` and a field of every stream entry), trailing defaults left out
+ * (scheduled_ms = run_at_ms, attempt = 1), as the Python client writes it. Elements past the
+ * ones this client knows (a later minor's, kept by decode) are written back after them.
  */
 export function encode(env) {
+  if (env.v === 1) return encodeMap(env);
+  const a = [VERSION, env.task, env.payload ?? null, env.run_at_ms, env.enqueued_at_ms ?? 0,
+    env.scheduled_ms === env.run_at_ms ? null : env.scheduled_ms ?? null,
+    env.attempt === 1 ? null : env.attempt ?? null,
+    env.schedule_id ?? null, env.max_attempts ?? null, env.lease_ms ?? null];
+  const extra = env._extra ?? [];
+  if (extra.length === 0) while (a.length > 5 && a[a.length - 1] === null) a.pop();
+  return Buffer.from(msgpackEncode([...a, ...extra]));
+}
+
+/** A version 1 envelope read from a hand-written client is written back as a map, so the
+ * fields this client does not know are kept (defaults left out, as above). */
+function encodeMap(env) {
   const out = { ...env };
   if (out.scheduled_ms === out.run_at_ms) delete out.scheduled_ms;
   if (out.attempt === 1) delete out.attempt;
@@ -64,11 +82,29 @@ function describe(value) {
   return typeof value;
 }
 
+/** The fields of a version 2 array, named; the checks are then the map's (same messages). */
+function v2Fields(a, runId) {
+  if (a.length === 0 || a[0] !== 2) {
+    if (Number.isSafeInteger(a[0])) throw new PayloadError(`unknown protocol version ${a[0]} in an array envelope (arrays are version 2)`);
+    throw new PayloadError('envelope is an array whose first element (protocol version) is not 2');
+  }
+  if (a.length < 4) throw new PayloadError(`envelope array has ${a.length} elements, needs at least 4 (v, task, payload, run_at_ms)`);
+  if (runId === undefined || runId === null) throw new PayloadError('a version 2 envelope does not carry its run id and none was given');
+  const d = { v: 2, run_id: runId };
+  V2.forEach((name, i) => {
+    if (a[i + 1] !== undefined && a[i + 1] !== null) d[name] = a[i + 1];
+  });
+  if (a.length > V2.length + 1) d._extra = a.slice(V2.length + 1);
+  return d;
+}
+
 /**
- * Decode envelope bytes the way the Python worker does: same checks, same messages. Unknown
- * extra fields are kept (so a retry re-encodes them); an unknown major version is an error.
+ * Decode envelope bytes the way the Python worker does: same checks, same messages. `runId`
+ * is the run's id where the bytes were found (the stream entry's field, the key in `runs`):
+ * a version 2 envelope does not repeat it. Unknown extra fields (map) or elements (array) are
+ * kept, so a retry re-encodes them; an unknown major version is an error.
  */
-export function decode(raw) {
+export function decode(raw, runId) {
   if (!raw || raw.length === 0) throw new PayloadError('envelope is empty');
   let d;
   try {
@@ -76,14 +112,15 @@ export function decode(raw) {
   } catch (err) {
     throw new PayloadError(`envelope is neither msgpack nor JSON: ${err.message}`);
   }
-  if (d === null || typeof d !== 'object' || Array.isArray(d) || d instanceof Uint8Array) {
-    throw new PayloadError(`envelope is a ${describe(d)}, not a map`);
+  if (Array.isArray(d)) d = v2Fields(d, runId);
+  else if (d === null || typeof d !== 'object' || d instanceof Uint8Array) {
+    throw new PayloadError(`envelope is a ${describe(d)}, not a map or an array`);
   }
   if (!Number.isSafeInteger(d.v)) {
     throw new PayloadError("envelope field 'v' (protocol version) is missing or not an integer");
   }
-  if (d.v !== VERSION) {
-    throw new PayloadError(`unknown protocol version ${d.v} (this worker reads ${VERSION})`);
+  if (!READS.includes(d.v)) {
+    throw new PayloadError(`unknown protocol version ${d.v} (this worker reads 1 and 2)`);
   }
   if (requireField(d, 'run_id', 'string') === '') throw new PayloadError("envelope field 'run_id' is empty");
   if (requireField(d, 'task', 'string') === '') throw new PayloadError("envelope field 'task' is empty");
@@ -99,6 +136,7 @@ export function decode(raw) {
     enqueued_at_ms: optionalInt(d, 'enqueued_at_ms', 0, 0),
     attempt: optionalInt(d, 'attempt', 1, 1),
     max_attempts: optionalInt(d, 'max_attempts', undefined, 1),
+    lease_ms: optionalInt(d, 'lease_ms', undefined, 1),
   };
 }
 

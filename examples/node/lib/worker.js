@@ -115,7 +115,7 @@ export class Worker {
   async execute(d) {
     let env;
     try {
-      env = decode(d.raw);
+      env = decode(d.raw, d.runId);
     } catch (err) {
       return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}` };
     }
