@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from typing import Any
 
 from .__main__ import SCENARIOS, fmt, met
@@ -39,9 +39,12 @@ def peers_table(d: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    for path in sys.argv[1:]:
-        d = json.loads(open(path).read())
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
+    ap.add_argument("json", nargs="+", help="files written by make bench or make bench-peers")
+    for path in ap.parse_args(argv).json:
+        with open(path) as f:
+            d = json.load(f)
         print(f"<!-- {path}: {d['machine']} -->")
         print(peers_table(d) if "medians" in d else zsched_table(d))
         print()

@@ -42,3 +42,13 @@ def test_bench_throughput_scenarios_handle_every_run(smoke: dict) -> None:
 def test_bench_records_the_machine(smoke: dict) -> None:
     assert smoke["machine"]["cores"] >= 1
     assert smoke["machine"]["redis"] not in ("", "?")
+
+
+def test_bench_layouts_measures_every_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import layouts
+
+    assert layouts.main(["--n", "2000"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 8
+    for row in rows:
+        assert int(row.rsplit("|", 2)[1]) > 0, row
