@@ -196,6 +196,29 @@ async def test_runs_enqueued_from_python_are_executed_by_the_node_worker(real, q
     assert app.status().stats["acked"] == 1
 
 
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_node_retry_keeps_what_a_later_version_added(real, queue, node_dir, version):
+    # docs/protocol.md: a rewriting worker keeps fields it does not know; the Node worker
+    # writes a version 1 map back as a map, a version 2 array with its trailing elements.
+    app = real.app(queue)
+    if version == 1:
+        raw = msgpack.packb({"v": 1, "run_id": "r", "task": "fail", "payload": 7,
+                             "run_at_ms": 1, "future_field": "kept"})  # fmt: skip
+    else:
+        raw = msgpack.packb([2, "fail", 7, 1, 0, None, None, None, None, None, "kept"])
+    app.scripts.run(S.enqueue(app.keys, [("r", 1, "fail", raw)], now_ms=None,
+                              dedupe_window_ms=60_000, max_envelope_bytes=10_000))  # fmt: skip
+    await dispatch(app, real)
+    (out,) = node_worker(node_dir, real.url, queue, "--max-attempts", "3", "--retry-delay-ms", "0")
+    assert (out["outcome"], out["written"]) == ("retry", True)
+    again = msgpack.unpackb(real.sync.hget(app.keys.runs, "r"), raw=False)
+    if version == 1:
+        assert (again["v"], again["attempt"], again["future_field"]) == (1, 2, "kept")
+    else:
+        assert (again[0], again[6], again[-1]) == (2, 2, "kept")
+    assert decode(real.sync.hget(app.keys.runs, "r"), "r").attempt == 2  # Python reads it too
+
+
 async def test_the_node_worker_retries_then_dead_letters_through_the_scripts(real, queue, node_dir):
     app = real.app(queue)
     app.enqueue("fail", {"n": 1}, run_id="doomed")
