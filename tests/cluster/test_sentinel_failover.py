@@ -75,30 +75,38 @@ async def test_a_sentinel_failover_loses_no_durable_enqueue_and_work_goes_on(
 async def test_a_graceful_sentinel_failover_demotes_the_master_and_work_goes_on(
     sentinel_group: SentinelGroup, queue: str
 ) -> None:
-    """SENTINEL FAILOVER keeps the old master alive as a replica: clients still connected to it
-    get READONLY, which the Sentinel pool turns into a reconnect to the new master."""
+    """SENTINEL FAILOVER promotes the replica but leaves the old master a master, still taking
+    writes, until Sentinel next polls it and makes it a replica (~10 s here): clients still
+    connected to it keep writing there, and those writes are lost when it resyncs. Measured:
+    0 or nearly all of the ~10 s of acknowledged plain enqueues lost (9,175 of 10,920 in one
+    of three runs), depending on whether the client's connection was replaced at promotion.
+    durable=True loses none: the old master has no replica to WAIT for, so those enqueues are
+    refused (NotReplicated), not acknowledged. Work goes on on the new master."""
     g = sentinel_group
-    wl = Workload(g.url, {queue: {}})
-    lane = wl.lanes[queue]
+    plain, durable = f"{queue}-p", f"{queue}-d"
+    wl = Workload(g.url, {plain: {}, durable: {"durable": True, "durable_timeout": 0.5}})
+    p, d = wl.lanes[plain], wl.lanes[durable]
     await wl.start()
     try:
-        await wl.until(lambda: len(lane.executed) > 300, 60, "warm-up")
+        await wl.until(lambda: len(p.executed) > 300 and len(d.executed) > 300, 60, "warm-up")
         old = g.current_master_port()
         sentinel = redis.Redis(port=g.sentinel_ports[0])
         sentinel.execute_command("SENTINEL", "FAILOVER", g.service)
         sentinel.close()
         g.wait_failover(old)
         switched = time.monotonic()
-        await wl.until(
-            lambda: len(lane.acked_after(switched)) > 300, 60, "enqueues on the new master"
-        )
+        # Durable enqueues resume once the old master is attached as the new one's replica.
+        await wl.until(lambda: len(d.acked_after(switched)) > 200, 60, "durable enqueues again")
+        await wl.until(lambda: len(p.acked_after(switched)) > 200, 60, "plain enqueues again")
         wl.stop_enqueueing()
-        await wl.until(lambda: not lane.lost and wl.drained(lane), 60, "every acked run")
+        await wl.until(lambda: not d.lost and wl.drained(d), 60, "every acked durable run")
+        await wl.until(lambda: wl.drained(p), 60, "the plain queue to drain")
     finally:
         await wl.stop()
-    # A graceful failover waits for the replica to catch up: nothing acknowledged is lost.
-    assert not lane.lost
+    assert not d.lost, f"acknowledged durable enqueues lost: {sorted(d.lost)[:10]}"
+    assert set(p.executed) <= set(p.acked) | set(p.refused)
     print(
-        f"\nsentinel graceful failover: gap {lane.gap(switched):.2f}s, refused "
-        f"{len(lane.refused)}, errors {dict(lane.errors)}"
+        f"\nsentinel graceful failover: gap {p.gap(switched):.2f}s; plain: lost {len(p.lost)} of "
+        f"{len(p.acked)} acked, refused {len(p.refused)}; durable: lost 0 of {len(d.acked)}, "
+        f"refused {len(d.refused)}; errors {dict(p.errors + d.errors)}"
     )
