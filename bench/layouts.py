@@ -18,21 +18,23 @@ from typing import Any
 import msgpack
 
 from zsched import App
+from zsched.envelope import Envelope as RunEnvelope
+from zsched.envelope import encode_first
 from zsched.runids import fresh_run_id
 
-from .common import client, now_ms, payload, server
+from .common import client, now_ms, payload, server, used_memory
+from .workloads import HOUR_MS
 
-HOUR_MS = 3_600_000
 Envelope = Callable[[str, int], bytes]
 
 
 def v1(rid: str, due: int) -> bytes:
-    return msgpack.packb({"v": 1, "run_id": rid, "task": "noop", "payload": payload(due, 1),
-                          "run_at_ms": due, "enqueued_at_ms": now_ms()})  # fmt: skip
+    """The version 1 map zsched wrote before (same fields, by name, with the run id)."""
+    return msgpack.packb(RunEnvelope(rid, "noop", payload(due, 1), due, due, now_ms()).as_fields())
 
 
 def v2(rid: str, due: int) -> bytes:
-    return msgpack.packb([2, "noop", payload(due, 1), due, now_ms()])
+    return encode_first("noop", payload(due, 1), due, now_ms())
 
 
 def bare(rid: str, due: int) -> bytes:
@@ -45,9 +47,9 @@ def _per_run(write: Callable[[Any, int, int], None], n: int, config: dict[str, s
         for k, v in config.items():
             r.config_set(k, v)
         write(r, 0, 1000)
-        base = r.info("memory")["used_memory"]
+        base = used_memory(r)
         write(r, 1000, 1000 + n)
-        return (r.info("memory")["used_memory"] - base) / n  # type: ignore[no-any-return]
+        return (used_memory(r) - base) / n
 
 
 def layout(env: Envelope | None, bucket: int = 0) -> Callable[[Any, int, int], None]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgpack
 
-from zsched.envelope import V2_FIELDS
+from zsched.envelope import v2_named
 from zsched.keys import GROUP, QueueKeys
 
 
@@ -21,7 +21,7 @@ def _env(raw: bytes) -> Any:
     except Exception:  # noqa: BLE001 - tests show undecodable bytes as they are
         return raw
     if isinstance(d, list) and d[:1] == [2]:
-        return {k: v for k, v in zip(("v", *V2_FIELDS), d, strict=False) if v is not None}
+        return v2_named(d)
     return d
 
 

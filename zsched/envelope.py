@@ -176,7 +176,8 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
     if not isinstance(version, int) or isinstance(version, bool):
         raise PayloadError("envelope field 'v' (protocol version) is missing or not an integer")
     if version not in READS:
-        raise PayloadError(f"unknown protocol version {version} (this worker reads 1 and 2)")
+        reads = " and ".join(map(str, READS))
+        raise PayloadError(f"unknown protocol version {version} (this worker reads {reads})")
     run_id = _require(d, "run_id", str)
     if not run_id:
         raise PayloadError("envelope field 'run_id' is empty")
@@ -203,24 +204,25 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
     )
 
 
+def v2_named(a: list[Any]) -> dict[str, Any]:
+    """A version 2 array's elements by field name (`v` included), nil ones left out; no checks.
+    Elements past the known ones are a later minor version's: ignored."""
+    return {k: v for k, v in zip(("v", *V2_FIELDS), a, strict=False) if v is not None}
+
+
 def _v2_fields(a: list[Any], run_id: str | None) -> dict[str, Any]:
     """The fields of a version 2 array, named; the checks are then the map's (same messages)."""
     v = a[0] if a else None
-    if not isinstance(v, int) or isinstance(v, bool) or v != 2:
-        if isinstance(v, int) and not isinstance(v, bool):
-            raise PayloadError(
-                f"unknown protocol version {v} in an array envelope (arrays are version 2)"
-            )
+    if not isinstance(v, int) or isinstance(v, bool):
         raise PayloadError("envelope is an array whose first element (protocol version) is not 2")
+    if v != 2:
+        raise PayloadError(
+            f"unknown protocol version {v} in an array envelope (arrays are version 2)"
+        )
     if len(a) < 4:
         raise PayloadError(
             f"envelope array has {len(a)} elements, needs at least 4 (v, task, payload, run_at_ms)"
         )
     if run_id is None:
         raise PayloadError("a version 2 envelope does not carry its run id and none was given")
-    d: dict[str, Any] = {"v": 2, "run_id": run_id}
-    # Elements past the known ones are a later minor version's: ignored.
-    for name, value in zip(V2_FIELDS, a[1:], strict=False):
-        if value is not None:
-            d[name] = value
-    return d
+    return {**v2_named(a), "run_id": run_id}

@@ -28,7 +28,7 @@ from redis_server import RedisServer
 
 import zsched
 from zsched import scripts as S
-from zsched.envelope import V2_FIELDS, Envelope, decode
+from zsched.envelope import Envelope, decode, v2_named
 from zsched.keys import QueueKeys
 from zsched.runids import created_ms
 
@@ -375,7 +375,7 @@ def decode_any(raw: bytes) -> dict[str, Any]:
     version 2 array named by position, without the run id it does not carry)."""
     d = json.loads(raw) if raw[:1] == b"{" else msgpack.unpackb(raw, raw=False)
     if isinstance(d, list):
-        d = {k: v for k, v in zip(("v", *V2_FIELDS), d, strict=False) if v is not None}
+        d = v2_named(d)
     return d  # type: ignore[no-any-return]
 
 

@@ -120,7 +120,7 @@ export function decode(raw, runId) {
     throw new PayloadError("envelope field 'v' (protocol version) is missing or not an integer");
   }
   if (!READS.includes(d.v)) {
-    throw new PayloadError(`unknown protocol version ${d.v} (this worker reads 1 and 2)`);
+    throw new PayloadError(`unknown protocol version ${d.v} (this worker reads ${READS.join(' and ')})`);
   }
   if (requireField(d, 'run_id', 'string') === '') throw new PayloadError("envelope field 'run_id' is empty");
   if (requireField(d, 'task', 'string') === '') throw new PayloadError("envelope field 'task' is empty");
