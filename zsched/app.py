@@ -15,8 +15,9 @@ from . import scripts as S
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
+from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
-from .errors import PayloadError, ZschedError
+from .errors import ConfigError, PayloadError, ZschedError
 from .keys import QueueKeys
 from .metrics import Metrics
 from .runids import fresh_run_id
@@ -89,15 +90,23 @@ class App(ScheduleMethods):
         partitions: int | str = 1,
         durable: bool = False,
         durable_timeout: float = 1.0,
+        spin_us: int = DEFAULT_SPIN_US,
     ) -> None:
         """`partitions`: split the queue over N hash tags (docs/scaling.md); "auto" reads the
         count recorded in Redis (the CLI does). `durable`: enqueue returns only once a replica
         acknowledged the write (WAIT 1), waiting at most `durable_timeout` seconds, else it
-        raises NotReplicated."""
+        raises NotReplicated. `spin_us`: how long a sync call polls its socket for the reply
+        before it sleeps (0: never; zsched/direct.py says why)."""
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
         self.url: str | None = redis if isinstance(redis, str) else None
         self.redis: Any = sync_client(redis) if isinstance(redis, str) else redis
+        encoder = getattr(self.redis, "get_encoder", None)
+        if encoder is not None and encoder().decode_responses:
+            raise ConfigError(
+                "zsched needs a Redis client with decode_responses=False: envelopes are msgpack "
+                "bytes, not text (pass a URL, or a client made without decode_responses)"
+            )
         self.queue = queue
         self.keys = QueueKeys(queue)
         self.settings = settings or QueueSettings()
@@ -121,6 +130,11 @@ class App(ScheduleMethods):
             raise ValueError(f"durable_timeout must be > 0 seconds, got {durable_timeout!r}")
         self.durable = bool(durable)
         self.durable_timeout_ms = max(1, int(durable_timeout * 1000))
+        if not (isinstance(spin_us, int) and spin_us >= 0):
+            raise ValueError(
+                f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}"
+            )
+        self.spin_us = spin_us
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -153,7 +167,7 @@ class App(ScheduleMethods):
     @property
     def scripts(self) -> S.Scripts:
         if self._scripts is None:
-            self._scripts = S.Scripts(self.redis)
+            self._scripts = S.Scripts(self.redis, spin_us=self.spin_us)
         return self._scripts
 
     def _local_ms(self) -> int:
@@ -375,6 +389,8 @@ class App(ScheduleMethods):
         return Worker(self, **settings)
 
     def close(self) -> None:
-        if self._scripts is not None:
-            self._scripts.close()
+        """Close the client and the connections of every partition view's direct path."""
+        for app in [self, *(self._views or [])]:
+            if app._scripts is not None:
+                app._scripts.close()
         self.redis.close()

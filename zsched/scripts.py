@@ -7,8 +7,6 @@ sources with redis-py (EVALSHA, reload after NOSCRIPT, pipeline-safe) and decode
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -17,8 +15,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import redis
-import redis.exceptions as rex
 
+from .direct import DEFAULT_SPIN_US, FALLBACK, DirectConnections
 from .errors import ScriptError
 from .keys import GROUP, QueueKeys
 
@@ -357,85 +355,19 @@ def unlease(
 # -- runners ----------------------------------------------------------------------------------
 
 
-_FALLBACK = object()
-
-
-class _DirectConnections:
-    """EVALSHA on connections of our own, without redis-py's per-command machinery.
-
-    One `enqueue()` is a round trip plus a short script. On a loaded 2-core VM redis-py's path
-    around it -- pool checkout (a poll() per checkout, observability records), retry wrapper,
-    Script's NOSCRIPT handling -- cost as much as the round trip (~95 of ~210 us per call).
-    This keeps a few connections built like the client's own (same class and settings: TLS,
-    auth, Sentinel's master lookup) and sends the packed command on one. Whatever is not a
-    reply or a script error returns _FALLBACK when the command surely did not run (NOSCRIPT, a
-    connection that failed before the send), and the caller runs the call through redis-py's
-    path, which loads scripts and reconnects as configured. A reply lost after the send is
-    raised, as redis-py does: the script may have run.
-    """
-
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
-        self._lock = threading.Lock()
-        self._idle: list[Any] = []
-        self._pid = os.getpid()
-
-    def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
-        with self._lock:
-            if self._pid != os.getpid():  # a forked child never shares the parent's sockets
-                self._idle, self._pid = [], os.getpid()
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._pool.connection_class(**self._pool.connection_kwargs)
-        try:
-            # An idle connection with something to read was closed by the server (timeout,
-            # restart): start afresh rather than send into it. (redis-py's pool checks too.)
-            if conn.can_read():
-                conn.disconnect()
-            conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
-        except (rex.ConnectionError, rex.TimeoutError, OSError):
-            conn.disconnect()  # not sent: redis-py's path may connect and retry
-            return _FALLBACK
-        except BaseException:
-            conn.disconnect()
-            raise
-        try:
-            reply = conn.read_response()
-        except rex.NoScriptError:
-            reply = _FALLBACK
-        except rex.ResponseError:
-            self._put(conn)
-            raise
-        except BaseException:
-            # Sent, and the reply was lost or interrupted: the script may have run. Raise, as
-            # redis-py does, rather than run it again and report a duplicate of our own run.
-            conn.disconnect()
-            raise
-        self._put(conn)
-        return reply
-
-    def _put(self, conn: Any) -> None:
-        with self._lock:
-            if self._pid == os.getpid():
-                self._idle.append(conn)
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.disconnect()
-
-
 class Scripts:
     """The scripts registered on a sync client (Redis or RedisCluster)."""
 
-    def __init__(self, client: Any, names: Iterable[str] = NAMES) -> None:
+    def __init__(
+        self, client: Any, names: Iterable[str] = NAMES, spin_us: int = DEFAULT_SPIN_US
+    ) -> None:
+        """`spin_us`: how long a call polls for its reply before sleeping (zsched/direct.py)."""
         self._client = client
         self._scripts = {n: client.register_script(source(n)) for n in names}
         # The direct path serves a plain client (one server or Sentinel's master), whose
         # commands all go to one pool; a cluster client routes by slot and keeps its own path.
         plain = isinstance(client, redis.Redis) and getattr(client, "connection", None) is None
-        self._direct = _DirectConnections(client.connection_pool) if plain else None
+        self._direct = DirectConnections(client.connection_pool, spin_us) if plain else None
 
     def add(self, name: str) -> None:
         """Register one more script by name (extensions such as rules)."""
@@ -451,7 +383,7 @@ class Scripts:
         script = self._scripts[call.name]
         if self._direct is not None:
             reply = self._direct.evalsha(script.sha, call.keys, call.args)
-            if reply is not _FALLBACK:
+            if reply is not FALLBACK:
                 return call.decode(reply)
         return call.decode(script(keys=call.keys, args=call.args))
 

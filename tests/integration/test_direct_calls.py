@@ -1,4 +1,4 @@
-"""The direct EVALSHA path of sync script calls (scripts._DirectConnections) on a real server.
+"""The direct EVALSHA path of sync script calls (zsched/direct.py) on a real server.
 
 It skips redis-py's per-command machinery, so it has to get right by itself what that
 machinery does: load a flushed script, replace a connection the server closed, keep a
@@ -27,7 +27,7 @@ def app(redis_server, queue):
 def _direct_ids(app: zsched.App) -> set[int]:
     """Client ids (CLIENT ID) of the direct path's idle connections."""
     out = set()
-    for conn in app.scripts._direct._idle:  # type: ignore[union-attr]
+    for conn in app.scripts._direct.connections():  # type: ignore[union-attr]
         conn.send_command("CLIENT", "ID")
         out.add(int(conn.read_response()))
     return out
@@ -36,7 +36,7 @@ def _direct_ids(app: zsched.App) -> set[int]:
 def test_a_plain_client_enqueues_on_one_direct_connection(app) -> None:
     for i in range(5):
         assert not app.enqueue("t", run_id=f"r{i}", delay=60).duplicate
-    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
+    assert len(app.scripts._direct.connections()) == 1  # type: ignore[union-attr]
     assert app.redis.zcard(app.keys.delayed) == 5
 
 
@@ -69,7 +69,7 @@ def test_a_script_error_leaves_the_connection_usable(app) -> None:
         app.enqueue("t", run_id="a", delay=60)
     app.redis.delete(app.keys.done)
     assert not app.enqueue("t", run_id="a", delay=60).duplicate
-    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
+    assert len(app.scripts._direct.connections()) == 1  # type: ignore[union-attr]
 
 
 def test_close_closes_the_direct_connections(app, redis_server) -> None:
@@ -106,3 +106,41 @@ def test_cluster_and_single_connection_clients_keep_redis_pys_path(redis_server)
     assert S.Scripts(single)._direct is None
     assert S.Scripts(redis.Redis.from_url(redis_server.url))._direct is not None
     single.close()
+
+
+@pytest.mark.parametrize("spin_us", [0, 200])
+def test_sync_calls_work_with_or_without_spinning(redis_server, queue, spin_us) -> None:
+    app = zsched.App(redis_server.url, queue=queue, spin_us=spin_us)
+    assert not app.enqueue("t", {"x": 1}, run_id="a", delay=60).duplicate
+    assert app.enqueue("t", {"x": 1}, run_id="a", delay=60).duplicate
+    assert app.get_run("a").state == "scheduled"
+    assert app.cancel("a")
+    assert not app.cancel("a")
+    assert len(app.scripts._direct.connections()) == 1  # type: ignore[union-attr]
+    app.close()
+
+
+def test_a_client_that_decodes_replies_to_text_is_refused(redis_server) -> None:
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    with pytest.raises(zsched.ConfigError, match="decode_responses=False"):
+        zsched.App(client, queue="x")
+    client.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "200"])
+def test_a_spin_budget_that_is_not_whole_microseconds_is_refused(redis_url, bad) -> None:
+    with pytest.raises(ValueError, match="spin_us must be a whole number of microseconds"):
+        zsched.App(redis_url, queue="x", spin_us=bad)
+
+
+def test_close_also_closes_the_direct_connections_of_partition_views(redis_server, queue) -> None:
+    app = zsched.App(redis_server.url, queue=queue, partitions=2)
+    views = app.partition_views()
+    for v in views:
+        assert not v.cancel("not-there")  # a sync call on the view's own direct path
+    ids = set().union(*(_direct_ids(v) for v in views))
+    assert len(ids) == 2
+    app.close()
+    r = redis.Redis.from_url(redis_server.url)
+    assert not ids & {int(c["id"]) for c in r.client_list()}
+    r.close()

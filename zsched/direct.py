@@ -1,0 +1,198 @@
+"""Sync script calls on connections of our own: EVALSHA without redis-py's per-command path.
+
+One `enqueue()` is a round trip plus a short script, so what the client does around the round
+trip is most of its cost. Two things are measured in BENCHMARKS.md ("One-call enqueue"):
+
+- redis-py's path around a command -- pool checkout with a poll(), retry wrapper, Script's
+  NOSCRIPT handling, its packer and reader -- costs about as much as the script;
+- a thread that sleeps in recv() until the reply arrives is woken late: on this project's
+  2-core VMs a loopback PING takes ~60 us that way and ~23 us when the socket is polled
+  without sleeping, for the same CPU time per call (the wake-up is idle time, not work).
+
+So a direct connection packs the command with hiredis, sends it on the socket, and polls the
+socket for a short budget (`spin_us`, 200 us by default) before it sleeps in recv(). The spin
+is adaptive: it is skipped while the replies of this connection take longer than the budget
+on average (a remote Redis, big batches), so a slow server costs no spinning CPU. Connections
+of a class we do not know (Sentinel-managed, client-side caching) keep redis-py's reader,
+which handles their special replies, and still spin before it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from typing import Any
+
+import hiredis
+import redis
+import redis.exceptions as rex
+
+try:  # redis-py's error-reply mapping (NOSCRIPT -> NoScriptError ...), shared by its parsers
+    from redis._parsers import BaseParser
+
+    _parse_error: Any = BaseParser.parse_error
+except ImportError:  # pragma: no cover - a redis-py without it: every connection reads via redis-py
+    _parse_error = None
+
+#: Default longest poll for a reply before sleeping in recv() (microseconds); 0 = never spin.
+DEFAULT_SPIN_US = 200
+#: Connection classes whose replies are plain RESP that our own hiredis reader can take.
+_LEAN = (redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection)
+_POLL = getattr(select, "poll", None)  # not on Windows: no spin there
+
+#: Returned when the call surely did not run (NOSCRIPT, not sent): run it via redis-py instead.
+FALLBACK = object()
+
+
+class _Conn:
+    """One redis-py connection (it does the handshake: TLS, AUTH, HELLO, Sentinel's master
+    lookup) whose socket we then read and write ourselves.
+
+    The socket is reached through the connection each time, never held here: an App dropped
+    without close() is then collected like a plain redis-py connection, whose __del__ closes
+    the socket before the socket's own finalizer can warn (ResourceWarning)."""
+
+    __slots__ = ("conn", "live", "reader", "poll", "wait_s")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.live = False
+        self.reader: Any = None
+        self.poll: Any = None
+        #: Moving average of this connection's reply waits (s): decides whether to spin.
+        self.wait_s = 0.0
+
+    def connect(self) -> None:
+        self.conn.connect()
+        self.live = True
+        sock = getattr(self.conn, "_sock", None)
+        if sock is None:  # a connection class we cannot see into: redis-py reads
+            return
+        if type(self.conn) in _LEAN and _parse_error is not None and _POLL is not None:
+            self.reader = hiredis.Reader(protocolError=rex.InvalidResponse, replyError=_parse_error)
+        if _POLL is not None:
+            self.poll = _POLL()
+            self.poll.register(sock, select.POLLIN)
+
+    def disconnect(self) -> None:
+        self.live, self.reader, self.poll = False, None, None
+        self.conn.disconnect()
+
+    def stale(self) -> bool:
+        """Something to read before we sent anything: the server closed it (timeout, restart)."""
+        if self.reader is not None:
+            return bool(self.poll.poll(0)) or bool(self.reader.has_data())
+        return bool(self.conn.can_read())
+
+    def send(self, args: tuple[Any, ...]) -> None:
+        if self.reader is not None:
+            self.conn._sock.sendall(hiredis.pack_command(args))
+        else:
+            self.conn.send_command(*args)
+
+    def read(self, spin_s: float) -> Any:
+        t0 = time.perf_counter()
+        if self.poll is not None and self.wait_s < spin_s:
+            poll, deadline = self.poll.poll, t0 + spin_s
+            while not poll(0) and time.perf_counter() < deadline:
+                pass
+        if self.reader is None:
+            reply = self.conn.read_response()  # raises error replies itself
+        else:
+            reader, sock = self.reader, self.conn._sock
+            reply = reader.gets()
+            while reply is False:
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError as e:
+                    raise rex.TimeoutError("Timeout reading from socket") from e
+                except OSError as e:
+                    raise rex.ConnectionError(f"Error while reading from socket: {e}") from e
+                if not data:
+                    raise rex.ConnectionError("Connection closed by server.")
+                reader.feed(data)
+                reply = reader.gets()
+            if isinstance(reply, rex.ResponseError):
+                self._waited(t0)
+                raise reply
+        self._waited(t0)
+        return reply
+
+    def _waited(self, t0: float) -> None:
+        waited = time.perf_counter() - t0
+        self.wait_s = waited if self.wait_s == 0 else 0.8 * self.wait_s + 0.2 * waited
+
+
+class DirectConnections:
+    """EVALSHA on a few connections built like the client's own (same class and settings).
+
+    Whatever is not a reply or a script error returns FALLBACK when the command surely did
+    not run (NOSCRIPT, a connection that failed before the send), and the caller runs the call
+    through redis-py's path, which loads scripts and reconnects as configured. A reply lost
+    after the send is raised, as redis-py does: the script may have run.
+    """
+
+    def __init__(self, pool: Any, spin_us: int = DEFAULT_SPIN_US) -> None:
+        if spin_us < 0:
+            raise ValueError(f"spin_us must be >= 0, got {spin_us!r}")
+        self._pool = pool
+        self._spin_s = spin_us / 1e6
+        self._lock = threading.Lock()
+        self._idle: list[_Conn] = []
+        self._pid = os.getpid()
+
+    def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child never shares the parent's sockets
+                self._idle, self._pid = [], os.getpid()
+            c = self._idle.pop() if self._idle else None
+        if c is None:
+            c = _Conn(self._pool.connection_class(**self._pool.connection_kwargs))
+        try:
+            if c.live and c.stale():
+                c.disconnect()
+            if not c.live:
+                c.connect()
+            c.send(("EVALSHA", sha, len(keys), *keys, *args))
+        except (rex.ConnectionError, rex.TimeoutError, OSError):
+            c.disconnect()  # not sent: redis-py's path may connect and retry
+            return FALLBACK
+        except TypeError:
+            c.disconnect()  # an argument hiredis cannot pack: redis-py's path names it
+            return FALLBACK
+        except BaseException:
+            c.disconnect()
+            raise
+        try:
+            reply = c.read(self._spin_s)
+        except rex.NoScriptError:
+            self._put(c)
+            return FALLBACK
+        except rex.ResponseError:
+            self._put(c)
+            raise
+        except BaseException:
+            # Sent, and the reply was lost or interrupted: the script may have run. Raise, as
+            # redis-py does, rather than run it again and report a duplicate of our own run.
+            c.disconnect()
+            raise
+        self._put(c)
+        return reply
+
+    def _put(self, c: _Conn) -> None:
+        with self._lock:
+            if self._pid == os.getpid():
+                self._idle.append(c)
+
+    def connections(self) -> list[Any]:
+        """The redis-py connections idle in this path (tests look at them)."""
+        with self._lock:
+            return [c.conn for c in self._idle]
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.disconnect()
