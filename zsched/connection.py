@@ -30,6 +30,7 @@ import redis.exceptions as rex
 import redis.sentinel
 
 from .errors import ConfigError
+from .sentinel_watch import MasterWatch
 
 # redis-py leaves these untyped; calling them through Any keeps `mypy --strict` quiet.
 _SyncNode: Any = redis.cluster.ClusterNode
@@ -96,9 +97,14 @@ class _AsyncCluster(aiocluster.RedisCluster):
 
 
 class _SyncSentinelMaster(redis.Redis):
-    """The master's client; closing it also closes its connections to the Sentinels."""
+    """The master's client; closing it also closes its connections to the Sentinels and stops
+    its MasterWatch (zsched/sentinel_watch.py)."""
+
+    master_watch: MasterWatch | None = None
 
     def close(self) -> None:
+        if self.master_watch is not None:
+            self.master_watch.close()
         super().close()
         pool: Any = self.connection_pool
         for sentinel in pool.sentinel_manager.sentinels:
@@ -262,9 +268,11 @@ def sync_client(url: str, **kw: Any) -> Any:
         return redis.cluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
     assert t.service is not None
     sentinel = _SyncSentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
-    return sentinel.master_for(
+    client = sentinel.master_for(
         t.service, redis_class=_SyncSentinelMaster, db=t.db, **_node_kwargs(t, kw)
     )
+    client.master_watch = MasterWatch(client.connection_pool)
+    return client
 
 
 def async_client(url: str, **kw: Any) -> Any:

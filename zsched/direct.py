@@ -28,6 +28,7 @@ from typing import Any
 import hiredis
 import redis
 import redis.exceptions as rex
+from redis.sentinel import SentinelConnectionPool
 
 try:  # redis-py's error-reply mapping (NOSCRIPT -> NoScriptError ...), shared by its parsers
     from redis._parsers import BaseParser
@@ -138,6 +139,9 @@ class DirectConnections:
         if spin_us < 0:
             raise ValueError(f"spin_us must be >= 0, got {spin_us!r}")
         self._pool = pool
+        # A Sentinel pool owns only connections to the current master: one to a master that
+        # Sentinel replaced is dropped before use (zsched/sentinel_watch.py).
+        self._owns: Any = pool.owns_connection if isinstance(pool, SentinelConnectionPool) else None
         self._spin_s = spin_us / 1e6
         self._lock = threading.Lock()
         self._idle: list[_Conn] = []
@@ -151,7 +155,7 @@ class DirectConnections:
         if c is None:
             c = _Conn(self._pool.connection_class(**self._pool.connection_kwargs))
         try:
-            if c.live and c.stale():
+            if c.live and (c.stale() or (self._owns is not None and not self._owns(c.conn))):
                 c.disconnect()
             if not c.live:
                 c.connect()
