@@ -131,3 +131,14 @@ def test_a_server_that_closes_mid_reply_is_a_connection_error(pair) -> None:
 def test_a_negative_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="spin_us must be >= 0"):
         direct.DirectConnections(pool=None, spin_us=-1)
+
+
+def test_a_call_does_not_spin_while_another_thread_has_one_in_flight(pair) -> None:
+    c, server = pair
+    server.sendall(b":1\r\n")
+    with direct._IN_FLIGHT, direct._IN_FLIGHT:  # this call and another thread's
+        assert c.read(spin_s=1.0) == 1
+    assert c.poll.calls == 0  # so this one slept in recv() instead
+    server.sendall(b":2\r\n")
+    assert c.read(spin_s=1.0) == 2
+    assert c.poll.calls >= 1
