@@ -7,10 +7,10 @@ it and demotes it (~10 s); a client still connected to it writes there, and thos
 lost when it resyncs as a replica. The graceful-failover test measured 9,114 of 10,715
 acknowledged plain enqueues lost that way in one run of six.
 
-So a sync client made from a ``redis+sentinel://`` URL watches: a daemon thread subscribes
-to ``+switch-master`` on one Sentinel (each Sentinel publishes it once it has the new
-master's address; on an error the thread moves on to the next Sentinel). For its service it
-asks Sentinel for the master again (`get_master_address`): redis-py then disconnects the
+So a sync client made from a ``redis+sentinel://`` URL watches: a daemon thread per Sentinel
+subscribes to ``+switch-master`` (each Sentinel publishes it once it has the new master's
+address; a thread whose Sentinel fails retries it). For its service it asks Sentinel for the
+master again (`get_master_address`): redis-py then disconnects the
 pool's idle connections, and drops in-use ones when they are released (a Sentinel pool owns
 only connections to the current master). The direct path (zsched/direct.py) checks the same
 ownership before each call. A write already in flight at the switch can still land on the
@@ -37,38 +37,59 @@ class MasterWatch:
     def __init__(self, pool: Any, *, retry_s: float = 0.5, poll_s: float = 0.5) -> None:
         self._pool = weakref.ref(pool)
         self._service: str = pool.service_name
-        self._sentinels: list[Any] = list(pool.sentinel_manager.sentinels)
         self._retry_s, self._poll_s = retry_s, poll_s
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._resolving = threading.Lock()
+        self._listening = 0
         #: Times the master was re-resolved after a switch message (tests read it).
         self.switches = 0
-        #: Set once the thread is subscribed (tests wait for it).
+        #: Set while at least one Sentinel is listened to (tests wait for it).
         self.subscribed = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"zsched-sentinel-watch-{self._service}", daemon=True
-        )
-        self._thread.start()
+        # One thread per Sentinel: the failover's leader announces first, and the others as
+        # they learn of it (hello messages, ~2 s); redis-py resolves the master through the
+        # first Sentinel that answers, which may still name the old one, so each
+        # announcement is one more chance to resolve once they agree.
+        self._threads = [
+            threading.Thread(target=self._run, args=(s,), daemon=True,
+                             name=f"zsched-sentinel-watch-{self._service}-{i}")
+            for i, s in enumerate(pool.sentinel_manager.sentinels)
+        ]  # fmt: skip
+        for t in self._threads:
+            t.start()
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=self._poll_s + 2)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=self._poll_s + 2)
 
-    def _run(self) -> None:
-        i = 0
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def _count(self, delta: int) -> None:
+        with self._lock:
+            self._listening += delta
+            if self._listening > 0:
+                self.subscribed.set()
+            else:
+                self.subscribed.clear()
+
+    def _run(self, sentinel: Any) -> None:
         while not self._stop.is_set() and self._pool() is not None:
-            sentinel = self._sentinels[i % len(self._sentinels)]
-            i += 1
             pubsub = sentinel.pubsub(ignore_subscribe_messages=True)
+            listening = False
             try:
                 pubsub.subscribe(CHANNEL)
-                self.subscribed.set()
+                self._count(+1)
+                listening = True
                 self._listen(pubsub)
             except (rex.ConnectionError, rex.TimeoutError, OSError) as e:
-                self.subscribed.clear()
-                log.debug("sentinel watch of %s: %s; trying the next Sentinel", self._service, e)
+                log.debug("sentinel watch of %s: %s; retrying", self._service, e)
                 self._stop.wait(self._retry_s)
             finally:
+                if listening:
+                    self._count(-1)
                 try:
                     pubsub.close()
                 except Exception:  # noqa: BLE001 - closing a broken connection may raise
@@ -88,13 +109,14 @@ class MasterWatch:
         pool = self._pool()
         if pool is None:
             return
-        try:
-            pool.get_master_address()
-        except (rex.ConnectionError, rex.TimeoutError, OSError) as e:
-            # Connections find the master themselves when they next connect; nothing is lost
-            # by not doing it here.
-            log.warning("sentinel watch of %s: master switched (%s) but not resolved: %s",
-                        self._service, data, e)  # fmt: skip
-            return
-        self.switches += 1
+        with self._resolving:  # the Sentinels' threads may announce at once
+            try:
+                pool.get_master_address()
+            except (rex.ConnectionError, rex.TimeoutError, OSError) as e:
+                # Connections find the master themselves when they next connect; nothing is
+                # lost by not doing it here.
+                log.warning("sentinel watch of %s: master switched (%s) but not resolved: %s",
+                            self._service, data, e)  # fmt: skip
+                return
+            self.switches += 1
         log.info("sentinel watch of %s: master switched (%s)", self._service, data)

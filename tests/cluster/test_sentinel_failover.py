@@ -79,8 +79,8 @@ async def test_a_graceful_sentinel_failover_demotes_the_master_and_work_goes_on(
     writes, until Sentinel next polls it and makes it a replica (~10 s here): whatever clients
     write there is lost when it resyncs. The sync client's MasterWatch drops connections to the
     old master when Sentinel announces the switch (zsched/sentinel_watch.py). Measured: before
-    the watch, 1 of 6 runs lost 9,114 of 10,715 acknowledged plain enqueues; with it, 10 of 12
-    lost none, two lost 126 and 295 of ~10,600 (writes between promotion and announcement).
+    the watch, 1 of 6 runs lost 9,114 of 10,715 acknowledged plain enqueues; with it, 12 of 15
+    lost none, three lost 126-295 of ~10,600 (writes between promotion and announcement).
     Dispatchers and workers stay on the old master until it drops them, which runs most of
     what landed there meanwhile (docs/scaling.md: what following costs).
     durable=True loses none: the old master has no replica to WAIT for, so those enqueues are
