@@ -10,11 +10,13 @@ acknowledged plain enqueues lost that way in one run of six.
 So a sync client made from a ``redis+sentinel://`` URL watches: a daemon thread per Sentinel
 subscribes to ``+switch-master`` (each Sentinel publishes it once it has the new master's
 address; a thread whose Sentinel fails retries it). For its service it asks Sentinel for the
-master again (`get_master_address`): redis-py then disconnects the
-pool's idle connections, and drops in-use ones when they are released (a Sentinel pool owns
-only connections to the current master). The direct path (zsched/direct.py) checks the same
+master again (`get_master_address`): redis-py then disconnects the pool's idle connections,
+and drops in-use ones when they are released (a Sentinel pool owns only connections to the
+current master). The direct path (zsched/direct.py) checks the same
 ownership before each call. A write already in flight at the switch can still land on the
-old master; `durable=True` closes that window too (docs/scaling.md).
+old master; `durable=True` closes that window too (docs/scaling.md). Dispatchers and workers
+are not watched, on purpose: they run what landed on the old master meanwhile (measured in
+docs/scaling.md).
 """
 
 from __future__ import annotations
