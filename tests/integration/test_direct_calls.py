@@ -11,6 +11,7 @@ import os
 
 import pytest
 import redis
+from redis_server import RedisServer
 
 import zsched
 from zsched import scripts as S
@@ -144,3 +145,16 @@ def test_close_also_closes_the_direct_connections_of_partition_views(redis_serve
     r = redis.Redis.from_url(redis_server.url)
     assert not ids & {int(c["id"]) for c in r.client_list()}
     r.close()
+
+
+def test_a_unix_socket_client_takes_the_direct_path_with_its_own_reader(tmp_path) -> None:
+    sock = str(tmp_path / "redis.sock")
+    with RedisServer("--unixsocket", sock, "--unixsocketperm", "700"):
+        app = zsched.App(f"unix://{sock}", queue="u")
+        assert not app.enqueue("t", {"x": 1}, run_id="a", delay=60).duplicate
+        assert app.enqueue("t", {"x": 1}, run_id="a", delay=60).duplicate
+        assert app.get_run("a").state == "scheduled"
+        (c,) = app.scripts._direct._idle  # type: ignore[union-attr]
+        assert c.reader is not None  # read with our hiredis reader, not redis-py's
+        assert app.cancel("a")
+        app.close()
