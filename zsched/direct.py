@@ -12,10 +12,10 @@ trip is most of its cost. Two things are measured in BENCHMARKS.md ("One-call en
 So a direct connection packs the command with hiredis, sends it on the socket, and polls the
 socket for a short budget (`spin_us`, 200 us by default) before it sleeps in recv(). The spin
 is adaptive: it is skipped while the replies of this connection take longer than the budget
-on average (a remote Redis, big batches), so a slow server costs no spinning CPU, and only
-while no other thread of the process has a call in flight (their calls overlap anyway). Connections
-of a class we do not know (Sentinel-managed, client-side caching) keep redis-py's reader,
-which handles their special replies, and still spin before it.
+on average (a remote Redis, big batches), so a slow server costs no spinning CPU, and while
+another thread of the process has a call in flight (their calls overlap anyway).
+Connections of a class we do not know (Sentinel-managed, client-side caching) keep
+redis-py's reader, which handles their special replies, and still spin before it.
 """
 
 from __future__ import annotations
@@ -134,28 +134,28 @@ class _Conn:
         if self.reader is None:
             reply = self.conn.read_response()  # raises error replies itself
         else:
-            reader, sock = self.reader, self.conn._sock
-            reply = reader.gets()
-            while reply is False:
-                try:
-                    data = sock.recv(65536)
-                except TimeoutError as e:
-                    raise rex.TimeoutError("Timeout reading from socket") from e
-                except OSError as e:
-                    raise rex.ConnectionError(f"Error while reading from socket: {e}") from e
-                if not data:
-                    raise rex.ConnectionError("Connection closed by server.")
-                reader.feed(data)
-                reply = reader.gets()
-            if isinstance(reply, rex.ResponseError):
-                self._waited(t0)
-                raise reply
-        self._waited(t0)
-        return reply
-
-    def _waited(self, t0: float) -> None:
+            reply = self._read_reply()
         waited = time.perf_counter() - t0
         self.wait_s = waited if self.wait_s == 0 else 0.8 * self.wait_s + 0.2 * waited
+        if isinstance(reply, rex.ResponseError):
+            raise reply
+        return reply
+
+    def _read_reply(self) -> Any:
+        reader, sock = self.reader, self.conn._sock
+        reply = reader.gets()
+        while reply is False:
+            try:
+                data = sock.recv(65536)
+            except TimeoutError as e:
+                raise rex.TimeoutError("Timeout reading from socket") from e
+            except OSError as e:
+                raise rex.ConnectionError(f"Error while reading from socket: {e}") from e
+            if not data:
+                raise rex.ConnectionError("Connection closed by server.")
+            reader.feed(data)
+            reply = reader.gets()
+        return reply
 
 
 class DirectConnections:
@@ -192,11 +192,10 @@ class DirectConnections:
             if not c.live:
                 c.connect()
             c.send(("EVALSHA", sha, len(keys), *keys, *args))
-        except (rex.ConnectionError, rex.TimeoutError, OSError):
-            c.disconnect()  # not sent: redis-py's path may connect and retry
-            return FALLBACK
-        except TypeError:
-            c.disconnect()  # an argument hiredis cannot pack: redis-py's path names it
+        except (rex.ConnectionError, rex.TimeoutError, OSError, TypeError):
+            # Not sent (no connection, or an argument hiredis cannot pack): redis-py's path
+            # connects and retries as configured, or names the bad argument.
+            c.disconnect()
             return FALLBACK
         except BaseException:
             c.disconnect()
@@ -222,11 +221,6 @@ class DirectConnections:
         with self._lock:
             if self._pid == os.getpid():
                 self._idle.append(c)
-
-    def connections(self) -> list[Any]:
-        """The redis-py connections idle in this path (tests look at them)."""
-        with self._lock:
-            return [c.conn for c in self._idle]
 
     def close(self) -> None:
         with self._lock:

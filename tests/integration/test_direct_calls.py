@@ -28,16 +28,16 @@ def app(redis_server, queue):
 def _direct_ids(app: zsched.App) -> set[int]:
     """Client ids (CLIENT ID) of the direct path's idle connections."""
     out = set()
-    for conn in app.scripts._direct.connections():  # type: ignore[union-attr]
-        conn.send_command("CLIENT", "ID")
-        out.add(int(conn.read_response()))
+    for c in app.scripts._direct._idle:  # type: ignore[union-attr]
+        c.conn.send_command("CLIENT", "ID")
+        out.add(int(c.conn.read_response()))
     return out
 
 
 def test_a_plain_client_enqueues_on_one_direct_connection(app) -> None:
     for i in range(5):
         assert not app.enqueue("t", run_id=f"r{i}", delay=60).duplicate
-    assert len(app.scripts._direct.connections()) == 1  # type: ignore[union-attr]
+    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
     assert app.redis.zcard(app.keys.delayed) == 5
 
 
@@ -70,7 +70,7 @@ def test_a_script_error_leaves_the_connection_usable(app) -> None:
         app.enqueue("t", run_id="a", delay=60)
     app.redis.delete(app.keys.done)
     assert not app.enqueue("t", run_id="a", delay=60).duplicate
-    assert len(app.scripts._direct.connections()) == 1  # type: ignore[union-attr]
+    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
 
 
 def test_close_closes_the_direct_connections(app, redis_server) -> None:
@@ -117,7 +117,7 @@ def test_sync_calls_work_with_or_without_spinning(redis_server, queue, spin_us) 
     assert app.get_run("a").state == "scheduled"
     assert app.cancel("a")
     assert not app.cancel("a")
-    assert len(app.scripts._direct.connections()) == 1  # type: ignore[union-attr]
+    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
     app.close()
 
 
