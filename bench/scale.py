@@ -63,6 +63,14 @@ def _slowlog(r: Any) -> dict[str, Any]:
     others = sorted({e["command"].split(b" ")[0].decode() for e in entries if e not in ours})
     if by_script or others:
         print(f"    slow log: scripts {by_script}, other commands {others}")
+        # Which calls: a dispatch call's limit is its 8th argument (EVALSHA sha 5 keys... now
+        # limit), so a call sized too big reads apart from a pause of the host.
+        t0 = min(e["start_time"] for e in entries)
+        for e in sorted(ours, key=lambda e: e["start_time"]):
+            words = e["command"].split(b" ")
+            name = names.get(words[1], "?")
+            limit = words[9].decode() if name == "dispatch" and len(words) > 9 else "-"
+            print(f"      {name} {e['duration'] / 1000:.2f} ms at +{e['start_time'] - t0} s, limit {limit}")
     return {
         "slow_scripts": len(ours),
         "slow_other": len(entries) - len(ours),
