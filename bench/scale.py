@@ -70,7 +70,9 @@ def _slowlog(r: Any) -> dict[str, Any]:
             words = e["command"].split(b" ")
             name = names.get(words[1], "?")
             limit = words[9].decode() if name == "dispatch" and len(words) > 9 else "-"
-            print(f"      {name} {e['duration'] / 1000:.2f} ms at +{e['start_time'] - t0} s, limit {limit}")
+            print(
+                f"      {name} {e['duration'] / 1000:.2f} ms at +{e['start_time'] - t0} s, limit {limit}"
+            )
     return {
         "slow_scripts": len(ours),
         "slow_other": len(entries) - len(ours),
