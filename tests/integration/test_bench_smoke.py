@@ -49,6 +49,62 @@ def test_bench_layouts_measures_every_layout(capsys: pytest.CaptureFixture[str])
 
     assert layouts.main(["--n", "2000"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == 8
+    assert len(rows) == 9
     for row in rows:
         assert int(row.rsplit("|", 2)[1]) > 0, row
+
+
+def test_bench_btree_prototype_measures_both_layouts(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import btree
+
+    assert btree.main(["--n", "1000", "--repeat", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 3 * 2  # three shapes of queue, two layouts
+    for row in rows:
+        assert float(row.split("|")[4]) > 0, row
+
+
+def test_bench_btree_prototype_keeps_runs_in_order_in_listpack_leaves() -> None:
+    """The prototype's figures mean something only if it is a correct index: after every
+    batch the leaves, read in index order, hold exactly the runs in (due, id) order, each leaf
+    a listpack under its bound; dispatch removes exactly the runs due, from the front."""
+    import random
+
+    from bench import btree
+    from bench.common import client, server
+    from zsched.runids import fresh_run_id
+
+    keys, dkeys = ["{q}:index", "{q}:leaves", "{q}:leaf:"], ["{q}:index", "{q}:leaf:"]
+
+    def leaves_in_order(r) -> list[tuple[int, str]]:
+        seq: list[tuple[int, str]] = []
+        for m in r.zrange("{q}:index", 0, -1):
+            leaf = b"{q}:leaf:" + m.split(b"|")[1]
+            items = [(int(s), k.decode()) for k, s in r.zrange(leaf, 0, -1, withscores=True)]
+            assert items and r.object("encoding", leaf) == b"listpack"
+            assert (int(m[:15]), m[15:35].decode()) <= items[0]  # the bound
+            seq += items
+        assert len(r.keys("{q}:leaf:*")) == r.zcard("{q}:index")
+        return seq
+
+    with server() as srv:
+        r = client(srv.url)
+        enq, disp = r.register_script(btree.BTREE_ENQUEUE), r.register_script(btree.BTREE_DISPATCH)
+        for seed in range(9):
+            r.flushall()
+            rnd, runs = random.Random(seed), []
+            for _ in range(rnd.randrange(5, 25)):
+                batch: list[object] = []
+                for _ in range(rnd.randrange(1, 300)):
+                    due = [rnd.randrange(50), 10**6 - len(runs), rnd.randrange(10**6)][seed % 3]
+                    rid = fresh_run_id()
+                    runs.append((due, rid))
+                    batch += [rid, due]
+                enq(keys=keys, args=batch)
+                assert leaves_in_order(r) == sorted(runs)
+            removed = 0
+            for now in [*sorted(rnd.sample(range(10**6), 4)), 10**7]:
+                while got := disp(keys=dkeys, args=[now, rnd.randrange(1, 300)]):
+                    removed += got
+                assert removed == sum(1 for due, _ in runs if due <= now)
+                assert leaves_in_order(r) == sorted(x for x in runs if x[0] > now)
