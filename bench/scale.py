@@ -63,8 +63,8 @@ def _slowlog(r: Any) -> dict[str, Any]:
     others = sorted({e["command"].split(b" ")[0].decode() for e in entries if e not in ours})
     if by_script or others:
         print(f"    slow log: scripts {by_script}, other commands {others}")
-        # Which calls: a dispatch call's limit is its 8th argument (EVALSHA sha 5 keys... now
-        # limit), so a call sized too big reads apart from a pause of the host.
+        # Which calls: a dispatch call's limit is word 9 of `EVALSHA sha 5 k1..k5 now limit
+        # max_backlog`, so a call sized too big reads apart from a pause of the host.
         t0 = min(e["start_time"] for e in entries)
         for e in sorted(ours, key=lambda e: e["start_time"]):
             words = e["command"].split(b" ")
