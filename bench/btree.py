@@ -14,13 +14,14 @@ cost is measured alone: the XADD, HMGET and bookkeeping of the real dispatch are
 both layouts and left out.
 
 The B-tree: leaves are ZSETs of at most 128 runs (listpacks at Redis's default settings);
-one index ZSET holds, for each leaf, a member `<due, 15 digits><run id>|<leaf number>` (all
-scored 0, so lex order is (due, id) order) whose first part is the leaf's lower bound. A run
+one index ZSET holds, for each leaf, a member `<due, 15 digits><run id, \0 escaped>\0\0<leaf
+number>` (all scored 0, so lex order is (due, id) order) whose first part is the leaf's lower
+bound. A run
 goes to the leaf with the greatest bound <= (due, id), or the first leaf. A full leaf splits in
 two, or, when the new run sorts after all of its runs, the run starts a new leaf (the
 rightmost split that keeps leaves full when runs arrive in order). A batch is sorted first,
-so the runs bound for one leaf cost one lookup and one ZADD. Prototype limits: run ids of one
-fixed length without '|' (fresh ids are), no cancel or retry.
+so the runs bound for one leaf cost one lookup and one ZADD. Prototype limits: no cancel or
+retry; a leaf holding an id over 64 bytes becomes a skiplist (correct, without the saving).
 """
 
 from __future__ import annotations
@@ -37,17 +38,22 @@ from .common import client, now_ms, payload, server, used_memory
 
 BTREE_ENQUEUE = r"""
 -- btree_enqueue (prototype): add runs to the B-tree of listpack ZSET leaves.
--- KEYS[1] index (zset, scores 0, members "<due 15 digits><run id>|<leaf n>")
+-- KEYS[1] index (zset, scores 0, members: a leaf's bound (see key) and its number)
 -- KEYS[2] leaf counter (string)   KEYS[3] leaf key prefix (leaves are prefix .. n)
--- ARGV groups of 2: run_id (fixed length, no '|'), due_ms
+-- ARGV groups of 2: run_id, due_ms (>= 0)
 -- Returns the number of leaf splits.
 -- Invariant: every leaf holds runs >= its bound and < the next leaf's bound; no leaf holds
 --   more than MAX runs, so each stays a listpack.
 -- The batch is sorted first, so runs bound for one leaf cost one lookup and one ZADD.
 local index, counter, prefix = KEYS[1], KEYS[2], KEYS[3]
 local MAX = 128
-local function key(due, id) return string.format('%015d', due) .. id end
-local function bar(member) return (string.find(member, '|', 1, true)) end
+-- A run's key: the due time in 15 digits, then the id with \0 escaped as \0\1 and ended by
+-- \0\0, so byte order is (due, id) order for ids of any length and no key prefixes another.
+local function key(due, id)
+  return string.format('%015d', due) .. (string.gsub(id, '%z', '\0\1')) .. '\0\0'
+end
+-- An index member is a leaf's bound (a key) followed by the leaf's number.
+local function key_end(member) return (string.find(member, '\0\0', 16, true)) + 1 end
 local items = {}
 for i = 1, #ARGV, 2 do
   local due = tonumber(ARGV[i + 1])
@@ -63,15 +69,15 @@ while i <= #items do
     m = redis.call('ZRANGE', index, 0, 0)[1]
     if m then
       redis.call('ZREM', index, m)
-      m = k .. string.sub(m, bar(m))
+      m = k .. string.sub(m, key_end(m) + 1)
     else
-      m = k .. '|' .. redis.call('INCR', counter)
+      m = k .. redis.call('INCR', counter)
     end
     redis.call('ZADD', index, 0, m)
   end
-  local leaf = prefix .. string.sub(m, bar(m) + 1)
+  local leaf = prefix .. string.sub(m, key_end(m) + 1)
   local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
-  local upto = nxt and string.sub(nxt, 1, bar(nxt) - 1)
+  local upto = nxt and string.sub(nxt, 1, key_end(nxt))
   local card = redis.call('ZCARD', leaf)
   local args = {}
   while i <= #items and card < MAX and (not upto or items[i][1] < upto) do
@@ -87,7 +93,7 @@ while i <= #items do
     local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
     local k2 = items[i][1]
     if k2 > key(tonumber(last[2]), last[1]) then
-      redis.call('ZADD', index, 0, k2 .. '|' .. n)  -- rightmost split: a new leaf starts here
+      redis.call('ZADD', index, 0, k2 .. n)  -- rightmost split: a new leaf starts here
     else
       local upper = redis.call('ZRANGE', leaf, MAX / 2, -1, 'WITHSCORES')
       local moved = {}
@@ -97,7 +103,7 @@ while i <= #items do
       end
       redis.call('ZADD', prefix .. n, unpack(moved))
       redis.call('ZREMRANGEBYRANK', leaf, MAX / 2, -1)
-      redis.call('ZADD', index, 0, key(tonumber(upper[2]), upper[1]) .. '|' .. n)
+      redis.call('ZADD', index, 0, key(tonumber(upper[2]), upper[1]) .. n)
     end
   end
 end
@@ -116,7 +122,7 @@ local moved = 0
 while moved < limit do
   local m = redis.call('ZRANGE', index, 0, 0)[1]
   if not m then break end
-  local leaf = prefix .. string.sub(m, string.find(m, '|', 1, true) + 1)
+  local leaf = prefix .. string.sub(m, (string.find(m, '\0\0', 16, true)) + 2)
   local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - moved)
   local n = #due / 2
   if n == 0 then break end

@@ -67,7 +67,8 @@ def test_bench_btree_prototype_measures_both_layouts(capsys: pytest.CaptureFixtu
 def test_bench_btree_prototype_keeps_runs_in_order_in_listpack_leaves() -> None:
     """The prototype's figures mean something only if it is a correct index: after every
     batch the leaves, read in index order, hold exactly the runs in (due, id) order, each leaf
-    a listpack under its bound; dispatch removes exactly the runs due, from the front."""
+    a listpack under its bound; dispatch removes exactly the runs due, from the front. Ids
+    are fresh ones, or of any length with NUL and non-ASCII characters."""
     import random
 
     from bench import btree
@@ -76,31 +77,46 @@ def test_bench_btree_prototype_keeps_runs_in_order_in_listpack_leaves() -> None:
 
     keys, dkeys = ["{q}:index", "{q}:leaves", "{q}:leaf:"], ["{q}:index", "{q}:leaf:"]
 
+    def bound_and_leaf(member: bytes) -> tuple[tuple[int, str], bytes]:
+        end = member.index(b"\0\0", 15)
+        rid = member[15:end].replace(b"\0\1", b"\0").decode()
+        return (int(member[:15]), rid), member[end + 2 :]
+
     def leaves_in_order(r) -> list[tuple[int, str]]:
         seq: list[tuple[int, str]] = []
         for m in r.zrange("{q}:index", 0, -1):
-            leaf = b"{q}:leaf:" + m.split(b"|")[1]
+            bound, n = bound_and_leaf(m)
+            leaf = b"{q}:leaf:" + n
             items = [(int(s), k.decode()) for k, s in r.zrange(leaf, 0, -1, withscores=True)]
             assert items and r.object("encoding", leaf) == b"listpack"
-            assert (int(m[:15]), m[15:35].decode()) <= items[0]  # the bound
+            assert bound <= items[0]
             seq += items
         assert len(r.keys("{q}:leaf:*")) == r.zcard("{q}:index")
         return seq
 
+    def some_id(rnd: random.Random, seed: int) -> str:
+        if seed % 2 == 0:
+            return fresh_run_id()
+        return "".join(rnd.choice("\0\1ab|~é語") for _ in range(rnd.randrange(1, 12)))
+
     with server() as srv:
         r = client(srv.url)
         enq, disp = r.register_script(btree.BTREE_ENQUEUE), r.register_script(btree.BTREE_DISPATCH)
-        for seed in range(9):
+        for seed in range(12):
             r.flushall()
-            rnd, runs = random.Random(seed), []
+            rnd, runs, seen = random.Random(seed), [], set()
             for _ in range(rnd.randrange(5, 25)):
                 batch: list[object] = []
                 for _ in range(rnd.randrange(1, 300)):
                     due = [rnd.randrange(50), 10**6 - len(runs), rnd.randrange(10**6)][seed % 3]
-                    rid = fresh_run_id()
+                    rid = some_id(rnd, seed)
+                    if rid in seen:
+                        continue
+                    seen.add(rid)
                     runs.append((due, rid))
                     batch += [rid, due]
-                enq(keys=keys, args=batch)
+                if batch:
+                    enq(keys=keys, args=batch)
                 assert leaves_in_order(r) == sorted(runs)
             removed = 0
             for now in [*sorted(rnd.sample(range(10**6), 4)), 10**7]:
