@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster_harness import Cluster  # noqa: E402
 from sentinel_harness import SentinelGroup  # noqa: E402
+
+from zsched.connection import sync_client  # noqa: E402
 
 LONG = os.environ.get("ZSCHED_CLUSTER_LONG") == "1"
 
@@ -49,6 +52,14 @@ def healthy_cluster(cluster: Cluster) -> Iterator[Cluster]:
     """The session cluster, healed (killed nodes restarted as replicas) after the test."""
     yield cluster
     cluster.heal()
+
+
+@pytest.fixture
+def rc(cluster: Cluster) -> Iterator[Any]:
+    """A zsched cluster client (redis+cluster:// URL) of the session cluster."""
+    c = sync_client(cluster.url)
+    yield c
+    c.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ inside the scripts, not passed in KEYS, which a key-layout version 3 would rely 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,14 +12,6 @@ from cluster_harness import Cluster
 from redis.crc import key_slot
 
 from bench import btree
-from zsched.connection import sync_client
-
-
-@pytest.fixture
-def rc(cluster: Cluster) -> Iterator[Any]:
-    c = sync_client(cluster.url)
-    yield c
-    c.close()
 
 
 def test_leaves_in_the_tag_run_on_the_cluster(rc: Any) -> None:

@@ -7,16 +7,13 @@ refuse the call ("all keys must map to the same key slot") or the server answer 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis.exceptions as rex
-from cluster_harness import Cluster
 from redis.crc import key_slot
 
 from zsched import scripts as S
-from zsched.connection import sync_client
 from zsched.envelope import Envelope
 from zsched.keys import QueueKeys
 
@@ -65,13 +62,6 @@ def test_every_wrapper_call_and_script_header_keeps_its_keys_in_one_slot() -> No
     for name, keys in key_sets.items():
         assert len({key_slot(x.encode()) for x in keys}) == 1, name
         assert all(k.tag in x for x in keys), name
-
-
-@pytest.fixture
-def rc(cluster: Cluster) -> Iterator[Any]:
-    c = sync_client(cluster.url)
-    yield c
-    c.close()
 
 
 def slot_error(exc: BaseException) -> bool:
