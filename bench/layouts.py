@@ -71,29 +71,6 @@ def layout(env: Envelope | None, bucket: int = 0) -> Callable[[Any, int, int], N
     return write
 
 
-def btree(env: Envelope, fill: int = 88) -> Callable[[Any, int, int], None]:
-    """The index as a B-tree of keys (option 3 in BENCHMARKS.md): leaves are small ZSETs of
-    ~`fill` runs (88 = 69 % of 128, a B-tree's usual fill under random inserts), listpacks at
-    the default settings, found through one lex-ordered ZSET of (due, first run id, leaf key);
-    the envelopes stay in one `runs` HASH."""
-    due0 = now_ms() + HOUR_MS
-
-    def write(r: Any, lo: int, hi: int) -> None:
-        p = r.pipeline(transaction=False)
-        for i in range(lo, hi):
-            rid, due = fresh_run_id(), due0 + i
-            leaf = f"delayed:{i // fill}"
-            if i % fill == 0:
-                p.zadd("leaves", {due.to_bytes(8, "big") + rid.encode() + b"|" + leaf.encode(): 0})
-            p.zadd(leaf, {rid: due})
-            p.hset("runs", rid, env(rid, due))
-            if i % 1000 == 999:
-                p.execute()
-        p.execute()
-
-    return write
-
-
 def zsched_enqueue(r: Any, lo: int, hi: int) -> None:
     app = App(redis=r, queue="q")
     due0 = now_ms() + HOUR_MS
@@ -115,7 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         ("ZSET + HASH, v1 map envelope (before)", layout(v1), {}),
         ("ZSET + HASH, payload only (bare minimum)", layout(bare), {}),
         ("ZSET alone", layout(None), {}),
-        ("B-tree of listpack ZSET leaves (~88 runs) + HASH, v2 envelope", btree(v2), {}),
         ("ZSET + 128-run listpack HASHes, v2 envelope *", layout(v2, 128), LISTPACK),
         ("ZSET + 32-run listpack HASHes, v2 envelope *", layout(v2, 32), LISTPACK),
         ("ZSET + 128-run listpack HASHes, payload only *", layout(bare, 128), LISTPACK),

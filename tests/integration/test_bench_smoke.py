@@ -49,7 +49,7 @@ def test_bench_layouts_measures_every_layout(capsys: pytest.CaptureFixture[str])
 
     assert layouts.main(["--n", "2000"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == 9
+    assert len(rows) == 8
     for row in rows:
         assert int(row.rsplit("|", 2)[1]) > 0, row
 
