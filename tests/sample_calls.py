@@ -27,4 +27,6 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
             now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
         ),
         "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
+        "status": S.status(k, now_ms=None),
+        "migrate": S.migrate(k),
     }  # fmt: skip

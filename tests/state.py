@@ -6,6 +6,7 @@ from typing import Any
 
 import msgpack
 
+from zsched import delayed
 from zsched.envelope import v2_named
 from zsched.keys import GROUP, QueueKeys
 
@@ -15,7 +16,9 @@ def _s(b: Any) -> Any:
 
 
 def _env(raw: bytes) -> Any:
-    """An envelope as a map of its fields (a version 2 array named, without its run id)."""
+    """An envelope as a map of its fields (a version 2 array named, without its run id), its
+    due tag (key layout 3) left out."""
+    raw = delayed.untag(raw)[1]
     try:
         d = msgpack.unpackb(raw, raw=False)
     except Exception:  # noqa: BLE001 - tests show undecodable bytes as they are
@@ -29,8 +32,8 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
     """Every fixed key of the queue as plain data: zsets as {member: score}, hashes as dicts
     (envelopes decoded), streams as lists of field dicts (ids dropped), plus pending owners."""
     out: dict[str, Any] = {}
-    for name in ("delayed", "done"):
-        out[name] = {_s(m): int(s) for m, s in r.zrange(getattr(k, name), 0, -1, withscores=True)}
+    out["delayed"] = dict(delayed.runs(r, k))
+    out["done"] = {_s(m): int(s) for m, s in r.zrange(k.done, 0, -1, withscores=True)}
     out["runs"] = {_s(a): _env(b) for a, b in r.hgetall(k.runs).items()}
     out["stats"] = {_s(a): int(b) for a, b in r.hgetall(k.stats).items()}
     ids = {}
@@ -55,7 +58,7 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
 def places(r: Any, k: QueueKeys, run_id: str) -> list[str]:
     """Every place a run is found in: delayed, ready, dead, done. Invariant 1 wants one."""
     found = []
-    if r.zscore(k.delayed, run_id) is not None:
+    if run_id in dict(delayed.runs(r, k)):
         found.append("delayed")
     for name in ("ready", "dead"):
         key = getattr(k, name)
@@ -64,3 +67,59 @@ def places(r: Any, k: QueueKeys, run_id: str) -> list[str]:
     if r.zscore(k.done, run_id) is not None:
         found.append("done")
     return found
+
+
+# -- the delayed set (key layout 3: a B-tree of small ZSETs, lua/lib/btree.lua) ----------------
+
+
+def delayed_ids(r: Any, k: QueueKeys) -> list[str]:
+    """Run ids in the delayed set, earliest first."""
+    return [rid for rid, _ in delayed.runs(r, k)]
+
+
+def delayed_due(r: Any, k: QueueKeys, run_id: str) -> int | None:
+    """The due time of a run in the delayed set, or None if it is not there."""
+    return dict(delayed.runs(r, k)).get(run_id)
+
+
+def delayed_count(r: Any, k: QueueKeys) -> int:
+    """Runs in the delayed set, as the scripts count them (checked against the leaves)."""
+    n = int(r.hget(k.delayed, "n") or 0)
+    assert n == len(delayed.runs(r, k)), "the delayed set's count disagrees with its leaves"
+    return n
+
+
+_ADD = """
+-- BEGIN btree
+-- END btree
+local items = {}
+for i = 1, #ARGV, 2 do items[#items + 1] = {ARGV[i], tonumber(ARGV[i + 1])} end
+bt_add(KEYS[1], items)
+return #items
+"""
+
+
+def add_delayed(r: Any, k: QueueKeys, dues: dict[str, int]) -> None:
+    """Put run ids straight into the delayed set (no envelopes): for tests of readers."""
+    from zsched.luagen import expand
+    from zsched.scripts import lua_dir
+
+    args = [x for rid, due in dues.items() for x in (rid, due)]
+    r.eval(expand(_ADD, lua_dir() / "lib"), 1, k.delayed, *args)
+
+
+#: A script listing every run id of the delayed set, so a MULTI can read it with other keys.
+DELAYED_IDS_LUA = """
+local out = {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1] .. ':index', 0, -1)) do
+  local leaf = KEYS[1] .. ':leaf:' .. string.sub(m, (string.find(m, '\\0\\0', 16, true)) + 2)
+  for _, id in ipairs(redis.call('ZRANGE', leaf, 0, -1)) do out[#out + 1] = id end
+end
+return out
+"""
+
+
+def envelope_of(r: Any, k: QueueKeys, run_id: str) -> bytes | None:
+    """The envelope of a live run as kept in `runs`, its due tag left out."""
+    raw = r.hget(k.runs, run_id)
+    return None if raw is None else delayed.untag(raw)[1]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, overload
 
+from . import delayed as _delayed
 from . import durable as _durable
 from . import inspect as _inspect
 from . import partitions as _partitions
@@ -299,6 +300,12 @@ class App(ScheduleMethods):
     def cancel(self, run_id: str) -> bool:
         """Remove a run that is still delayed. False if it is not delayed (or unknown)."""
         return self.scripts.run(S.cancel(self.keys_for_run(run_id), run_id)) == S.CANCELLED
+
+    def migrate(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Move delayed runs kept in key layout 2 (zsched 0.1: one ZSET) into key layout 3,
+        in every partition; safe while the queue runs, and a no-op when there is nothing to
+        move. Returns the runs moved. `progress(moved, left)` is called after each batch."""
+        return sum(_delayed.migrate(v.redis, v.keys, progress) for v in self.partition_views())
 
     def get_run(self, run_id: str) -> _inspect.RunStatus:
         """The state of a run: scheduled, ready, running, done or dead. Raises RunNotFound."""

@@ -180,16 +180,32 @@ class Dispatcher:
         # since (lag metrics, the data watch) would otherwise make every timed wake that late.
         return max(0.0, wait_ms / 1000 - (time.monotonic() - t.sent_at))
 
+    async def _migrate(self) -> bool:
+        """Move a delayed set of key layout 2 (an older zsched's) into the tree, once at start,
+        a bounded batch per call (zsched migrate does the same from the command line)."""
+        moved = left = 0
+        while True:
+            n, left = await self.scripts.run(S.migrate(self.app.keys))
+            moved += n
+            if not left:
+                break
+        if moved:
+            log.warning("moved %d delayed runs of key layout 2 into key layout 3", moved,
+                        extra={"queue": self._q})  # fmt: skip
+        return True
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""
         stop = stop or asyncio.Event()
         backoff = 0.1
         log.info("dispatcher started", extra={"queue": self._q})
         synced = not self.app.declared
+        migrated = False
         while not stop.is_set():
             pubsub = open_pubsub(self.redis)  # on a cluster: a connection of its own
             try:
                 synced = synced or await self._sync_declared()  # Redis may be down at start
+                migrated = migrated or await self._migrate()
                 await pubsub.subscribe(self.app.keys.wake)
                 self._woken()  # what was published while not subscribed is not heard
                 await self.watch.check(force=True)

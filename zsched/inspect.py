@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 
 from . import scripts as S
-from .connection import is_cluster
+from .delayed import untag
 from .envelope import Envelope, decode
 from .errors import PayloadError, RunNotFound
 from .keys import GROUP, QueueKeys
@@ -51,7 +51,7 @@ def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> 
     env: Envelope | None = None
     if raw:
         try:
-            env = decode(raw, run_id)
+            env = decode(untag(raw)[1], run_id)
         except PayloadError:
             env = None
     if env is None:
@@ -69,14 +69,15 @@ def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> 
 
 def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
     pipe = r.pipeline(transaction=False)
-    pipe.zscore(k.delayed, run_id)
     pipe.hget(k.runs, run_id)
     pipe.hget(k.entries, run_id)
     pipe.zscore(k.done, run_id)
-    score, raw, entry, done_at = pipe.execute()
-    if score is not None:
+    raw, entry, done_at = pipe.execute()
+    if raw is not None and entry is None:
+        # Live and not on the stream: in the delayed set, due when its value's tag says.
         st = _from_envelope(run_id, "scheduled", raw)
-        return RunStatus(**{**vars(st), "run_at": ms_to_datetime(int(score))})
+        due = untag(raw)[0]
+        return st if due is None else RunStatus(**{**vars(st), "run_at": ms_to_datetime(due)})
     if raw is not None and entry is not None:
         try:
             pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)
@@ -135,23 +136,18 @@ class QueueStatus:
 
 
 def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
-    # A cluster pipeline refuses keyless commands such as TIME: read it on its own there.
-    cluster = is_cluster(r)
+    call = S.status(k, now_ms=None)
+    sec, usec, delayed, due, head, _exact = r.register_script(S.source("status"))(
+        keys=call.keys, args=call.args
+    )
     pipe = r.pipeline(transaction=False)
-    if not cluster:
-        pipe.time()
-    pipe.zcard(k.delayed)
-    pipe.zrange(k.delayed, 0, 0, withscores=True)
     pipe.xlen(k.ready)
     pipe.xlen(k.dead)
     pipe.zcard(k.done)
     pipe.hgetall(k.stats)
-    replies = pipe.execute()
-    t = r.time() if cluster else replies.pop(0)
-    delayed, head, xlen, dead, done, stats = replies
-    now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
-    due = int(r.zcount(k.delayed, "-inf", now_ms)) if delayed else 0
-    oldest_due = max(0, now_ms - int(head[0][1])) if head and head[0][1] <= now_ms else 0
+    xlen, dead, done, stats = pipe.execute()
+    now_ms = int(sec) * 1000 + int(usec) // 1000
+    oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
     pending, oldest_idle = 0, 0
     if xlen:
         try:
@@ -164,7 +160,7 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
             if "NOGROUP" not in str(exc):
                 raise
     return QueueStatus(
-        k.queue, now_ms, int(delayed), due, oldest_due, int(xlen), pending, oldest_idle,
+        k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
         int(dead), int(done), {_s(a): int(b) for a, b in stats.items()},
     )  # fmt: skip
 

@@ -28,9 +28,16 @@ class QueueKeys:
     queue: str
     partition: int | None = None
     tag: str = field(init=False)
-    #: ZSET run_id -> run_at_ms. Runs waiting for their time.
+    #: The delayed set (runs waiting for their time), key layout 3: a B-tree of small sorted
+    #: sets (lua/lib/btree.lua) made of this key, `delayed_index` and `delayed_leaf(n)`. A
+    #: sorted set here is the one set of key layout 2, which `zsched migrate` moves.
+    #: HASH seq (last leaf number), n (runs in the delayed set).
     delayed: str = field(init=False)
-    #: HASH run_id -> envelope. Every live run (delayed, ready or running); the live set.
+    #: ZSET, scores 0: one member per leaf, `<bound><leaf number>` (lex order = due order).
+    delayed_index: str = field(init=False)
+    #: Every live run (delayed, ready or running); the live set. A value starts with a 7-byte
+    #: due tag: 0x00, then the due in ms, 6 bytes big-endian (`delayed.untag`).
+    #: HASH run_id -> due tag + envelope.
     runs: str = field(init=False)
     #: STREAM of due runs; fields run_id, envelope. Read by the consumer group GROUP.
     ready: str = field(init=False)
@@ -79,6 +86,11 @@ class QueueKeys:
             "epoch",
         ):
             set_(self, name, base + name)
+        set_(self, "delayed_index", self.delayed + ":index")
+
+    def delayed_leaf(self, n: int | str) -> str:
+        """ZSET run_id -> due_ms: leaf `n` of the delayed set's B-tree (at most 128 runs)."""
+        return f"{self.delayed}:leaf:{n}"
 
     def lease(self, schedule_id: str) -> str:
         """STRING with a TTL: the overlap lease of a rule's running fire (value = run_id)."""
@@ -92,6 +104,7 @@ class QueueKeys:
         """Every fixed key of the queue (not the per-rule ones), for cleanup and inspection."""
         return [
             self.delayed,
+            self.delayed_index,
             self.runs,
             self.ready,
             self.entries,

@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
-    "replay", "schedule", "unschedule", "fire", "unlease",
+    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000
@@ -247,6 +247,16 @@ def renew(k: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Call[list[in
 def cancel(k: QueueKeys, run_id: str) -> Call[int]:
     """Reply: CANCELLED, NOT_FOUND or NOT_CANCELLABLE."""
     return Call("cancel", [k.delayed, k.runs], [run_id], int)
+
+
+def status(k: QueueKeys, *, now_ms: int | None, max_leaves: int = 1000) -> Call[list[Any]]:
+    """Reply: [sec, usec, size, due, head_ms or None, exact] of the delayed set."""
+    return Call("status", [k.delayed], [_now(now_ms), max_leaves], list)
+
+
+def migrate(k: QueueKeys, batch: int = MAX_BATCH) -> Call[tuple[int, int]]:
+    """Move a batch of a key layout 2 delayed set into the tree. Reply: (moved, left)."""
+    return Call("migrate", [k.delayed, k.runs, k.wake], [batch], lambda r: (int(r[0]), int(r[1])))
 
 
 def replay(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import scripts as S
 from .clock import FakeClock
+from .delayed import leaf_number
 from .envelope import decode
 from .keys import GROUP
 from .metrics import Metrics
@@ -136,10 +137,14 @@ class Driver:
     async def _next_event(self, t: int) -> int:
         k = self.app.keys
         candidates = [f for f, *_ in self.running.values()]
-        for key in (k.rule_next, k.delayed):
-            head = await self.redis.zrange(key, 0, 0, withscores=True)
-            if head:
-                candidates.append(int(head[0][1]))
+        head = await self.redis.zrange(k.rule_next, 0, 0, withscores=True)
+        if head:
+            candidates.append(int(head[0][1]))
+        first = await self.redis.zrange(k.delayed_index, 0, 0)
+        if first:  # the delayed set's earliest run: the first run of its first leaf
+            leaf = k.delayed_leaf(leaf_number(first[0]))
+            head = await self.redis.zrange(leaf, 0, 0, withscores=True)
+            candidates.append(int(head[0][1]))
         if await self.redis.zcard(k.rule_catchup):
             candidates.append(t + 20)
         later = [c for c in candidates if c > t]

@@ -31,6 +31,7 @@ from chaos_plan import Config, Fault, format_plan, make_plan
 from chaos_rules import RULES_AVAILABLE
 
 import zsched
+from tests.state import DELAYED_IDS_LUA
 
 
 @dataclass
@@ -125,7 +126,7 @@ class Snapshots(threading.Thread):
 
 def read_places(r: redis.Redis, k: Any) -> dict[str, list[str]]:
     p = r.pipeline(transaction=True)
-    p.zrange(k.delayed, 0, -1)
+    p.eval(DELAYED_IDS_LUA, 1, k.delayed)
     p.hkeys(k.runs)
     p.xrange(k.ready)
     p.zrange(k.done, 0, -1)
@@ -291,7 +292,7 @@ def _wait_drained(ctl: redis.Redis, obs: Observed, timeout: float, procs: Procs)
         obs.crashes += procs.reap_crashes()
         try:
             done = {m.decode() for m in ctl.zrange(k.done, 0, -1)}
-            idle = ctl.zcard(k.delayed) + ctl.xlen(k.ready) + ctl.hlen(k.rule_waiting) == 0
+            idle = int(ctl.hget(k.delayed, "n") or 0) + ctl.xlen(k.ready) + ctl.hlen(k.rule_waiting) == 0
             if want <= done and idle:
                 return True
         except (*REDIS_DOWN, redis.exceptions.BusyLoadingError):

@@ -123,7 +123,7 @@ class Soak:
     def sample(self, phase: str, t0: float) -> dict[str, Any]:
         p = self.r.pipeline(transaction=False)
         p.info("memory")
-        p.zcard(self.keys.delayed)
+        p.hget(self.keys.delayed, "n")
         p.xlen(self.keys.ready)
         p.zcard(self.keys.done)
         mem, delayed, ready, done = p.execute()

@@ -9,6 +9,7 @@ import zlib
 import pytest
 
 import zsched
+from tests.state import delayed_due
 from zsched import partitions as P
 from zsched.errors import ConfigError
 from zsched.keys import QueueKeys, partitions_key
@@ -53,7 +54,7 @@ def test_each_run_is_stored_under_the_tag_of_its_partition(backend, queue) -> No
     r = backend.sync
     for rid in [*ids, "single"]:
         k = QueueKeys(queue, app.run_partition(rid))
-        assert r.zscore(k.delayed, rid) is not None and r.hexists(k.runs, rid)
+        assert delayed_due(r, k, rid) is not None and r.hexists(k.runs, rid)
         assert not r.hexists(QueueKeys(queue).runs, rid)
     assert all(s.delayed > 0 for s in app.partition_statuses())
     assert app.status().delayed == 41

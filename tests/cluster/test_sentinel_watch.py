@@ -13,6 +13,7 @@ from cluster_harness import _info, wait_until
 from sentinel_harness import SentinelGroup
 
 import zsched
+from tests.state import delayed_due
 from zsched.connection import sync_client
 
 
@@ -47,8 +48,8 @@ def test_the_next_writes_after_a_failover_go_to_the_new_master(
 
     on_new, on_old = redis.Redis(port=new), redis.Redis(port=old)
     try:
-        assert on_new.zscore(app.keys.delayed, "after") is not None
-        assert on_old.zscore(app.keys.delayed, "after") is None
+        assert delayed_due(on_new, app.keys, "after") is not None
+        assert delayed_due(on_old, app.keys, "after") is None
         assert on_new.get("k-after") == b"1"
         assert on_old.get("k-after") is None
     finally:

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.state import add_delayed
 from zsched.clock import FakeClock
 from zsched.collector import COLLECTED_METRICS, PENDING_SAMPLE, QueueCollector
 from zsched.keys import GROUP, QueueKeys
@@ -66,8 +67,8 @@ def test_a_queue_without_any_key_reads_as_zeros(r: redis.Redis, queue: str) -> N
 def test_due_backlog_counts_runs_whose_time_has_come_and_ages_the_oldest(
     r: redis.Redis, queue: str, keys: QueueKeys
 ) -> None:
-    r.zadd(
-        keys.delayed,
+    add_delayed(
+        r, keys,
         {"late-5s": NOW_MS - 5000, "late-1s": NOW_MS - 1000, "exactly-now": NOW_MS,
          "future": NOW_MS + 60_000},
     )  # fmt: skip
@@ -80,7 +81,7 @@ def test_due_backlog_counts_runs_whose_time_has_come_and_ages_the_oldest(
 def test_due_backlog_age_is_zero_when_nothing_is_due(
     r: redis.Redis, queue: str, keys: QueueKeys
 ) -> None:
-    r.zadd(keys.delayed, {"future": NOW_MS + 1, "later": NOW_MS + 10_000})
+    add_delayed(r, keys, {"future": NOW_MS + 1, "later": NOW_MS + 10_000})
     reg = scrape(r, queue, clock=FakeClock(NOW_MS))
     assert value(reg, "zsched_delayed_runs", queue=queue) == 2
     assert value(reg, "zsched_due_backlog_runs", queue=queue) == 0
@@ -92,7 +93,7 @@ def test_due_backlog_uses_the_redis_server_time_by_default(
 ) -> None:
     sec, usec = r.time()
     server_ms = sec * 1000 + usec // 1000
-    r.zadd(keys.delayed, {"late": server_ms - 10_000, "future": server_ms + 3_600_000})
+    add_delayed(r, keys, {"late": server_ms - 10_000, "future": server_ms + 3_600_000})
     reg = scrape(r, queue)  # no clock: the script reads TIME
     assert value(reg, "zsched_due_backlog_runs", queue=queue) == 1
     age = value(reg, "zsched_due_backlog_oldest_age_seconds", queue=queue)
@@ -217,7 +218,7 @@ def test_a_redis_error_drops_only_that_queue_and_marks_it_down(
     r: redis.Redis, queue: str, keys: QueueKeys
 ) -> None:
     healthy = f"{queue}-ok"
-    r.set(keys.delayed, "not a sorted set")  # WRONGTYPE on ZCARD
+    r.set(keys.delayed, "not a hash")  # WRONGTYPE in lua/status.lua
     fill_stream(r, QueueKeys(healthy).dead, 1)
     reg = scrape(r, queue, healthy)
     assert value(reg, "zsched_collector_up", queue=queue) == 0

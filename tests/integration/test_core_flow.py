@@ -6,7 +6,7 @@ import asyncio
 
 import msgpack
 import pytest
-from state import places, snapshot
+from state import delayed_due, envelope_of, places, snapshot
 
 import zsched
 from zsched import FakeClock
@@ -87,7 +87,7 @@ async def test_retry_backs_off_exponentially_then_succeeds(backend, queue) -> No
     for expected_cap in (10_000, 20_000):
         await d.tick()
         await w.tick()
-        due = backend.sync.zscore(app.keys.delayed, "f")
+        due = delayed_due(backend.sync, app.keys, "f")
         assert due is not None, "the failed run went back to the delayed set"
         delay = due - clock.now_ms()
         assert expected_cap / 2 <= delay <= expected_cap
@@ -347,7 +347,7 @@ async def test_enqueue_many_splits_big_batches_in_one_round_trip(backend, queue)
     ids = app.enqueue_many([{"task": "t", "payload": i, "delay": 30} for i in range(2500)])
     assert len(set(ids)) == 2500 and not any(i.duplicate for i in ids)
     assert app.status().delayed == 2500
-    raw = backend.sync.hget(app.keys.runs, ids[1234])
+    raw = envelope_of(backend.sync, app.keys, ids[1234])
     assert msgpack.unpackb(raw)[2] == 1234  # [v, task, payload, ...]
 
 

@@ -27,6 +27,7 @@ import pytest
 from redis_server import RedisServer
 
 import zsched
+from tests.state import delayed_count, delayed_ids, envelope_of
 from zsched import scripts as S
 from zsched.envelope import Envelope, decode, v2_named
 from zsched.keys import QueueKeys
@@ -176,7 +177,7 @@ async def test_runs_enqueued_from_the_shell_are_executed_by_a_python_worker(real
     out = shell_enqueue(real.url, queue, "--task", "greet", "--payload", json.dumps(PAYLOAD),
                         "--run-id", "from-shell-1")  # fmt: skip
     assert out == {"run_id": "from-shell-1", "code": S.ENQUEUED, "duplicate": False}
-    assert real.sync.hget(app.keys.runs, "from-shell-1")[:1] == b"{"  # the JSON variant
+    assert envelope_of(real.sync, app.keys, "from-shell-1")[:1] == b"{"  # the JSON variant
     assert await run_python_worker(app, real) == 1
     assert seen == [(PAYLOAD, "from-shell-1")]
 
@@ -211,12 +212,12 @@ async def test_a_node_retry_keeps_what_a_later_version_added(real, queue, node_d
     await dispatch(app, real)
     (out,) = node_worker(node_dir, real.url, queue, "--max-attempts", "3", "--retry-delay-ms", "0")
     assert (out["outcome"], out["written"]) == ("retry", True)
-    again = msgpack.unpackb(real.sync.hget(app.keys.runs, "r"), raw=False)
+    again = msgpack.unpackb(envelope_of(real.sync, app.keys, "r"), raw=False)
     if version == 1:
         assert (again["v"], again["attempt"], again["future_field"]) == (1, 2, "kept")
     else:
         assert (again[0], again[6], again[-1]) == (2, 2, "kept")
-    assert decode(real.sync.hget(app.keys.runs, "r"), "r").attempt == 2  # Python reads it too
+    assert decode(envelope_of(real.sync, app.keys, "r"), "r").attempt == 2  # Python reads it too
 
 
 async def test_the_node_worker_retries_then_dead_letters_through_the_scripts(real, queue, node_dir):
@@ -360,7 +361,7 @@ async def test_dedupe_holds_across_languages(real, queue, node_dir, first):
 
     others = [c for c in CLIENTS if c != first]
     assert [enqueue(c) for c in [first, *others]] == [S.ENQUEUED] + [S.DUPLICATE_LIVE] * 2
-    assert real.sync.zcard(app.keys.delayed) == real.sync.hlen(app.keys.runs) == 1
+    assert delayed_count(real.sync, app.keys) == real.sync.hlen(app.keys.runs) == 1
     assert await run_python_worker(app, real) == 1
     assert ran == [{"by": first}]
     # Done within the dedupe window: a duplicate from every language, and nothing runs again.
@@ -423,7 +424,7 @@ def test_the_same_enqueue_from_python_node_and_shell_leaves_identical_state(
         code = enqueue_with(client, app, real.url, node_dir, "same-run", PAYLOAD, when)
         assert code == S.ENQUEUED
         states[client] = queue_state(real.sync, app.queue, ignore, scores=timing == "run_at")
-        raws[client] = real.sync.hget(app.keys.runs, "same-run")
+        raws[client] = envelope_of(real.sync, app.keys, "same-run")
     assert states["python"] == states["node"] == states["shell"]
     assert set(states["python"]) == {"delayed", "runs", "stats"}
     (env,) = states["python"]["runs"][1].values()
@@ -454,7 +455,7 @@ def test_node_and_shell_fall_back_to_eval_when_the_script_is_not_cached(node_dir
                 code = enqueue_with(client, app, srv.url, node_dir, rid, None, {"delay_ms": 0})
                 assert code == S.ENQUEUED
                 assert app.redis.script_exists(sha) == [True]  # loaded again, same SHA
-            assert {m.decode() for m in app.redis.zrange(app.keys.delayed, 0, -1)} == {"n1", "s1"}
+            assert set(delayed_ids(app.redis, app.keys)) == {"n1", "s1"}
         finally:
             app.close()
 
@@ -471,7 +472,7 @@ def test_python_reads_a_node_envelope_as_the_same_envelope(real, queue, node_dir
     node_enqueue(
         node_dir, real.url, queue, "--task", "echo", "--payload", json.dumps(PAYLOAD), *args
     )
-    env = decode(real.sync.hget(QueueKeys(queue).runs, "n"), "n")
+    env = decode(envelope_of(real.sync, QueueKeys(queue), "n"), "n")
     assert env == Envelope("n", "echo", PAYLOAD, 1_800_000_000_000, 1_800_000_000_000,
                            env.enqueued_at_ms, 1, None, 4)  # fmt: skip
     assert env.enqueued_at_ms > 0
@@ -502,4 +503,4 @@ def test_every_client_makes_fresh_ids_that_sort_by_time(real, queue, node_dir) -
     # One ordering across clients: each client's ids come after the previous client's.
     everything = ids["python"] + ids["node"] + ids["shell"]
     assert everything == sorted(everything)
-    assert real.sync.zcard(app.keys.delayed) == 6
+    assert delayed_count(real.sync, app.keys) == 6

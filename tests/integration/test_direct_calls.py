@@ -14,6 +14,7 @@ import redis
 from redis_server import RedisServer
 
 import zsched
+from tests.state import delayed_count
 from zsched import scripts as S
 from zsched.metrics import Metrics
 
@@ -38,7 +39,7 @@ def test_a_plain_client_enqueues_on_one_direct_connection(app) -> None:
     for i in range(5):
         assert not app.enqueue("t", run_id=f"r{i}", delay=60).duplicate
     assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
-    assert app.redis.zcard(app.keys.delayed) == 5
+    assert delayed_count(app.redis, app.keys) == 5
 
 
 def test_a_flushed_script_is_loaded_again(app, redis_server) -> None:
@@ -47,7 +48,7 @@ def test_a_flushed_script_is_loaded_again(app, redis_server) -> None:
     r.script_flush()
     assert not app.enqueue("t", run_id="b", delay=60).duplicate
     assert r.script_exists(app.scripts._scripts["enqueue"].sha) == [True]
-    assert app.redis.zcard(app.keys.delayed) == 2
+    assert delayed_count(app.redis, app.keys) == 2
     r.close()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from tests.state import delayed_count
 from zsched import FakeClock
 from zsched import dispatcher as D
 from zsched import scripts as S
@@ -34,7 +35,7 @@ async def test_one_tick_moves_every_due_run_once_with_two_calls_in_flight(backen
     assert len(ids) == 2_000 and len(set(ids)) == 2_000
     # Runs due at the same instant leave in id order: the order they were enqueued.
     assert ids == sorted(ids)
-    assert backend.sync.zcard(app.keys.delayed) == 1
+    assert delayed_count(backend.sync, app.keys) == 1
     assert int(backend.sync.hget(app.keys.stats, "dispatched")) == 2_000
     await d.close()
 

@@ -46,6 +46,7 @@ from observability_helpers import (
 )
 from prometheus_client import start_http_server
 
+from tests.state import add_delayed
 from zsched.collector import QueueCollector
 from zsched.keys import GROUP, QueueKeys
 from zsched.metrics import Metrics
@@ -412,7 +413,7 @@ def seed_queue(r: redis.Redis, queue: str) -> None:
     keys = QueueKeys(queue)
     sec, usec = r.time()
     now_ms = sec * 1000 + usec // 1000
-    r.zadd(keys.delayed, {"late": now_ms - 120_000, "future": now_ms + 3_600_000})
+    add_delayed(r, keys, {"late": now_ms - 120_000, "future": now_ms + 3_600_000})
     r.xgroup_create(keys.ready, GROUP, id="0", mkstream=True)
     ids = [r.xadd(keys.ready, {"run_id": f"r{i}"}) for i in range(4)]
     r.xreadgroup(GROUP, "w1", {keys.ready: ">"}, count=2)

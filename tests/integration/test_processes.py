@@ -11,6 +11,7 @@ import redis
 from procs import stop, wait_for, zsched_proc
 
 import zsched
+from tests.state import delayed_count, delayed_due
 from zsched.keys import QueueKeys
 
 
@@ -27,7 +28,7 @@ def test_four_dispatchers_never_dispatch_a_run_twice(redis_url, queue) -> None:
             app.enqueue_many(
                 [{"task": "t", "run_id": f"r{b}-{i}", "run_at": now + 0.1 * b} for i in range(1000)]
             )
-        wait_for(lambda: r.xlen(app.keys.ready) >= 10_000 and r.zcard(app.keys.delayed) == 0,
+        wait_for(lambda: r.xlen(app.keys.ready) >= 10_000 and delayed_count(r, app.keys) == 0,
                  60, "all runs dispatched")  # fmt: skip
         ids = Counter(f[b"run_id"] for _, f in r.xrange(app.keys.ready))
         assert len(ids) == 10_000 and set(ids.values()) == {1}
@@ -122,4 +123,4 @@ async def test_dispatcher_sleeps_until_due_and_wakes_for_an_earlier_run(redis_ur
     await task
     await d.close()
     assert [f[b"run_id"] for _, f in fields] == [b"soon"]
-    assert app.redis.zscore(k.delayed, "far") is not None
+    assert delayed_due(app.redis, k, "far") is not None

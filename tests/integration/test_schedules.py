@@ -10,6 +10,7 @@ from datetime import UTC
 import pytest
 
 import zsched
+from tests.state import delayed_ids, envelope_of
 from zsched import FakeClock
 from zsched import scripts as S
 from zsched.audit import audit
@@ -99,7 +100,7 @@ async def test_a_rule_edited_and_another_paused_while_due(backend, queue) -> Non
     await drv.step(T0 + M + 10)
     edited = one_outcome_per_slot(app, "edited")
     assert [r.outcome for r in edited] == ["ran", "ran"]  # the due slot fired, with the edit
-    raw = backend.sync.hget(app.keys.runs, slot_run_id("edited", T0 + M)) or b""
+    raw = envelope_of(backend.sync, app.keys, slot_run_id("edited", T0 + M)) or b""
     assert raw == b"" or b"\x02" in raw
     # The paused rule fires nothing; on resume its missed slots are recorded as paused.
     await drv.run_until(T0 + 2 * M, T0 + 5 * M)
@@ -137,7 +138,7 @@ async def test_backfill_run_twice_adds_nothing_the_second_time(backend, queue) -
     end = datetime.fromtimestamp((T0 + 3 * H) / 1000, UTC)
     assert app.backfill("hourly", start, end) == 4
     assert app.backfill("hourly", start, end) == 0
-    ids = sorted(m.decode() for m in backend.sync.zrange(app.keys.delayed, 0, -1))
+    ids = sorted(delayed_ids(backend.sync, app.keys))
     assert ids == sorted(slot_run_id("hourly", T0 + i * H) for i in range(4))
     await drv.close()
 

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import zsched
+from tests.state import delayed_count
 from zsched import ConfigError, PayloadError, QueueSettings, RuleError, WorkerSettings
 from zsched import scripts as S
 from zsched.config import from_env
@@ -138,7 +139,7 @@ def test_a_huge_batch_goes_in_one_call_and_again_as_duplicates(real, queue) -> N
     items = [{"task": "t", "payload": i, "run_id": f"r{i}", "delay": 3600} for i in range(20_000)]
     ids = app.enqueue_many(items)
     assert len(ids) == 20_000 and not any(i.duplicate for i in ids)
-    assert real.sync.zcard(app.keys.delayed) == 20_000
+    assert delayed_count(real.sync, app.keys) == 20_000
     again = app.enqueue_many(items)
     assert all(i.duplicate for i in again)
     assert real.sync.hmget(app.keys.stats, "enqueued", "duplicate") == [b"20000", b"20000"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 from helpers import NOW, seed_delayed
-from state import snapshot
+from state import delayed_due, snapshot
 
 from zsched import scripts as S
 from zsched.envelope import decode
@@ -77,4 +77,4 @@ def test_wrong_type_key_fails_before_anything_moves(backend, queue, key) -> None
     backend.sync.set(getattr(app.keys, key), "oops")
     with pytest.raises(redis.ResponseError, match=f"WRONGTYPE zsched dispatch: key .*{key}"):
         dispatch(app)
-    assert backend.sync.zscore(app.keys.delayed, "a") == NOW
+    assert delayed_due(backend.sync, app.keys, "a") == NOW

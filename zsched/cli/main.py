@@ -11,10 +11,10 @@ import redis.exceptions
 
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
-from . import dead, enqueue, processes, runs, status
+from . import dead, enqueue, migrate, processes, runs, status
 from .common import PROG, UsageError, fail
 
-MODULES = [processes, enqueue, status, runs, dead]
+MODULES = [processes, enqueue, status, runs, dead, migrate]
 
 
 def build_parser() -> argparse.ArgumentParser:

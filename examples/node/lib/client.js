@@ -18,6 +18,15 @@ export const MAX_BATCH = 1000;
 export const ENQUEUED = 1;
 export const DUPLICATE_LIVE = 0;
 export const DUPLICATE_DONE = 2;
+/**
+ * [dueMs, envelope] of a value of `runs`: key layout 3 puts a 7-byte due tag before the
+ * envelope (0x00, then the due time in ms, 6 bytes big-endian); dueMs is null without one.
+ */
+export function untag(value) {
+  if (value.length >= 7 && value[0] === 0) return [value.readUIntBE(1, 6), value.subarray(7)];
+  return [null, value];
+}
+
 /** Reply codes of cancel.lua. */
 export const CANCELLED = 1;
 export const NOT_FOUND = 0;
@@ -126,15 +135,18 @@ export class Client {
    */
   async getRun(runId, { deadScanLimit = 10_000 } = {}) {
     const k = this.keys;
-    const [[, score], [, raw], [, entry], [, doneAt]] = await this.redis
+    const [[, tagged], [, entry], [, doneAt]] = await this.redis
       .pipeline()
-      .zscore(k.delayed, runId)
       .hgetBuffer(k.runs, runId)
       .hget(k.entries, runId)
       .zscore(k.done, runId)
       .exec();
+    const [dueMs, raw] = tagged ? untag(tagged) : [null, null];
     const envelope = raw ? safeDecode(raw, runId) : null;
-    if (score !== null) return { runId, state: 'scheduled', runAtMs: Number(score), envelope };
+    if (raw && !entry) {
+      // Live and not on the stream: in the delayed set, due when the value's tag says.
+      return { runId, state: 'scheduled', runAtMs: dueMs ?? envelope?.run_at_ms, envelope };
+    }
     if (raw && entry) {
       const pending = await this.redis.xpending(k.ready, GROUP, entry, entry, 1);
       if (pending.length) {

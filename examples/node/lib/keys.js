@@ -22,8 +22,8 @@ export function queueKeys(queue, partition = null) {
   return {
     queue,
     tag,
-    delayed: key('delayed'), // ZSET run_id -> run_at_ms
-    runs: key('runs'), // HASH run_id -> envelope
+    delayed: key('delayed'), // the delayed set, key layout 3 (docs/protocol.md, "The delayed set")
+    runs: key('runs'), // HASH run_id -> due tag + envelope (see untag in client.js)
     ready: key('ready'), // STREAM of due runs (fields run_id, envelope, due_ms)
     entries: key('entries'), // HASH run_id -> ready stream entry id
     dead: key('dead'), // STREAM of dead letters

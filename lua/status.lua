@@ -1,0 +1,229 @@
+-- status: counts of the delayed set for status and metrics; reads only.
+-- KEYS[1] delayed (the B-tree's root, key layout 3: see the btree block)
+-- ARGV[1] now_ms  "" = server TIME      ARGV[2] max_leaves: most leaves read to count due runs
+-- Returns {sec, usec, size, due, head_ms or false, exact}: the instant used (server TIME
+--   form), runs in the set, runs due at that instant, the earliest due, and exact = 1 when
+--   `due` was counted (0: estimated from the share of due leaves, when more than max_leaves
+--   leaves on each side of `now` would have to be read).
+-- Invariant: writes nothing. Bound: max_leaves + a few commands.
+-- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
+--   into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
+-- one skiplist ZSET (docs/architecture.md, "The delayed set"). `d` is the delayed key name:
+--   d:index     ZSET, every score 0: a member per leaf, its bound then its number, so lex
+--               order is (due, run id) order
+--   d:leaf:<n>  ZSET run_id -> due_ms, at most BT_MAX runs (a listpack at default settings)
+--   d           HASH seq (last leaf number), n (runs in the tree); a ZSET here is the
+--               delayed set of key layout 2, which `zsched migrate` moves into the tree
+-- A run's key: its due in 15 digits, its id with \0 escaped as \0\1, then \0\0: byte order of
+-- keys is (due, id) order and no key is a prefix of another. The value of a delayed run in
+-- `runs` starts with its due (bt_tag), so cancel finds its leaf from the run id alone.
+-- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
+--   leaf is empty; d's n counts the runs in the leaves.
+-- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
+local BT_MAX = 128
+local function bt_key(due, id)
+  return string.format('%015d', due) .. (string.gsub(id, '%z', '\0\1')) .. '\0\0'
+end
+local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true)) + 2) end
+local function bt_bound(m) return string.sub(m, 1, (string.find(m, '\0\0', 16, true)) + 1) end
+-- Byte order, as Redis orders ZSET members: 8-byte chunks first, then the differing byte.
+local function bt_less(x, y)
+  local n = math.min(#x, #y)
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 7, n)
+    if string.sub(x, i, j) ~= string.sub(y, i, j) then
+      for p = i, j do
+        local a, b = string.byte(x, p), string.byte(y, p)
+        if a ~= b then return a < b end
+      end
+    end
+    i = j + 1
+  end
+  return #x < #y
+end
+-- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
+local function bt_tag(due, env)
+  local b, x = {}, due
+  for i = 6, 1, -1 do
+    b[i] = x % 256
+    x = math.floor(x / 256)
+  end
+  return '\0' .. string.char(b[1], b[2], b[3], b[4], b[5], b[6]) .. env
+end
+-- The due of a tagged value (nil if untagged) and the envelope without the tag.
+local function bt_untag(v)
+  if string.byte(v, 1) ~= 0 then return nil, v end
+  local due = 0
+  for i = 2, 7 do due = due * 256 + string.byte(v, i) end
+  return due, string.sub(v, 8)
+end
+-- The leaf member whose range holds key k, or nil when k sorts before every bound.
+local function bt_floor(d, k)
+  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
+end
+-- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
+-- in order), so the runs bound for one leaf cost one lookup and one ZADD.
+local function bt_add(d, list)
+  local index, meta = d .. ':index', d
+  local items, sorted = {}, true
+  for i = 1, #list do
+    items[i] = {bt_key(list[i][2], list[i][1]), list[i][1], list[i][2]}
+    if sorted and i > 1 and bt_less(items[i][1], items[i - 1][1]) then sorted = false end
+  end
+  if not sorted then table.sort(items, function(x, y) return bt_less(x[1], y[1]) end) end
+  local i = 1
+  while i <= #items do
+    local k = items[i][1]
+    local m = bt_floor(d, k)
+    if not m then
+      -- Before every bound: the first leaf takes it and its bound moves down to it.
+      m = redis.call('ZRANGE', index, 0, 0)[1]
+      if m then
+        redis.call('ZREM', index, m)
+        m = k .. bt_num(m)
+      else
+        m = k .. redis.call('HINCRBY', meta, 'seq', 1)
+      end
+      redis.call('ZADD', index, 0, m)
+    end
+    local leaf = d .. ':leaf:' .. bt_num(m)
+    local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+    local upto = nxt and bt_bound(nxt)
+    local card = redis.call('ZCARD', leaf)
+    local args = {}
+    while i <= #items and card < BT_MAX and (not upto or bt_less(items[i][1], upto)) do
+      args[#args + 1] = string.format('%d', items[i][3]) -- a number would go as %.14g
+      args[#args + 1] = items[i][2]
+      card, i = card + 1, i + 1
+    end
+    if #args > 0 then redis.call('ZADD', leaf, unpack(args)) end
+    if card >= BT_MAX and i <= #items and (not upto or bt_less(items[i][1], upto)) then
+      -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
+      local n = redis.call('HINCRBY', meta, 'seq', 1)
+      local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
+      local k2 = items[i][1]
+      if bt_less(bt_key(tonumber(last[2]), last[1]), k2) then
+        redis.call('ZADD', index, 0, k2 .. n) -- after all its runs: a new leaf starts here
+      else
+        local upper = redis.call('ZRANGE', leaf, BT_MAX / 2, -1, 'WITHSCORES')
+        local moved = {}
+        for j = 1, #upper, 2 do
+          moved[#moved + 1] = upper[j + 1]
+          moved[#moved + 1] = upper[j]
+        end
+        redis.call('ZADD', d .. ':leaf:' .. n, unpack(moved))
+        redis.call('ZREMRANGEBYRANK', leaf, BT_MAX / 2, -1)
+        redis.call('ZADD', index, 0, bt_key(tonumber(upper[2]), upper[1]) .. n)
+      end
+    end
+  end
+  if #items > 0 then redis.call('HINCRBY', meta, 'n', #items) end
+end
+-- Remove one run; 1 if it was in the tree at that due, else 0.
+local function bt_remove(d, id, due)
+  local m = bt_floor(d, bt_key(due, id))
+  if not m then return 0 end
+  local leaf = d .. ':leaf:' .. bt_num(m)
+  local score = redis.call('ZSCORE', leaf, id)
+  if not score or tonumber(score) ~= due then return 0 end
+  redis.call('ZREM', leaf, id)
+  if redis.call('EXISTS', leaf) == 0 then redis.call('ZREM', d .. ':index', m) end
+  redis.call('HINCRBY', d, 'n', -1)
+  return 1
+end
+-- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}.
+local function bt_take(d, now_ms, limit)
+  local index = d .. ':index'
+  local ids, dues = {}, {}
+  while #ids < limit do
+    local m = redis.call('ZRANGE', index, 0, 0)[1]
+    if not m then break end
+    local leaf = d .. ':leaf:' .. bt_num(m)
+    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', string.format('%d', now_ms), 'WITHSCORES', 'LIMIT', 0, limit - #ids)
+    local n = #due / 2
+    if n == 0 then break end
+    for j = 1, #due, 2 do
+      ids[#ids + 1] = due[j]
+      dues[#dues + 1] = due[j + 1]
+    end
+    if n == redis.call('ZCARD', leaf) then
+      redis.call('DEL', leaf)
+      redis.call('ZREM', index, m)
+    else
+      redis.call('ZREMRANGEBYRANK', leaf, 0, n - 1)
+      break
+    end
+  end
+  if #ids > 0 then redis.call('HINCRBY', d, 'n', -#ids) end
+  return ids, dues
+end
+-- The earliest due in the tree, or nil when it is empty.
+local function bt_head(d)
+  local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
+  if not m then return nil end
+  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
+end
+-- Runs in the tree.
+local function bt_size(d) return tonumber(redis.call('HGET', d, 'n') or '0') end
+-- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
+-- caller reads it with pcall first); nil when all is well.
+local function bt_check(d, script, index_too)
+  local want_of = {[d] = 'hash'}
+  if index_too then want_of[d .. ':index'] = 'zset' end
+  for key, want in pairs(want_of) do
+    local got = redis.call('TYPE', key)['ok']
+    if got ~= 'none' and got ~= want then
+      if key == d and got == 'zset' then
+        return redis.error_reply('WRONGTYPE zsched ' .. script .. ': key ' .. d .. ' holds a delayed set of key layout 2; run `zsched migrate` (docs/operations.md)')
+      end
+      return redis.error_reply('WRONGTYPE zsched ' .. script .. ': key ' .. key .. ' is a ' .. got .. ', expected a ' .. want)
+    end
+  end
+end
+-- END btree
+local d = KEYS[1]
+local err = bt_check(d, 'status', true)
+if err then return err end
+local now_ms, sec, usec
+if ARGV[1] ~= '' then
+  now_ms = tonumber(ARGV[1])
+  sec = string.format('%.0f', math.floor(now_ms / 1000))
+  usec = string.format('%.0f', (now_ms % 1000) * 1000)
+else
+  local t = redis.call('TIME')
+  sec, usec = t[1], t[2]
+  now_ms = tonumber(sec) * 1000 + math.floor(tonumber(usec) / 1000)
+end
+local max_leaves = tonumber(ARGV[2]) or 1000
+local size, head = bt_size(d), bt_head(d)
+local due, exact = 0, 1
+if head and head <= now_ms then
+  local index = d .. ':index'
+  local later = string.format('%015d', now_ms + 1)
+  local total = redis.call('ZCARD', index)
+  -- Leaves whose bound is due. All but the last are due as a whole: a leaf's runs sort before
+  -- the next leaf's bound.
+  local early = redis.call('ZLEXCOUNT', index, '-', '(' .. later)
+  local last = redis.call('ZRANGE', index, '(' .. later, '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
+  local last_leaf = d .. ':leaf:' .. bt_num(last)
+  local last_due = redis.call('ZCOUNT', last_leaf, '-inf', string.format('%d', now_ms))
+  if early <= max_leaves then
+    due = last_due
+    if early > 1 then
+      for _, m in ipairs(redis.call('ZRANGE', index, '-', '(' .. later, 'BYLEX', 'LIMIT', 0, early - 1)) do
+        due = due + redis.call('ZCARD', d .. ':leaf:' .. bt_num(m))
+      end
+    end
+  elseif total - early < max_leaves then
+    local not_due = redis.call('ZCARD', last_leaf) - last_due
+    for _, m in ipairs(redis.call('ZRANGE', index, '[' .. later, '+', 'BYLEX')) do
+      not_due = not_due + redis.call('ZCARD', d .. ':leaf:' .. bt_num(m))
+    end
+    due = size - not_due
+  else
+    due, exact = math.floor(size * (early - 1) / total) + last_due, 0
+  end
+end
+return {sec, usec, size, due, head or false, exact}

@@ -1,0 +1,164 @@
+"""The delayed set of key layout 3 (lua/lib/btree.lua): a B-tree of small ZSETs.
+
+A random model test drives enqueue, cancel and dispatch through the real scripts and checks,
+after every step, the tree's invariant (each leaf non-empty, at most 128 runs, a listpack on
+a real server, its runs between its bound and the next one), its count, and that it holds
+exactly the runs of a plain model, dispatched in (due, run id) byte order.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from helpers import NOW, env
+from state import delayed_count
+
+from zsched import delayed
+from zsched import scripts as S
+from zsched.luagen import stale
+
+MAX = 128
+
+
+def key(due: int, rid: str) -> bytes:
+    return b"%015d" % due + rid.encode().replace(b"\0", b"\0\1") + b"\0\0"
+
+
+def check_tree(backend, k, model: dict[str, int]) -> None:
+    r = backend.sync
+    index = r.zrange(k.delayed_index, 0, -1, withscores=True)
+    assert all(score == 0 for _, score in index)
+    bounds = [m[: m.index(b"\0\0", 15) + 2] for m, _ in index]
+    assert bounds == sorted(bounds), "index members out of order"
+    seen: dict[str, int] = {}
+    for i, (m, _) in enumerate(index):
+        leaf = k.delayed_leaf(delayed.leaf_number(m))
+        rows = r.zrange(leaf, 0, -1, withscores=True)
+        assert 0 < len(rows) <= MAX, f"leaf {leaf} holds {len(rows)} runs"
+        if backend.name == "redis":
+            assert r.object("encoding", leaf) == b"listpack"
+        for rid_b, due in rows:
+            rk = key(int(due), rid_b.decode())
+            assert rk >= bounds[i], "a run sorts before its leaf's bound"
+            assert i + 1 == len(bounds) or rk < bounds[i + 1], "a run belongs to the next leaf"
+            seen[rid_b.decode()] = int(due)
+    assert seen == model
+    assert delayed_count(r, k) == len(model)
+    for rid, due in model.items():  # each delayed run's value carries its due
+        assert delayed.untag(r.hget(k.runs, rid))[0] == due
+
+
+def run_id(rnd: random.Random, n: int) -> str:
+    kind = rnd.randrange(4)
+    if kind == 0:
+        return f"r{n:06d}"
+    if kind == 1:
+        return f"x\0{n}|" + "\0" * rnd.randrange(3)
+    if kind == 2:
+        return f"é{n}ü"
+    return f"{rnd.choice('-_AZaz09')}{n}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_enqueue_cancel_dispatch_keep_the_tree_and_its_order(backend, queue, seed) -> None:
+    rnd = random.Random(seed)
+    app = backend.app(queue)
+    k = app.keys
+    model: dict[str, int] = {}
+    now, n = NOW, 0
+    for _step in range(30):
+        op = rnd.random()
+        if op < 0.5:
+            burst = rnd.random() < 0.3
+            batch = []
+            for _ in range(rnd.randrange(1, 300)):
+                n += 1
+                due = now + (500 if burst else rnd.randrange(-50, 2000))
+                batch.append((run_id(rnd, n), due, "t", env("x")))
+            if rnd.random() < 0.5:
+                batch.sort(key=lambda g: key(g[1], g[0]))  # in order: the rightmost split
+            codes = app.scripts.run(S.enqueue(k, batch, now_ms=now, dedupe_window_ms=1,
+                                              max_envelope_bytes=10_000))  # fmt: skip
+            assert codes == [S.ENQUEUED] * len(batch)
+            model.update({rid: due for rid, due, _, _ in batch})
+        elif op < 0.7 and model:
+            for rid in rnd.sample(sorted(model), min(len(model), rnd.randrange(1, 40))):
+                assert app.scripts.run(S.cancel(k, rid)) == S.CANCELLED
+                del model[rid]
+        else:
+            now += rnd.randrange(0, 800)
+            limit = rnd.choice([1, 7, 100, 1000])
+            res = app.scripts.run(S.dispatch(k, now_ms=now, limit=limit, max_backlog=0))
+            due = sorted((key(d, rid), rid) for rid, d in model.items() if d <= now)[:limit]
+            rows = backend.sync.xrange(k.ready)[-res.moved :] if res.moved else []
+            assert [f[b"run_id"].decode() for _, f in rows] == [rid for _, rid in due]
+            assert res.run_at_ms == [model[rid] for _, rid in due]
+            for _, rid in due:
+                del model[rid]
+            head = min(model.values(), default=None)
+            assert res.next_due_ms == head
+        check_tree(backend, k, model)
+
+
+def test_cancel_tells_a_dispatched_run_from_a_delayed_and_an_unknown_one(backend, queue) -> None:
+    app = backend.app(queue)
+    k = app.keys
+    batch = [(f"r{i}", NOW + i, "t", env("x")) for i in range(3)]
+    app.scripts.run(S.enqueue(k, batch, now_ms=NOW, dedupe_window_ms=1, max_envelope_bytes=999))
+    app.scripts.run(S.dispatch(k, now_ms=NOW, limit=10, max_backlog=0))
+    assert app.scripts.run(S.cancel(k, "r0")) == S.NOT_CANCELLABLE  # on the stream
+    assert app.scripts.run(S.cancel(k, "r1")) == S.CANCELLED
+    assert app.scripts.run(S.cancel(k, "r1")) == S.NOT_FOUND
+    assert app.scripts.run(S.cancel(k, "nope")) == S.NOT_FOUND
+    check_tree(backend, k, {"r2": NOW + 2})
+    (_, fields), = backend.sync.xrange(k.ready)
+    assert fields[b"envelope"] == env("x"), "dispatch strips the due tag"
+
+
+def test_status_counts_due_runs_exactly_from_either_end_and_estimates_beyond(
+    backend, queue
+) -> None:
+    app = backend.app(queue)
+    k = app.keys
+    batch = [(f"r{i:05d}", NOW + i, "t", env("x")) for i in range(2000)]  # ~16 leaves
+    for part in (batch[:1000], batch[1000:]):
+        app.scripts.run(S.enqueue(k, part, now_ms=NOW, dedupe_window_ms=1, max_envelope_bytes=99))
+    leaves = backend.sync.zcard(k.delayed_index)
+    for at in (NOW - 1, NOW, NOW + 130, NOW + 1000, NOW + 1999, NOW + 5000):
+        want = max(0, min(2000, at - NOW + 1))
+        for max_leaves in (1000, 3, 1):
+            sec, usec, size, due, head, exact = app.scripts.run(
+                S.status(k, now_ms=at, max_leaves=max_leaves)
+            )
+            assert (size, head) == (2000, NOW)
+            if exact:
+                assert due == want, (at, max_leaves)
+            else:  # both sides over max_leaves: estimated from the share of due leaves
+                assert max_leaves < leaves and abs(due - want) <= 2 * MAX, (at, due, want)
+            assert exact or max_leaves == 1 or at in (NOW + 1000,)
+
+
+def test_migrate_moves_a_layout_2_set_into_the_tree_while_it_runs(backend, queue) -> None:
+    app = backend.app(queue)
+    k, r = app.keys, backend.sync
+    # What zsched 0.1 left behind: one ZSET of run ids and untagged envelopes in `runs`.
+    old = {f"o{i}": NOW + i for i in range(2500)}
+    r.zadd(k.delayed, old)
+    r.hset(k.runs, mapping={rid: env(rid) for rid in old})
+    r.zadd(k.delayed, {"orphan": NOW})  # an id without an envelope is dropped
+    with pytest.raises(Exception, match="key layout 2; run `zsched migrate`"):
+        app.scripts.run(S.enqueue(k, [("n", NOW, "t", env("n"))], now_ms=NOW,
+                                  dedupe_window_ms=1, max_envelope_bytes=999))  # fmt: skip
+    assert app.scripts.run(S.migrate(k, batch=1000)) == (999, 1501)
+    # The queue runs during the move: new runs go to the tree.
+    app.scripts.run(S.enqueue(k, [("n", NOW, "t", env("n"))], now_ms=NOW,
+                              dedupe_window_ms=1, max_envelope_bytes=999))  # fmt: skip
+    assert app.migrate() == 1501
+    assert app.migrate() == 0
+    check_tree(backend, k, {**old, "n": NOW})
+    assert r.exists(k.delayed + ":layout2") == 0
+
+
+def test_every_script_carries_the_current_shared_block() -> None:
+    assert stale() == [], "run `make lua`"
