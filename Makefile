@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: all venv redis servers demo test check lint typecheck chaos bench bench-peers soak clean
+.PHONY: all venv redis servers demo test check lint lua typecheck chaos bench bench-peers soak clean
 
 all: test
 
@@ -55,6 +55,11 @@ test: venv servers
 lint: venv
 	$(BIN)/ruff check zsched tests
 	$(BIN)/ruff format --check zsched
+	$(BIN)/python -m zsched.luagen --check
+
+# Copy the shared Lua blocks (lua/lib/*.lua) into the scripts that use them.
+lua: venv
+	$(BIN)/python -m zsched.luagen
 
 typecheck: venv
 	$(BIN)/mypy zsched

@@ -1,6 +1,7 @@
-"""Prototype of option 3 in BENCHMARKS.md ("Targets missed", memory): the delayed index as a
-B-tree of small ZSETs, against the skiplist ZSET zsched uses. Data for a decision, not code
-zsched runs.
+"""The prototype that decided key layout 3 (BENCHMARKS.md, memory): the delayed index as a
+B-tree of small ZSETs, against the one skiplist ZSET of key layout 2 (zsched 0.1). Kept to
+measure the index alone; zsched runs lua/lib/btree.lua, which grew from it (a due tag for
+cancel, byte-wise comparisons, counts).
 
     .venv/bin/python -m bench.btree [--n 10000 100000 1000000]
 

@@ -4,9 +4,9 @@
 
 Each layout is written with plain commands (pipelined) into its own private redis-server,
 `n` runs an hour ahead with the benchmark's ~110-byte payload, measured as used_memory over
-a warmed-up baseline. The first row is zsched's real `enqueue_many`, as a check that the
-hand-built "ZSET + HASH, v2 envelope" row is the layout zsched has. BENCHMARKS.md ("Targets
-missed") quotes this table.
+a warmed-up baseline. The first row is zsched's real `enqueue_many` (key layout 3: the
+delayed set as a B-tree of listpack ZSETs, since zsched 0.2); the "ZSET + HASH, v2 envelope"
+row is key layout 2, zsched 0.1's. BENCHMARKS.md (memory) quotes this table.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     n = ap.parse_args(argv).n
     rows: list[tuple[str, Callable[[Any, int, int], None], dict[str, str]]] = [
         ("zsched enqueue_many (v2 envelope)", zsched_enqueue, {}),
-        ("ZSET + HASH, v2 envelope (zsched today)", layout(v2), {}),
+        ("ZSET + HASH, v2 envelope (zsched 0.1)", layout(v2), {}),
         ("ZSET + HASH, v1 map envelope (before)", layout(v1), {}),
         ("ZSET + HASH, payload only (bare minimum)", layout(bare), {}),
         ("ZSET alone", layout(None), {}),

@@ -29,6 +29,7 @@ from redis_server import RedisServer
 import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
 from zsched import scripts as S
+from zsched.delayed import untag
 from zsched.envelope import Envelope, decode, v2_named
 from zsched.keys import QueueKeys
 from zsched.runids import created_ms
@@ -390,15 +391,21 @@ def queue_state(r: Any, queue: str, ignore: set[str], scores: bool) -> dict[str,
     out: dict[str, Any] = {}
     for raw_key in r.scan_iter(match=k.pattern()):
         key = raw_key.decode()
+        if key.startswith(k.delayed_leaf("")):
+            by_key[key] = "delayed_leaf"  # leaf numbers are the tree's, compared by contents
         assert key in by_key, f"unexpected key {key}"
         name, kind = by_key[key], r.type(key).decode()
-        if kind == "zset":
+        if name == "delayed_index":  # members carry the due time: compare how many leaves
+            value: Any = r.zcard(key)
+        elif kind == "zset":
             members = r.zrange(key, 0, -1, withscores=True)
-            value: Any = {m.decode(): (s if scores else None) for m, s in members}
+            value = {m.decode(): (s if scores else None) for m, s in members}
         elif name == "runs":
             value = {}
             for rid, env in r.hgetall(key).items():
-                fields = decode_any(env)
+                due, bare = untag(env)
+                assert due is not None, "a delayed run's value carries its due"
+                fields = decode_any(bare)
                 value[rid.decode()] = {f: v for f, v in fields.items() if f not in ignore}
         elif kind == "hash":
             value = {a.decode(): b.decode() for a, b in r.hgetall(key).items()}
@@ -426,7 +433,7 @@ def test_the_same_enqueue_from_python_node_and_shell_leaves_identical_state(
         states[client] = queue_state(real.sync, app.queue, ignore, scores=timing == "run_at")
         raws[client] = envelope_of(real.sync, app.keys, "same-run")
     assert states["python"] == states["node"] == states["shell"]
-    assert set(states["python"]) == {"delayed", "runs", "stats"}
+    assert set(states["python"]) == {"delayed", "delayed_index", "delayed_leaf", "runs", "stats"}
     (env,) = states["python"]["runs"][1].values()
     assert env["payload"] == PAYLOAD
     # Every client leaves the fields at their default out (attempt 1, scheduled = run_at).
@@ -437,7 +444,7 @@ def test_the_same_enqueue_from_python_node_and_shell_leaves_identical_state(
         5, 2, node[:4] if timing == "run_at" else node[:3])  # fmt: skip
     assert json.loads(raws["shell"])["v"] == 1 and json.loads(raws["shell"])["run_id"] == "same-run"
     if timing == "run_at":
-        assert states["python"]["delayed"][1] == {"same-run": float(run_at_ms)}
+        assert states["python"]["delayed_leaf"][1] == {"same-run": float(run_at_ms)}
         assert env["run_at_ms"] == run_at_ms
 
 
