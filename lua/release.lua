@@ -22,36 +22,51 @@
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
+-- A run in a batch is {run_id, due_ms}.
 local BT_MAX = 128
 local function bt_key(due, id)
   return string.format('%015d', due) .. (string.gsub(id, '%z', '\0\1')) .. '\0\0'
 end
 local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true)) + 2) end
 local function bt_bound(m) return string.sub(m, 1, (string.find(m, '\0\0', 16, true)) + 1) end
--- Byte order, as Redis orders ZSET members: 8-byte chunks first, then the differing byte.
+-- Lua's `<` on strings is strcoll: byte order in the C locales only (C, POSIX, C.UTF-8, whose
+-- order is code point order), while Redis takes LC_COLLATE from its environment. Probed once
+-- per call (ISO 14651 locales such as en_US fold case, skip punctuation, sort e-acute before
+-- f); where it is not byte order, bt_less compares byte by byte.
+local BT_NATIVE = ('B' < 'a') and ('Z' < '_') and ('_' < 'a') and ('-' < '0') and ('9' < 'A')
+  and ('a-c' < 'ab') and ('a_c' < 'ab') and ('aB' < 'ab') and not ('ab' < 'aB')
+  and ('f' < '\195\169') and ('a\0b' < 'a\0c') and ('a' < 'a\0')
+-- Byte order, as Redis orders ZSET members.
 local function bt_less(x, y)
+  if BT_NATIVE then return x < y end
+  if x == y then return false end
   local n = math.min(#x, #y)
   local i = 1
+  while i + 7 <= n do
+    local a1, a2, a3, a4, a5, a6, a7, a8 = string.byte(x, i, i + 7)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(y, i, i + 7)
+    if a1 ~= b1 then return a1 < b1 end
+    if a2 ~= b2 then return a2 < b2 end
+    if a3 ~= b3 then return a3 < b3 end
+    if a4 ~= b4 then return a4 < b4 end
+    if a5 ~= b5 then return a5 < b5 end
+    if a6 ~= b6 then return a6 < b6 end
+    if a7 ~= b7 then return a7 < b7 end
+    if a8 ~= b8 then return a8 < b8 end
+    i = i + 8
+  end
   while i <= n do
-    local j = math.min(i + 7, n)
-    if string.sub(x, i, j) ~= string.sub(y, i, j) then
-      for p = i, j do
-        local a, b = string.byte(x, p), string.byte(y, p)
-        if a ~= b then return a < b end
-      end
-    end
-    i = j + 1
+    local a, b = string.byte(x, i), string.byte(y, i)
+    if a ~= b then return a < b end
+    i = i + 1
   end
   return #x < #y
 end
 -- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
 local function bt_tag(due, env)
-  local b, x = {}, due
-  for i = 6, 1, -1 do
-    b[i] = x % 256
-    x = math.floor(x / 256)
-  end
-  return '\0' .. string.char(b[1], b[2], b[3], b[4], b[5], b[6]) .. env
+  local hi, lo = math.floor(due / 4294967296), due % 4294967296
+  return string.char(0, math.floor(hi / 256), hi % 256, math.floor(lo / 16777216),
+    math.floor(lo / 65536) % 256, math.floor(lo / 256) % 256, lo % 256) .. env
 end
 -- The due of a tagged value (nil if untagged) and the envelope without the tag.
 local function bt_untag(v)
@@ -64,19 +79,34 @@ end
 local function bt_floor(d, k)
   return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
 end
+-- (due, id) order of two runs without building their keys: ids in byte order on a tie.
+local function bt_before(due1, id1, due2, id2)
+  if due1 ~= due2 then return due1 < due2 end
+  return bt_less(id1, id2)
+end
+-- Whether run (due, id) sorts before key k (a leaf's bound): by due first, the key on a tie.
+local function bt_below(due, id, k)
+  local kd = tonumber(string.sub(k, 1, 15))
+  if due ~= kd then return due < kd end
+  return bt_less(bt_key(due, id), k)
+end
 -- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
 -- in order), so the runs bound for one leaf cost one lookup and one ZADD.
-local function bt_add(d, list)
+local function bt_add(d, items)
   local index, meta = d .. ':index', d
-  local items, sorted = {}, true
-  for i = 1, #list do
-    items[i] = {bt_key(list[i][2], list[i][1]), list[i][1], list[i][2]}
-    if sorted and i > 1 and bt_less(items[i][1], items[i - 1][1]) then sorted = false end
+  local sorted = true
+  for i = 2, #items do
+    if bt_before(items[i][2], items[i][1], items[i - 1][2], items[i - 1][1]) then
+      sorted = false
+      break
+    end
   end
-  if not sorted then table.sort(items, function(x, y) return bt_less(x[1], y[1]) end) end
+  if not sorted then
+    table.sort(items, function(x, y) return bt_before(x[2], x[1], y[2], y[1]) end)
+  end
   local i = 1
   while i <= #items do
-    local k = items[i][1]
+    local k = bt_key(items[i][2], items[i][1])
     local m = bt_floor(d, k)
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
@@ -94,19 +124,21 @@ local function bt_add(d, list)
     local upto = nxt and bt_bound(nxt)
     local card = redis.call('ZCARD', leaf)
     local args = {}
-    while i <= #items and card < BT_MAX and (not upto or bt_less(items[i][1], upto)) do
-      args[#args + 1] = string.format('%d', items[i][3]) -- a number would go as %.14g
-      args[#args + 1] = items[i][2]
+    while i <= #items and card < BT_MAX and (not upto or bt_below(items[i][2], items[i][1], upto)) do
+      local due = items[i][2]
+      -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
+      args[#args + 1] = due < 1e14 and due or string.format('%d', due)
+      args[#args + 1] = items[i][1]
       card, i = card + 1, i + 1
     end
     if #args > 0 then redis.call('ZADD', leaf, unpack(args)) end
-    if card >= BT_MAX and i <= #items and (not upto or bt_less(items[i][1], upto)) then
+    if card >= BT_MAX and i <= #items and (not upto or bt_below(items[i][2], items[i][1], upto)) then
       -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
       local n = redis.call('HINCRBY', meta, 'seq', 1)
       local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
-      local k2 = items[i][1]
-      if bt_less(bt_key(tonumber(last[2]), last[1]), k2) then
-        redis.call('ZADD', index, 0, k2 .. n) -- after all its runs: a new leaf starts here
+      if bt_before(tonumber(last[2]), last[1], items[i][2], items[i][1]) then
+        -- After all its runs: a new leaf starts here.
+        redis.call('ZADD', index, 0, bt_key(items[i][2], items[i][1]) .. n)
       else
         local upper = redis.call('ZRANGE', leaf, BT_MAX / 2, -1, 'WITHSCORES')
         local moved = {}

@@ -112,7 +112,7 @@ def test_cancel_tells_a_dispatched_run_from_a_delayed_and_an_unknown_one(backend
     assert app.scripts.run(S.cancel(k, "r1")) == S.NOT_FOUND
     assert app.scripts.run(S.cancel(k, "nope")) == S.NOT_FOUND
     check_tree(backend, k, {"r2": NOW + 2})
-    (_, fields), = backend.sync.xrange(k.ready)
+    ((_, fields),) = backend.sync.xrange(k.ready)
     assert fields[b"envelope"] == env("x"), "dispatch strips the due tag"
 
 
@@ -162,3 +162,49 @@ def test_migrate_moves_a_layout_2_set_into_the_tree_while_it_runs(backend, queue
 
 def test_every_script_carries_the_current_shared_block() -> None:
     assert stale() == [], "run `make lua`"
+
+
+_LESS = """
+-- BEGIN btree
+-- END btree
+local out = {}
+for i = 1, #ARGV, 2 do out[#out + 1] = bt_less(ARGV[i], ARGV[i + 1]) and 1 or 0 end
+return out
+"""
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_keys_compare_in_byte_order_with_or_without_the_locale(backend, native) -> None:
+    """bt_less is byte order (as Redis orders members), by `<` in a C locale or byte by byte
+    (forced here: no other locale is installed on this machine to run Redis under)."""
+    from zsched.luagen import expand
+    from zsched.scripts import lua_dir
+
+    src = expand(_LESS, lua_dir() / "lib")
+    if not native:
+        src = src.replace("local BT_NATIVE = ", "local BT_NATIVE = false and ", 1)
+    rnd = random.Random(7)
+    alphabet = [
+        b"\0",
+        b"\1",
+        b"-",
+        b"0",
+        b"9",
+        b"A",
+        b"Z",
+        b"_",
+        b"a",
+        b"z",
+        b"\x7f",
+        b"\xc3\xa9",
+        b"\xff",
+    ]
+    pairs = []
+    for _ in range(400):
+        x = b"".join(rnd.choice(alphabet) for _ in range(rnd.randrange(0, 20)))
+        y = x[: rnd.randrange(0, len(x) + 1)] + b"".join(
+            rnd.choice(alphabet) for _ in range(rnd.randrange(0, 4))
+        )
+        pairs.append((x, y) if rnd.random() < 0.5 else (y, x))
+    got = backend.sync.eval(src, 0, *[s for p in pairs for s in p])
+    assert got == [int(x < y) for x, y in pairs]
