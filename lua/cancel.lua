@@ -20,7 +20,7 @@
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
 -- A run in a batch is {run_id, due_ms}.
-local BT_MAX = 128
+local BT_MAX = 64
 local function bt_key(due, id)
   return string.format('%015d', due) .. (string.gsub(id, '%z', '\0\1')) .. '\0\0'
 end
@@ -163,31 +163,32 @@ local function bt_remove(d, id, due)
   redis.call('HINCRBY', d, 'n', -1)
   return 1
 end
--- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}.
+-- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}, n.
 local function bt_take(d, now_ms, limit)
   local index = d .. ':index'
-  local ids, dues = {}, {}
-  while #ids < limit do
+  local now = string.format('%d', now_ms)
+  local ids, dues, n = {}, {}, 0
+  while n < limit do
     local m = redis.call('ZRANGE', index, 0, 0)[1]
     if not m then break end
     local leaf = d .. ':leaf:' .. bt_num(m)
-    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', string.format('%d', now_ms), 'WITHSCORES', 'LIMIT', 0, limit - #ids)
-    local n = #due / 2
-    if n == 0 then break end
+    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - n)
+    local got = #due / 2
+    if got == 0 then break end
     for j = 1, #due, 2 do
-      ids[#ids + 1] = due[j]
-      dues[#dues + 1] = due[j + 1]
+      n = n + 1
+      ids[n], dues[n] = due[j], due[j + 1]
     end
-    if n == redis.call('ZCARD', leaf) then
+    if got == redis.call('ZCARD', leaf) then
       redis.call('DEL', leaf)
       redis.call('ZREM', index, m)
     else
-      redis.call('ZREMRANGEBYRANK', leaf, 0, n - 1)
+      redis.call('ZREMRANGEBYRANK', leaf, 0, got - 1)
       break
     end
   end
-  if #ids > 0 then redis.call('HINCRBY', d, 'n', -#ids) end
-  return ids, dues
+  if n > 0 then redis.call('HINCRBY', d, 'n', -n) end
+  return ids, dues, n
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)

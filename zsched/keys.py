@@ -89,7 +89,7 @@ class QueueKeys:
         set_(self, "delayed_index", self.delayed + ":index")
 
     def delayed_leaf(self, n: int | str) -> str:
-        """ZSET run_id -> due_ms: leaf `n` of the delayed set's B-tree (at most 128 runs)."""
+        """ZSET run_id -> due_ms: leaf `n` of the delayed set's B-tree (at most 64 runs)."""
         return f"{self.delayed}:leaf:{n}"
 
     def lease(self, schedule_id: str) -> str:

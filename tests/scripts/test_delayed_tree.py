@@ -1,7 +1,7 @@
 """The delayed set of key layout 3 (lua/lib/btree.lua): a B-tree of small ZSETs.
 
 A random model test drives enqueue, cancel and dispatch through the real scripts and checks,
-after every step, the tree's invariant (each leaf non-empty, at most 128 runs, a listpack on
+after every step, the tree's invariant (each leaf non-empty, at most 64 runs, a listpack on
 a real server, its runs between its bound and the next one), its count, and that it holds
 exactly the runs of a plain model, dispatched in (due, run id) byte order.
 """
@@ -18,7 +18,7 @@ from zsched import delayed
 from zsched import scripts as S
 from zsched.luagen import stale
 
-MAX = 128
+MAX = 64
 
 
 def key(due: int, rid: str) -> bytes:
