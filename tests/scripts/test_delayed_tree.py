@@ -101,6 +101,40 @@ def test_random_enqueue_cancel_dispatch_keep_the_tree_and_its_order(backend, que
         check_tree(backend, k, model)
 
 
+def test_big_batches_in_random_order_walk_many_leaves_and_split_them(backend, queue) -> None:
+    rnd = random.Random(5)
+    app = backend.app(queue)
+    model: dict[str, int] = {}
+    for b in range(6):
+        batch = [(f"b{b}-{i}", NOW + rnd.randrange(5000), "t", env("x")) for i in range(1000)]
+        if b == 3:  # many runs at one instant among the others: ties broken by id
+            batch = [(rid, NOW + 2500, t, e) for rid, _, t, e in batch]
+        app.scripts.run(S.enqueue(app.keys, batch, now_ms=NOW, dedupe_window_ms=1,
+                                  max_envelope_bytes=999))  # fmt: skip
+        model.update({rid: due for rid, due, _, _ in batch})
+        check_tree(backend, app.keys, model)
+    assert backend.sync.zcard(app.keys.delayed_index) > 100
+
+
+def test_enqueue_many_sends_runs_in_due_order_and_answers_in_the_callers(backend, queue) -> None:
+    """enqueue_many sorts each call's runs by (due, id) so the script need not; the ids and
+    duplicate flags still come back in the caller's order, and the first of two equal ids
+    wins (then nothing is reordered)."""
+    app = backend.app(queue)
+    rnd = random.Random(3)
+    dues = [NOW + rnd.randrange(10**6) for _ in range(250)]
+    items = [{"task": "t", "payload": i, "run_id": f"r{i}", "run_at": d / 1000}
+             for i, d in enumerate(dues)]  # fmt: skip
+    got = app.enqueue_many(items)
+    assert [g for g in got] == [f"r{i}" for i in range(250)] and not any(g.duplicate for g in got)
+    check_tree(backend, app.keys, {f"r{i}": d for i, d in enumerate(dues)})
+    again = app.enqueue_many([{"task": "t", "run_id": "x", "run_at": (NOW + 5) / 1000},
+                              {"task": "t", "run_id": "x", "run_at": (NOW + 1) / 1000},
+                              {"task": "t", "run_id": "r3", "run_at": NOW / 1000}])  # fmt: skip
+    assert [g.duplicate for g in again] == [False, True, True]
+    assert app.get_run("x").run_at.timestamp() * 1000 == NOW + 5
+
+
 def test_cancel_tells_a_dispatched_run_from_a_delayed_and_an_unknown_one(backend, queue) -> None:
     app = backend.app(queue)
     k = app.keys
