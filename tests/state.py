@@ -7,6 +7,7 @@ from typing import Any
 import msgpack
 
 from zsched import delayed
+from zsched.delayed import IDS_SCRIPT as DELAYED_IDS_LUA  # noqa: F401 - for tests
 from zsched.envelope import v2_named
 from zsched.keys import GROUP, QueueKeys
 
@@ -107,19 +108,3 @@ def add_delayed(r: Any, k: QueueKeys, dues: dict[str, int]) -> None:
     args = [x for rid, due in dues.items() for x in (rid, due)]
     r.eval(expand(_ADD, lua_dir() / "lib"), 1, k.delayed, *args)
 
-
-#: A script listing every run id of the delayed set, so a MULTI can read it with other keys.
-DELAYED_IDS_LUA = """
-local out = {}
-for _, m in ipairs(redis.call('ZRANGE', KEYS[1] .. ':index', 0, -1)) do
-  local leaf = KEYS[1] .. ':leaf:' .. string.sub(m, (string.find(m, '\\0\\0', 16, true)) + 2)
-  for _, id in ipairs(redis.call('ZRANGE', leaf, 0, -1)) do out[#out + 1] = id end
-end
-return out
-"""
-
-
-def envelope_of(r: Any, k: QueueKeys, run_id: str) -> bytes | None:
-    """The envelope of a live run as kept in `runs`, its due tag left out."""
-    raw = r.hget(k.runs, run_id)
-    return None if raw is None else delayed.untag(raw)[1]

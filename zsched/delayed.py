@@ -15,6 +15,17 @@ from .keys import QueueKeys
 
 TAG_BYTES = 7
 
+#: A read-only script (EVAL, KEYS[1] = `delayed`) listing every run id of the delayed set,
+#: earliest first, so a MULTI can read it at one instant with other keys (the chaos checks).
+IDS_SCRIPT = """
+local out = {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1] .. ':index', 0, -1)) do
+  local leaf = KEYS[1] .. ':leaf:' .. string.sub(m, (string.find(m, '\\0\\0', 16, true)) + 2)
+  for _, id in ipairs(redis.call('ZRANGE', leaf, 0, -1)) do out[#out + 1] = id end
+end
+return out
+"""
+
 
 def tag(due_ms: int, envelope: bytes) -> bytes:
     """The value of a run due at `due_ms` in `runs`: 0x00, the due in 6 bytes big-endian, the

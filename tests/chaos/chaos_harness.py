@@ -31,7 +31,7 @@ from chaos_plan import Config, Fault, format_plan, make_plan
 from chaos_rules import RULES_AVAILABLE
 
 import zsched
-from tests.state import DELAYED_IDS_LUA
+from zsched.delayed import IDS_SCRIPT as DELAYED_IDS_LUA
 
 
 @dataclass
