@@ -108,3 +108,9 @@ def add_delayed(r: Any, k: QueueKeys, dues: dict[str, int]) -> None:
     args = [x for rid, due in dues.items() for x in (rid, due)]
     r.eval(expand(_ADD, lua_dir() / "lib"), 1, k.delayed, *args)
 
+
+
+def envelope_of(r: Any, k: QueueKeys, run_id: str) -> bytes | None:
+    """The envelope of a live run as kept in `runs`, its due tag left out."""
+    raw = r.hget(k.runs, run_id)
+    return None if raw is None else delayed.untag(raw)[1]

@@ -125,19 +125,22 @@ class _Conn:
         else:
             self.conn.send_command(*args)
 
-    def read(self, spin_s: float) -> Any:
+    def read(self, spin_s: float, raise_errors: bool = True) -> Any:
         t0 = time.perf_counter()
         if self.poll is not None and self.wait_s < spin_s and _IN_FLIGHT.n <= 1:
             poll, deadline = self.poll.poll, t0 + spin_s
             while not poll(0) and time.perf_counter() < deadline:
                 pass
         if self.reader is None:
-            reply = self.conn.read_response()  # raises error replies itself
+            try:
+                reply = self.conn.read_response()  # raises error replies itself
+            except rex.ResponseError as e:
+                reply = e
         else:
             reply = self._read_reply()
         waited = time.perf_counter() - t0
         self.wait_s = waited if self.wait_s == 0 else 0.8 * self.wait_s + 0.2 * waited
-        if isinstance(reply, rex.ResponseError):
+        if raise_errors and isinstance(reply, rex.ResponseError):
             raise reply
         return reply
 
@@ -179,18 +182,54 @@ class DirectConnections:
         self._idle: list[_Conn] = []
         self._pid = os.getpid()
 
-    def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
+    def _take(self) -> _Conn:
         with self._lock:
             if self._pid != os.getpid():  # a forked child never shares the parent's sockets
                 self._idle, self._pid = [], os.getpid()
             c = self._idle.pop() if self._idle else None
         if c is None:
             c = _Conn(self._pool.connection_class(**self._pool.connection_kwargs))
+        return c
+
+    def _ready(self, c: _Conn) -> None:
+        if c.live and (c.stale() or (self._owns is not None and not self._owns(c.conn))):
+            c.disconnect()
+        if not c.live:
+            c.connect()
+
+    def evalsha_many(self, sha: str, calls: list[tuple[list[str], list[Any]]]) -> Any:
+        """Send every call before reading a reply, so Redis runs the first calls while the
+        rest are packed and sent (a pipeline sends only once all are packed). Returns the
+        replies in order, an error reply as its exception (NoScriptError: that call did not
+        run), or FALLBACK when nothing was sent."""
+        c = self._take()
         try:
-            if c.live and (c.stale() or (self._owns is not None and not self._owns(c.conn))):
-                c.disconnect()
-            if not c.live:
-                c.connect()
+            self._ready(c)
+            c.send(("EVALSHA", sha, len(calls[0][0]), *calls[0][0], *calls[0][1]))
+        except (rex.ConnectionError, rex.TimeoutError, OSError, TypeError):
+            c.disconnect()
+            return FALLBACK
+        except BaseException:
+            c.disconnect()
+            raise
+        sent = 1
+        try:
+            with _IN_FLIGHT:
+                for keys, args in calls[1:]:
+                    c.send(("EVALSHA", sha, len(keys), *keys, *args))
+                    sent += 1
+                replies = [c.read(self._spin_s, raise_errors=False) for _ in range(sent)]
+        except BaseException:
+            # Some calls may have run and their replies are lost: raise, as for one call.
+            c.disconnect()
+            raise
+        self._put(c)
+        return replies
+
+    def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
+        c = self._take()
+        try:
+            self._ready(c)
             c.send(("EVALSHA", sha, len(keys), *keys, *args))
         except (rex.ConnectionError, rex.TimeoutError, OSError, TypeError):
             # Not sent (no connection, or an argument hiredis cannot pack): redis-py's path

@@ -45,6 +45,8 @@ def run_calls(app: App, calls: list[S.Call[Any]]) -> list[Any]:
         return _per_node(app, calls)
     if not app.durable and len(calls) == 1:
         return [app.scripts.run(calls[0])]
+    if not app.durable and len({c.name for c in calls}) == 1:
+        return app.scripts.run_many(calls)
     pipe = app.redis.pipeline(transaction=False)
     replies = _send(app, pipe, calls)
     for r in replies:

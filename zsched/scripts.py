@@ -397,6 +397,28 @@ class Scripts:
                 return call.decode(reply)
         return call.decode(script(keys=call.keys, args=call.args))
 
+    def run_many(self, calls: list[Call[Any]]) -> list[Any]:
+        """Run `calls` of one script, in order, streamed on one connection (or one pipeline);
+        their decoded replies. The first error reply is raised once every call has answered."""
+        script = self._scripts[calls[0].name]
+        replies: Any = FALLBACK
+        if self._direct is not None:
+            replies = self._direct.evalsha_many(script.sha, [(c.keys, c.args) for c in calls])
+        if replies is FALLBACK:
+            pipe = self._client.pipeline(transaction=False)
+            for c in calls:
+                self.queue(c, pipe)
+            replies = pipe.execute(raise_on_error=False)
+        out = []
+        for c, r in zip(calls, replies, strict=True):
+            if isinstance(r, redis.exceptions.NoScriptError):  # not run: load it, run it now
+                r = script(keys=c.keys, args=c.args)
+            out.append(r)
+        for r in out:
+            if isinstance(r, Exception):
+                raise r
+        return [c.decode(r) for c, r in zip(calls, out, strict=True)]
+
     def queue(self, call: Call[Any], pipe: Any) -> None:
         """Queue `call` on a pipeline; decode its reply from `execute()` with `call.decode`."""
         self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)

@@ -159,3 +159,43 @@ def test_a_unix_socket_client_takes_the_direct_path_with_its_own_reader(tmp_path
         assert c.reader is not None  # read with our hiredis reader, not redis-py's
         assert app.cancel("a")
         app.close()
+
+
+# -- many calls streamed on one connection (enqueue_many) ------------------------------------
+
+
+def _many(n: int, prefix: str) -> list[dict]:
+    return [{"task": "t", "payload": i, "run_id": f"{prefix}{i}", "delay": 60} for i in range(n)]
+
+
+def test_enqueue_many_streams_its_calls_on_one_direct_connection(app) -> None:
+    ids = app.enqueue_many(_many(1050, "a"))  # 11 calls of up to 100 runs
+    assert [str(i) for i in ids] == [f"a{i}" for i in range(1050)]
+    assert len(app.scripts._direct._idle) == 1  # type: ignore[union-attr]
+    assert delayed_count(app.redis, app.keys) == 1050
+    again = app.enqueue_many(_many(1050, "a"))
+    assert all(i.duplicate for i in again)
+
+
+def test_streamed_calls_after_a_script_flush_are_loaded_and_run_once(app, redis_server) -> None:
+    app.enqueue("t", run_id="warm", delay=60)
+    r = redis.Redis.from_url(redis_server.url)
+    r.script_flush()
+    ids = app.enqueue_many(_many(350, "b"))
+    assert not any(i.duplicate for i in ids), "a call answered NOSCRIPT did not run: run it now"
+    assert delayed_count(app.redis, app.keys) == 351
+    r.close()
+
+
+def test_a_script_error_among_streamed_calls_is_raised_and_the_connection_kept(
+    app, redis_server
+) -> None:
+    r = redis.Redis.from_url(redis_server.url)
+    r.set(app.keys.done, "not a zset")  # every enqueue call now fails: WRONGTYPE
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        app.enqueue_many(_many(250, "c"))
+    (conn_id,) = _direct_ids(app)  # read every reply: the connection went back to the pool
+    r.delete(app.keys.done)
+    assert not any(i.duplicate for i in app.enqueue_many(_many(250, "c")))
+    assert _direct_ids(app) == {conn_id}
+    r.close()
