@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=100_000, help="runs per layout (default 100000)")
     n = ap.parse_args(argv).n
     rows: list[tuple[str, Callable[[Any, int, int], None], dict[str, str]]] = [
-        ("zsched enqueue_many (v2 envelope)", zsched_enqueue, {}),
-        ("ZSET + HASH, v2 envelope (zsched 0.1)", layout(v2), {}),
-        ("ZSET + HASH, v1 map envelope (before)", layout(v1), {}),
+        ("zsched enqueue_many (key layout 3, v2 envelope)", zsched_enqueue, {}),
+        ("ZSET + HASH, v2 envelope (zsched 0.1, key layout 2)", layout(v2), {}),
+        ("ZSET + HASH, v1 map envelope (before session 3)", layout(v1), {}),
         ("ZSET + HASH, payload only (bare minimum)", layout(bare), {}),
         ("ZSET alone", layout(None), {}),
         ("ZSET + 128-run listpack HASHes, v2 envelope *", layout(v2, 128), LISTPACK),
