@@ -29,7 +29,7 @@ return out
 
 def tag(due_ms: int, envelope: bytes) -> bytes:
     """The value of a run due at `due_ms` in `runs`: 0x00, the due in 6 bytes big-endian, the
-    envelope (docs/protocol.md, "Key layout")."""
+    envelope (docs/protocol.md, "The delayed set")."""
     return b"\0" + int(due_ms).to_bytes(6, "big") + envelope
 
 

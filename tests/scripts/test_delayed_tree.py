@@ -45,8 +45,9 @@ def check_tree(backend, k, model: dict[str, int]) -> None:
             seen[rid_b.decode()] = int(due)
     assert seen == model
     assert delayed_count(r, k) == len(model)
-    for rid, due in model.items():  # each delayed run's value carries its due
-        assert delayed.untag(r.hget(k.runs, rid))[0] == due
+    for rid, due in model.items():  # each delayed run's value carries its due, as documented
+        value = r.hget(k.runs, rid)
+        assert value == delayed.tag(due, delayed.untag(value)[1])
 
 
 def run_id(rnd: random.Random, n: int) -> str:
