@@ -182,36 +182,38 @@ class DirectConnections:
         self._idle: list[_Conn] = []
         self._pid = os.getpid()
 
-    def _take(self) -> _Conn:
+    def _send_first(self, sha: str, keys: list[str], args: list[Any]) -> _Conn | None:
+        """A ready connection with this call sent on it; None when it was not sent (no
+        connection, or an argument hiredis cannot pack): then redis-py's path connects and
+        retries as configured, or names the bad argument."""
         with self._lock:
             if self._pid != os.getpid():  # a forked child never shares the parent's sockets
                 self._idle, self._pid = [], os.getpid()
             c = self._idle.pop() if self._idle else None
         if c is None:
             c = _Conn(self._pool.connection_class(**self._pool.connection_kwargs))
-        return c
-
-    def _ready(self, c: _Conn) -> None:
-        if c.live and (c.stale() or (self._owns is not None and not self._owns(c.conn))):
+        try:
+            if c.live and (c.stale() or (self._owns is not None and not self._owns(c.conn))):
+                c.disconnect()
+            if not c.live:
+                c.connect()
+            c.send(("EVALSHA", sha, len(keys), *keys, *args))
+        except (rex.ConnectionError, rex.TimeoutError, OSError, TypeError):
             c.disconnect()
-        if not c.live:
-            c.connect()
+            return None
+        except BaseException:
+            c.disconnect()
+            raise
+        return c
 
     def evalsha_many(self, sha: str, calls: list[tuple[list[str], list[Any]]]) -> Any:
         """Send every call before reading a reply, so Redis runs the first calls while the
         rest are packed and sent (a pipeline sends only once all are packed). Returns the
         replies in order, an error reply as its exception (NoScriptError: that call did not
         run), or FALLBACK when nothing was sent."""
-        c = self._take()
-        try:
-            self._ready(c)
-            c.send(("EVALSHA", sha, len(calls[0][0]), *calls[0][0], *calls[0][1]))
-        except (rex.ConnectionError, rex.TimeoutError, OSError, TypeError):
-            c.disconnect()
+        c = self._send_first(sha, *calls[0])
+        if c is None:
             return FALLBACK
-        except BaseException:
-            c.disconnect()
-            raise
         sent = 1
         try:
             with _IN_FLIGHT:
@@ -227,18 +229,9 @@ class DirectConnections:
         return replies
 
     def evalsha(self, sha: str, keys: list[str], args: list[Any]) -> Any:
-        c = self._take()
-        try:
-            self._ready(c)
-            c.send(("EVALSHA", sha, len(keys), *keys, *args))
-        except (rex.ConnectionError, rex.TimeoutError, OSError, TypeError):
-            # Not sent (no connection, or an argument hiredis cannot pack): redis-py's path
-            # connects and retries as configured, or names the bad argument.
-            c.disconnect()
+        c = self._send_first(sha, keys, args)
+        if c is None:
             return FALLBACK
-        except BaseException:
-            c.disconnect()
-            raise
         try:
             with _IN_FLIGHT:
                 reply = c.read(self._spin_s)
