@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger(__name__)
-#: Outcomes written per script call. An ack of 100 runs holds Redis ~0.6 ms with a small
-#: queue and ~2 ms with 1M runs in it; 1000 (the scripts' bound) took ~6 ms, over the 5 ms a
-#: script may hold Redis (BENCHMARKS.md).
+#: Outcomes written per script call. An ack of 100 runs holds Redis ~0.6 ms (also while a
+#: 300,000-entry stream drains); 1000 (the scripts' bound) took ~6 ms, over the 5 ms a script
+#: may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
 _DEFAULT_SOCKET_TIMEOUT = getattr(redis.asyncio.connection, "DEFAULT_SOCKET_TIMEOUT", None)
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
