@@ -7,7 +7,6 @@ from typing import Any
 import msgpack
 
 from zsched import delayed
-from zsched.delayed import IDS_SCRIPT as DELAYED_IDS_LUA  # noqa: F401 - for tests
 from zsched.envelope import v2_named
 from zsched.keys import GROUP, QueueKeys
 

@@ -252,18 +252,11 @@ class App(ScheduleMethods):
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
         if asked), and return one reply code per run, in order."""
         _partitions.claim_layout(self)
-        if self.partitions == 1 and not self.durable and len(groups) <= ENQUEUE_BATCH:
+        if self.partitions == 1 and not self.durable and len(groups) == 1:
             # One call, the common case (every enqueue()): no routing, no pipeline.
-            if len(groups) == 1:
-                return self.scripts.run(self._enqueue_call(groups))
-            order = _due_order(groups)
-            reply = self.scripts.run(self._enqueue_call([groups[i] for i in order]))
-            codes = [0] * len(groups)
-            for i, code in zip(order, reply, strict=True):
-                codes[i] = code
-            return codes
+            return self.scripts.run(self._enqueue_call(groups))
         by_part: dict[int, list[int]] = {}
-        for i in _due_order(groups):
+        for i in _delayed.due_order(groups):
             by_part.setdefault(self.run_partition(groups[i][0]), []).append(i)
         batches: list[list[int]] = []
         calls: list[S.Call[list[int]]] = []
@@ -312,7 +305,7 @@ class App(ScheduleMethods):
         """Move delayed runs kept in key layout 2 (zsched 0.1: one ZSET) into key layout 3,
         in every partition; safe while the queue runs, and a no-op when there is nothing to
         move. Returns the runs moved. `progress(moved, left)` is called after each batch."""
-        return sum(_delayed.migrate(v.redis, v.keys, progress) for v in self.partition_views())
+        return _delayed.migrate(self.partition_views(), progress)
 
     def get_run(self, run_id: str) -> _inspect.RunStatus:
         """The state of a run: scheduled, ready, running, done or dead. Raises RunNotFound."""
@@ -408,15 +401,3 @@ class App(ScheduleMethods):
             if app._scripts is not None:
                 app._scripts.close()
         self.redis.close()
-
-
-def _due_order(groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
-    """Positions of `groups` in (due, run id) order, the delayed set's order, so each call
-    adds its runs to a few neighbouring leaves and the script need not sort them (a Lua sort
-    of 1,000 runs cost ~7 us a run, Python's ~0.5). Unchanged when a run's due is relative
-    (`+N`, resolved by the server) or a run id comes twice (the first one must win)."""
-    n = len(groups)
-    if any(not isinstance(g[1], int) for g in groups) or len({g[0] for g in groups}) != n:
-        return list(range(n))
-    # str order is code point order, which is byte order of the UTF-8 that Redis compares.
-    return sorted(range(n), key=lambda i: (groups[i][1], groups[i][0]))

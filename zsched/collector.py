@@ -106,8 +106,6 @@ _HELP: dict[str, str] = {
     "zsched_collector_up": "1 if the last scrape read the queue from Redis, 0 if it failed.",
 }
 
-#: Reads TIME (or takes a pinned now from ARGV[1]) and the delayed set at that instant.
-#: Returns {now_s, now_us, zcard, zcount_due, lowest_score_or_nil}. Read-only.
 #: Most leaves of the delayed set one scrape reads to count due runs: exact up to ~64,000 due
 #: runs (or ~64,000 not due), estimated from the share of due leaves beyond (lua/status.lua).
 STATUS_MAX_LEAVES = 500

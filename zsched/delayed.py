@@ -1,17 +1,20 @@
 """Reading the delayed set of key layout 3 from Python (lua/lib/btree.lua writes it).
 
 The scripts own every write. This module decodes the due tag that prefixes a delayed run's
-value in `runs`, lists the runs of the tree (inspection, tests), and moves a key layout 2
-set into the tree (`zsched migrate`).
+value in `runs`, lists the runs of the tree (inspection, tests), puts a batch in the tree's
+order before it is sent, and moves a key layout 2 set into the tree (`zsched migrate`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import scripts as S
 from .keys import QueueKeys
+
+if TYPE_CHECKING:
+    from .app import App
 
 TAG_BYTES = 7
 
@@ -50,27 +53,37 @@ def leaf_number(member: bytes) -> str:
     return member[member.index(b"\0\0", 15) + 2 :].decode()
 
 
-def runs(r: Any, k: QueueKeys, limit: int | None = None) -> list[tuple[str, int]]:
-    """(run_id, due_ms) of the runs in the delayed set, earliest first (up to `limit`)."""
+def runs(r: Any, k: QueueKeys) -> list[tuple[str, int]]:
+    """(run_id, due_ms) of the runs in the delayed set, earliest first."""
     out: list[tuple[str, int]] = []
     for m in r.zrange(k.delayed_index, 0, -1):
         for rid, due in r.zrange(k.delayed_leaf(leaf_number(m)), 0, -1, withscores=True):
             out.append((_s(rid), int(due)))
-            if limit is not None and len(out) >= limit:
-                return out
     return out
 
 
-def migrate(r: Any, k: QueueKeys, progress: Callable[[int, int], None] | None = None) -> int:
-    """Move a key layout 2 delayed set (a ZSET at `k.delayed`) into the tree, a batch per call,
-    while the queue runs. Returns the runs moved; 0 when there is nothing to move."""
-    script = r.register_script(S.source("migrate"))
+def due_order(groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
+    """Positions of enqueue groups (run_id, run_at, task, envelope) in (due, run id) order,
+    the tree's order, so each call adds its runs to a few neighbouring leaves and the script
+    need not sort them (a Lua sort of 1,000 runs cost ~7 us a run, Python's ~0.5). Unchanged
+    when a run's due is relative (`+N`, resolved by the server) or a run id comes twice (the
+    first one must win)."""
+    n = len(groups)
+    if any(not isinstance(g[1], int) for g in groups) or len({g[0] for g in groups}) != n:
+        return list(range(n))
+    # str order is code point order, which is byte order of the UTF-8 that Redis compares.
+    return sorted(range(n), key=lambda i: (groups[i][1], groups[i][0]))
+
+
+def migrate(views: Iterable[App], progress: Callable[[int, int], None] | None = None) -> int:
+    """Run migrate.lua on each queue (partition) until its key layout 2 set is empty; the runs
+    moved. `progress(moved, left)` after each batch."""
     total = 0
-    while True:
-        call = S.migrate(k)
-        moved, left = call.decode(script(keys=call.keys, args=call.args))
-        total += moved
-        if progress:
-            progress(total, left)
-        if not left:
-            return total
+    for view in views:
+        left = 1
+        while left:
+            moved, left = view.scripts.run(S.migrate(view.keys))
+            total += moved
+            if progress:
+                progress(total, left)
+    return total

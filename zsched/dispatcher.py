@@ -183,12 +183,11 @@ class Dispatcher:
     async def _migrate(self) -> bool:
         """Move a delayed set of key layout 2 (an older zsched's) into the tree, once at start,
         a bounded batch per call (zsched migrate does the same from the command line)."""
-        moved = left = 0
-        while True:
+        moved = 0
+        left = 1
+        while left:
             n, left = await self.scripts.run(S.migrate(self.app.keys))
             moved += n
-            if not left:
-                break
         if moved:
             log.warning("moved %d delayed runs of key layout 2 into key layout 3", moved,
                         extra={"queue": self._q})  # fmt: skip

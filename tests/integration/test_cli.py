@@ -108,3 +108,18 @@ def test_enqueue_status_show_and_dead_letters_round_trip(redis_url, queue, capsy
     asyncio.run(once())
     assert run_json(capsys, "dead", "purge", "--all", *base) == {"purged": 1}
     assert run_json(capsys, "dead", "list", *base) == []
+
+
+def test_migrate_moves_a_layout_2_delayed_set_and_reports_the_count(redis_url, queue, capsys):
+    import redis
+
+    from zsched.keys import QueueKeys
+
+    k, r = QueueKeys(queue), redis.Redis.from_url(redis_url)
+    r.zadd(k.delayed, {"old": 1_700_000_000_000})  # what zsched 0.1 left: one ZSET, no tag
+    r.hset(k.runs, "old", b"\x95\x02\xa1t\xc0\xcf\x00\x00\x01\x8b\xcf\xe5h\x00\x00")
+    base = ["--redis", redis_url, "--queue", queue]
+    assert run_json(capsys, "migrate", *base) == {"queue": queue, "moved": 1}
+    assert run_json(capsys, "migrate", *base) == {"queue": queue, "moved": 0}
+    assert run_json(capsys, "runs", "show", "old", *base)["state"] == "scheduled"
+    r.close()
