@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from .errors import ConfigError, PayloadError, ZschedError
 from .keys import QueueKeys
 from .metrics import Metrics
 from .runids import fresh_run_id
+from .runinput import check_names, delay_ms, to_ms
 from .schedule_api import ScheduleMethods
 from .tasks import Backoff, Task, make_task
 
@@ -44,37 +44,16 @@ class EnqueuedId(str):
         return obj
 
 
-def _to_ms(run_at: datetime | float | int) -> int:
-    if isinstance(run_at, datetime):
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise ValueError(
-                f"run_at {run_at.isoformat()} is a naive datetime; pass an aware one "
-                "(e.g. datetime.now(timezone.utc)) so the instant is unambiguous"
-            )
-        return int(round(run_at.timestamp() * 1000))
-    if isinstance(run_at, bool) or not isinstance(run_at, int | float):
-        raise ValueError(f"run_at must be an aware datetime or epoch seconds, got {run_at!r}")
-    if not math.isfinite(run_at) or run_at < 0:
-        raise ValueError(f"run_at must be finite epoch seconds >= 0, got {run_at!r}")
-    if run_at >= 253_402_300_800:  # the scripts refuse instants after 9999-12-31 too
-        raise ValueError(f"run_at {run_at!r} is after the year 9999")
-    return int(round(run_at * 1000))
-
-
-def _utf8(run_id: str) -> bytes:
-    try:
-        return run_id.encode()
-    except UnicodeEncodeError:  # lone surrogates, e.g. from bytes decoded with surrogateescape
-        raise ValueError(f"run_id {run_id!r} is not valid UTF-8 text") from None
-
-
-def _delay_ms(delay: timedelta | float | int) -> int:
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise ValueError(f"delay must be a timedelta or seconds, got {delay!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"delay must be finite and >= 0 seconds, got {delay!r}")
-    return int(round(seconds * 1000))
+def _bytes_client(redis: Any) -> Any:
+    """A sync client for a URL, or the client given; refused if it decodes replies to text."""
+    client = sync_client(redis) if isinstance(redis, str) else redis
+    encoder = getattr(client, "get_encoder", None)
+    if encoder is not None and encoder().decode_responses:
+        raise ConfigError(
+            "zsched needs a Redis client with decode_responses=False: envelopes are msgpack "
+            "bytes, not text (pass a URL, or a client made without decode_responses)"
+        )
+    return client
 
 
 class App(ScheduleMethods):
@@ -101,13 +80,7 @@ class App(ScheduleMethods):
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
         self.url: str | None = redis if isinstance(redis, str) else None
-        self.redis: Any = sync_client(redis) if isinstance(redis, str) else redis
-        encoder = getattr(self.redis, "get_encoder", None)
-        if encoder is not None and encoder().decode_responses:
-            raise ConfigError(
-                "zsched needs a Redis client with decode_responses=False: envelopes are msgpack "
-                "bytes, not text (pass a URL, or a client made without decode_responses)"
-            )
+        self.redis: Any = _bytes_client(redis)
         self.queue = queue
         self.keys = QueueKeys(queue)
         self.settings = settings or QueueSettings()
@@ -129,12 +102,12 @@ class App(ScheduleMethods):
         self._layout_checked = [False]  # shared with the views
         if not durable_timeout > 0:
             raise ValueError(f"durable_timeout must be > 0 seconds, got {durable_timeout!r}")
-        self.durable = bool(durable)
-        self.durable_timeout_ms = max(1, int(durable_timeout * 1000))
         if not (isinstance(spin_us, int) and spin_us >= 0):
             raise ValueError(
                 f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}"
             )
+        self.durable = bool(durable)
+        self.durable_timeout_ms = max(1, int(durable_timeout * 1000))
         self.spin_us = spin_us
 
     # -- tasks -------------------------------------------------------------------------------
@@ -186,20 +159,15 @@ class App(ScheduleMethods):
         run_id: str | None = None,
     ) -> tuple[str, int | str, str, bytes]:
         """Validate one run and return its enqueue group (run_id, run_at, task, envelope)."""
-        if not isinstance(task_name, str) or not task_name:
-            raise ValueError(f"task name must be a non-empty string, got {task_name!r}")
+        check_names(task_name, run_id)
         if run_at is not None and delay is not None:
             raise ValueError("give run_at or delay, not both")
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
-        if run_id is not None and len(_utf8(run_id)) > 512:
-            raise ValueError(f"run_id is {len(run_id.encode())} bytes, over the limit of 512")
         now = self._local_ms()
         at: int | str
         if run_at is not None:
-            at = due = _to_ms(run_at)
+            at = due = to_ms(run_at)
         else:
-            d = _delay_ms(delay) if delay is not None else 0
+            d = delay_ms(delay) if delay is not None else 0
             due = now + d
             at = f"+{d}" if self.clock.now_ms() is None else due
         rid = run_id or fresh_run_id()

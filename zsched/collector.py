@@ -111,6 +111,26 @@ _HELP: dict[str, str] = {
 STATUS_MAX_LEAVES = 500
 
 
+def _oldest_age(lowest: Any, now: float) -> float:
+    """Seconds the oldest due run has waited (0 when none is due)."""
+    if lowest is None:
+        return 0.0
+    lowest_s = float(lowest) / 1000.0
+    return now - lowest_s if lowest_s <= now else 0.0
+
+
+def _group_lag(groups_r: Any, stream_length: int, pending: int) -> int:
+    """Entries the consumer group has not read yet (Redis 7's `lag`, else an estimate)."""
+    group: Mapping[str, Any] | None = None
+    if not isinstance(groups_r, Exception):
+        group = next((g for g in groups_r if _text(g.get("name")) == GROUP), None)
+    if group is None:
+        return stream_length
+    if group.get("lag") is not None:
+        return int(group["lag"])
+    return max(0, stream_length - pending)
+
+
 def _is_missing(exc: BaseException) -> bool:
     """Whether a reply error only says that a stream or its group does not exist yet."""
     if not isinstance(exc, redis.ResponseError):
@@ -181,6 +201,34 @@ class QueueCollector(Collector):
 
     def _read_keys(self, keys: QueueKeys) -> QueueSnapshot:
         """One queue partition in one pipeline (on a cluster: the script, then a pipeline)."""
+        replies = self._fetch(keys)
+        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r) = replies
+        sec, usec, size, due, lowest, _exact = delayed_r
+        now = int(sec) + int(usec) / 1_000_000
+        stream_length = int(xlen_r)
+        pending = 0 if isinstance(pend_r, Exception) else int(pend_r["pending"])
+        oldest_idle = 0.0
+        if not isinstance(pend_range_r, Exception) and pend_range_r:
+            oldest_idle = max(int(e["time_since_delivered"]) for e in pend_range_r) / 1000.0
+        return QueueSnapshot(
+            queue=keys.queue,
+            now=now,
+            delayed=int(size),
+            due_backlog=int(due),
+            due_backlog_oldest_age=_oldest_age(lowest, now),
+            stream_length=stream_length,
+            group_lag=_group_lag(groups_r, stream_length, pending),
+            pending=pending,
+            pending_oldest_idle=oldest_idle,
+            dead_letters=int(dead_r),
+            rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
+            rule_last_fire=dict(_last_fires(keys.queue, state_r)),
+        )
+
+    def _fetch(self, keys: QueueKeys) -> list[Any]:
+        """The replies of one partition's reads, in `_read_keys`'s order. Only "this
+        stream/group does not exist yet" is left in the list as an exception; any other error
+        is raised."""
         pinned = self._clock.now_ms() if self._clock is not None else None
         now_arg = "" if pinned is None else str(int(pinned))
         delayed_args = (S.source("status"), 1, keys.delayed, now_arg, STATUS_MAX_LEAVES)
@@ -197,60 +245,13 @@ class QueueCollector(Collector):
         pipe.xlen(keys.dead)
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
-        replies = pipe.execute(raise_on_error=False)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
         if cluster:
             replies = [delayed_first, *replies]
-        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r) = replies
-
-        # Only "this stream/group does not exist yet" is tolerated; any other error is raised.
-        for reply in (groups_r, pend_r, pend_range_r):
-            if isinstance(reply, Exception) and not _is_missing(reply):
+        for i, reply in enumerate(replies):
+            if isinstance(reply, Exception) and not (i in (2, 3, 4) and _is_missing(reply)):
                 raise reply
-        for reply in (delayed_r, xlen_r, dead_r, next_r, state_r):
-            if isinstance(reply, Exception):
-                raise reply
-
-        sec, usec, size, due, lowest, _exact = delayed_r
-        now = int(sec) + int(usec) / 1_000_000
-        oldest_age = 0.0
-        if lowest is not None:
-            lowest_s = float(lowest) / 1000.0
-            if lowest_s <= now:
-                oldest_age = now - lowest_s
-
-        stream_length = int(xlen_r)
-        pending = 0 if isinstance(pend_r, Exception) else int(pend_r["pending"])
-        oldest_idle = 0.0
-        if not isinstance(pend_range_r, Exception) and pend_range_r:
-            oldest_idle = max(int(e["time_since_delivered"]) for e in pend_range_r) / 1000.0
-
-        group: Mapping[str, Any] | None = None
-        if not isinstance(groups_r, Exception):
-            for g in groups_r:
-                if _text(g.get("name")) == GROUP:
-                    group = g
-                    break
-        if group is None:
-            lag = stream_length
-        elif group.get("lag") is not None:
-            lag = int(group["lag"])
-        else:
-            lag = max(0, stream_length - pending)
-
-        return QueueSnapshot(
-            queue=keys.queue,
-            now=now,
-            delayed=int(size),
-            due_backlog=int(due),
-            due_backlog_oldest_age=oldest_age,
-            stream_length=stream_length,
-            group_lag=lag,
-            pending=pending,
-            pending_oldest_idle=oldest_idle,
-            dead_letters=int(dead_r),
-            rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
-            rule_last_fire=dict(_last_fires(keys.queue, state_r)),
-        )
+        return replies
 
     # -- prometheus_client interface ----------------------------------------------------------
 

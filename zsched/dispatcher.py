@@ -88,15 +88,25 @@ class Dispatcher:
 
     async def tick(self) -> TickResult:
         """Dispatch due runs in bounded batches, then run the extensions once."""
-        s, k, clock = self.settings, self.app.keys, self.app.clock
+        clock = self.app.clock
         # Rules first: a fire due now is then dispatched in this same pass.
         part_due: int | None = None
         for part in self.parts:
             due = await part.tick(clock.now_ms())
             if due is not None and (part_due is None or due < part_due):
                 part_due = due
+        moved, more, r, sent_at = await self._dispatch()
+        next_due = r.next_due_ms
+        if part_due is not None and (next_due is None or part_due < next_due):
+            next_due = part_due
+        self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
+        return TickResult(moved, next_due, r.now_ms, r.held, more, sent_at)
+
+    async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
+        """Dispatch calls until one moves less than a full batch or the pass's bound is
+        reached: (runs moved, whether more are due, the last reply, when its call went out)."""
+        s, k, clock = self.settings, self.app.keys, self.app.clock
         moved, more = 0, False
-        r: S.DispatchResult | None = None
 
         def call() -> asyncio.Future[tuple[S.DispatchResult, int, float]]:
             c = S.dispatch(k, now_ms=clock.now_ms(), limit=self._limit, max_backlog=s.max_backlog)
@@ -132,12 +142,7 @@ class Dispatcher:
                 if not f.cancel() and not f.cancelled():
                     f.exception()  # retrieved: no "exception was never retrieved" later
             raise
-        assert r is not None
-        next_due = r.next_due_ms
-        if part_due is not None and (next_due is None or part_due < next_due):
-            next_due = part_due
-        self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
-        return TickResult(moved, next_due, r.now_ms, r.held, more, sent_at)
+        return moved, more, r, sent_at
 
     async def _sized(self, c: S.Call[S.DispatchResult]) -> tuple[S.DispatchResult, int, float]:
         sent_at = time.monotonic()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Any, NewType
+from typing import Any, NewType, cast
 
 import msgpack
 
@@ -155,29 +155,7 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
     """Decode envelope bytes (a version 2 msgpack array, or a version 1 map in msgpack or JSON
     starting with `{`). `run_id` is the run's id where the bytes came from (the stream entry's
     field, the key in `runs`): a version 2 envelope does not repeat it. Raises PayloadError."""
-    if not raw:
-        raise PayloadError("envelope is empty")
-    try:
-        if raw[:1] == b"{":
-            d = json.loads(raw)
-        else:
-            d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except (
-        ValueError, TypeError, RecursionError,
-        msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
-    ) as exc:  # fmt: skip
-        # TypeError: a msgpack map with an unhashable key; RecursionError: deeply nested JSON.
-        raise PayloadError(f"envelope is neither msgpack nor JSON: {exc}") from exc
-    if isinstance(d, list):
-        d = _v2_fields(d, run_id)
-    elif not isinstance(d, dict):
-        raise PayloadError(f"envelope is a {type(d).__name__}, not a map or an array")
-    version = d.get("v")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise PayloadError("envelope field 'v' (protocol version) is missing or not an integer")
-    if version not in READS:
-        reads = " and ".join(map(str, READS))
-        raise PayloadError(f"unknown protocol version {version} (this worker reads {reads})")
+    d = _fields(raw, run_id)
     run_id = _require(d, "run_id", str)
     if not run_id:
         raise PayloadError("envelope field 'run_id' is empty")
@@ -202,6 +180,35 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
         max_attempts=_optional_int(d, "max_attempts", None, 1),
         lease_ms=_optional_int(d, "lease_ms", None, 1),
     )
+
+
+def _fields(raw: bytes, run_id: str | None) -> dict[str, Any]:
+    """The envelope's fields by name, its protocol version checked; the rest is `decode`'s."""
+    if not raw:
+        raise PayloadError("envelope is empty")
+    d: Any
+    try:
+        if raw[:1] == b"{":
+            d = json.loads(raw)
+        else:
+            d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (
+        ValueError, TypeError, RecursionError,
+        msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
+    ) as exc:  # fmt: skip
+        # TypeError: a msgpack map with an unhashable key; RecursionError: deeply nested JSON.
+        raise PayloadError(f"envelope is neither msgpack nor JSON: {exc}") from exc
+    if isinstance(d, list):
+        d = _v2_fields(d, run_id)
+    elif not isinstance(d, dict):
+        raise PayloadError(f"envelope is a {type(d).__name__}, not a map or an array")
+    version = d.get("v")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise PayloadError("envelope field 'v' (protocol version) is missing or not an integer")
+    if version not in READS:
+        reads = " and ".join(map(str, READS))
+        raise PayloadError(f"unknown protocol version {version} (this worker reads {reads})")
+    return cast(dict[str, Any], d)
 
 
 def v2_named(a: list[Any]) -> dict[str, Any]:

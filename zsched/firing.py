@@ -68,34 +68,18 @@ def due_slots(spec: Spec, next_ms: int, now_ms: int) -> tuple[list[int], int | N
 
 
 def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int) -> Plan:
-    """Decide the fires and outcomes of one rule at `now_ms`. Pure: no I/O, no clock."""
-    """`next_ms` is the rule's stored next fire if it is due, else None (catch-up only)."""
+    """Decide the fires and outcomes of one rule at `now_ms`. Pure: no I/O, no clock.
+    `next_ms` is the rule's stored next fire if it is due, else None (catch-up only)."""
     slots, new_next = due_slots(spec, next_ms, now_ms) if next_ms is not None else ([], None)
     # An outage longer than one pass lists stays due (new_next <= now): the next pass goes on.
     p = Plan(new_next=new_next)
     on_time = [s for s in slots if now_ms - s <= spec.misfire_grace_ms]
     late = [s for s in slots if now_ms - s > spec.misfire_grace_ms]
     p.missed = len(late)
-    backlog = list(state.backlog)
     sid = spec.schedule_id
-    if late and spec.misfire is Misfire.CATCH_UP:
-        backlog += late
-        if len(backlog) > spec.max_catch_up:
-            cut = len(backlog) - spec.max_catch_up
-            for s in backlog[:cut]:
-                p.records.append((s, "skipped", "catch_up_cap", slot_run_id(sid, s)))
-            backlog = backlog[cut:]
-    elif late and spec.misfire is Misfire.COALESCE:
-        target = on_time[0] if on_time else late[-1]
-        into = slot_run_id(sid, target)
-        for s in late:
-            if s != target:
-                p.records.append((s, "coalesced", f"into {into}", into))
-        if not on_time:
-            p.fires.append((target, now_ms + jitter_ms(spec, target), "ran_late"))
-    elif late:
-        for s in late:
-            p.records.append((s, "skipped", "grace_passed", slot_run_id(sid, s)))
+    backlog = list(state.backlog)
+    if late:
+        backlog = _misfire(spec, p, backlog, on_time, late, now_ms)
     for s in on_time:
         p.fires.append((s, s + jitter_ms(spec, s), "ran"))
     # Catch-up replays drain under the budget, after the on-time fires.
@@ -117,6 +101,32 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         gap_checked_ms=gap_checked,
     )
     return p
+
+
+def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: list[int],
+             now_ms: int) -> list[int]:  # fmt: skip
+    """Apply the rule's misfire policy to its `late` slots: records and fires go into `p`; the
+    catch-up backlog (capped at max_catch_up) is returned."""
+    sid = spec.schedule_id
+    if spec.misfire is Misfire.CATCH_UP:
+        backlog += late
+        if len(backlog) > spec.max_catch_up:
+            cut = len(backlog) - spec.max_catch_up
+            for s in backlog[:cut]:
+                p.records.append((s, "skipped", "catch_up_cap", slot_run_id(sid, s)))
+            backlog = backlog[cut:]
+    elif spec.misfire is Misfire.COALESCE:
+        target = on_time[0] if on_time else late[-1]
+        into = slot_run_id(sid, target)
+        for s in late:
+            if s != target:
+                p.records.append((s, "coalesced", f"into {into}", into))
+        if not on_time:
+            p.fires.append((target, now_ms + jitter_ms(spec, target), "ran_late"))
+    else:
+        for s in late:
+            p.records.append((s, "skipped", "grace_passed", slot_run_id(sid, s)))
+    return backlog
 
 
 def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int

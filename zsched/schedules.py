@@ -158,22 +158,9 @@ def build_spec(
     dst_repeat: str | None = None,
 ) -> Spec:
     """Validate everything a rule is made of; RuleError names the bad part."""
-    if not isinstance(schedule_id, str) or not schedule_id or len(schedule_id.encode()) > 200:
-        raise RuleError(f"schedule id must be 1..200 bytes, got {schedule_id!r}")
-    if any(c in schedule_id for c in "@\n\r\0"):
-        raise RuleError(f"schedule id {schedule_id!r} must not contain '@' or control characters")
-    if not isinstance(task_name, str) or not task_name:
-        raise RuleError(f"schedule {schedule_id}: task name must be a non-empty string")
-    if (cron is None) == (every is None):
-        raise RuleError(f"schedule {schedule_id}: give exactly one of cron= or every=")
+    _check_names(schedule_id, task_name)
     start_ms = _instant_ms(start_at, "start_at")
-    trigger: Rule
-    if cron is not None:
-        trigger = Cron(cron, tz, dst_gap=dst_gap, dst_repeat=dst_repeat)
-    else:
-        if tz is not None or dst_gap or dst_repeat:
-            raise RuleError(f"schedule {schedule_id}: tz and DST options apply to cron rules only")
-        trigger = Every(every, start_at=start_ms)
+    trigger = _trigger(schedule_id, cron, every, tz, dst_gap, dst_repeat, start_ms)
     if not isinstance(max_catch_up, int) or max_catch_up < 0 or max_catch_up > 1000:
         raise RuleError(
             f"schedule {schedule_id}: max_catch_up must be 0..1000, got {max_catch_up!r}"
@@ -201,6 +188,28 @@ def build_spec(
         paused=bool(paused),
         lease_ms=_ms(lease, "lease") or DEFAULT_LEASE_MS,
     )
+
+
+def _check_names(schedule_id: str, task_name: str) -> None:
+    if not isinstance(schedule_id, str) or not schedule_id or len(schedule_id.encode()) > 200:
+        raise RuleError(f"schedule id must be 1..200 bytes, got {schedule_id!r}")
+    if any(c in schedule_id for c in "@\n\r\0"):
+        raise RuleError(f"schedule id {schedule_id!r} must not contain '@' or control characters")
+    if not isinstance(task_name, str) or not task_name:
+        raise RuleError(f"schedule {schedule_id}: task name must be a non-empty string")
+
+
+def _trigger(schedule_id: str, cron: str | None, every: float | timedelta | None,
+             tz: str | None, dst_gap: str | None, dst_repeat: str | None,
+             start_ms: int | None) -> Rule:  # fmt: skip
+    """The rule's trigger: a Cron in its zone, or an Every counted from start_ms."""
+    if (cron is None) == (every is None):
+        raise RuleError(f"schedule {schedule_id}: give exactly one of cron= or every=")
+    if cron is not None:
+        return Cron(cron, tz, dst_gap=dst_gap, dst_repeat=dst_repeat)
+    if tz is not None or dst_gap or dst_repeat:
+        raise RuleError(f"schedule {schedule_id}: tz and DST options apply to cron rules only")
+    return Every(every, start_at=start_ms)
 
 
 def with_paused(spec: Spec, paused: bool) -> Spec:

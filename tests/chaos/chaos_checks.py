@@ -69,17 +69,32 @@ def judge(obs: Observed) -> tuple[list[str], str]:
     f += [f"one place (final): {v}" for v in fin["violations"]]
 
     execs = parse_log(fin["log"])
-    effects: dict[str, str] = fin["effects"]
     stats: dict[str, int] = fin["stats"]
-    places = fin["places"]
     workload = set(obs.run_ids)
     rule_runs = {e.run_id for e in execs if e.schedule_id}
-    known = workload | rule_runs
     by_run: dict[str, list[Execution]] = defaultdict(list)
     for e in execs:
         by_run[e.run_id].append(e)
+    lost = _completeness(f, fin, by_run, workload, workload | rule_runs)
+    extra, unexecuted = _accounting(f, execs, by_run, stats, len(workload))
+    f += fin.get("rule_failures", [])
 
-    # Every enqueued run executed at least once, and its effect happened exactly once.
+    def first_lags(ids: set[str]) -> list[int]:
+        return [min(e.start_ms for e in es) - es[0].scheduled_ms
+                for r, es in by_run.items() if r in ids]  # fmt: skip
+
+    lags, rlags = first_lags(workload), first_lags(rule_runs)
+    n_runs = len(by_run)
+    table = report(obs, stats, extra, unexecuted, lags, rlags, len(lost), n_runs, len(execs))
+    return f, table
+
+
+def _completeness(f: list[str], fin: dict[str, Any], by_run: dict[str, list[Execution]],
+                  workload: set[str], known: set[str]) -> list[str]:  # fmt: skip
+    """Every enqueued run executed at least once, and its effect happened exactly once; nothing
+    is left anywhere. Failures go into `f`; returns the runs not done (lost)."""
+    effects: dict[str, str] = fin["effects"]
+    places = fin["places"]
     never = sorted(workload - set(by_run))
     if never:
         f.append(f"{len(never)} enqueued runs never executed, e.g. {never[:5]}")
@@ -96,8 +111,13 @@ def judge(obs: Observed) -> tuple[list[str], str]:
             f.append(f"{len(places[place])} run ids left in {place}, e.g. {places[place][:3]}")
     if fin["pending"]:
         f.append(f"{fin['pending']} entries still pending in the consumer group")
+    return lost
 
-    # Accounting: entries, deliveries, reclaims.
+
+def _accounting(f: list[str], execs: list[Execution], by_run: dict[str, list[Execution]],
+                stats: dict[str, int], n_workload: int) -> tuple[int, int]:  # fmt: skip
+    """Entries, deliveries, reclaims and the counters agree. Failures go into `f`; returns
+    (executions beyond one per run, reclaims that were not executed again)."""
     by_entry: dict[tuple[str, int], list[int]] = defaultdict(list)
     for e in execs:
         by_entry[(e.run_id, e.attempt)].append(e.deliveries)
@@ -119,23 +139,10 @@ def judge(obs: Observed) -> tuple[list[str], str]:
     if set(attempts) - {1} or stats.get("retried", 0) or stats.get("dead", 0):
         f.append(f"unexpected retries or dead letters: attempts {dict(attempts)}, stats {stats}")
     n_runs = len(by_run)
-    for name, want in (("enqueued", len(workload)), ("acked", n_runs), ("dispatched", n_runs)):
+    for name, want in (("enqueued", n_workload), ("acked", n_runs), ("dispatched", n_runs)):
         if stats.get(name, 0) != want:
             f.append(f"stats {name} = {stats.get(name, 0)}, expected {want}")
-    f += fin.get("rule_failures", [])
-
-    lags = [
-        min(e.start_ms for e in es) - es[0].scheduled_ms
-        for r, es in by_run.items()
-        if r in workload
-    ]
-    rlags = [
-        min(e.start_ms for e in es) - es[0].scheduled_ms
-        for r, es in by_run.items()
-        if r in rule_runs
-    ]
-    table = report(obs, stats, extra, unexecuted, lags, rlags, len(lost), n_runs, len(execs))
-    return f, table
+    return extra, unexecuted
 
 
 def report(

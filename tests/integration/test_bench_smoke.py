@@ -64,6 +64,48 @@ def test_bench_btree_prototype_measures_both_layouts(capsys: pytest.CaptureFixtu
         assert float(row.split("|")[4]) > 0, row
 
 
+def _bound_and_leaf(member: bytes) -> tuple[tuple[int, str], bytes]:
+    end = member.index(b"\0\0", 15)
+    rid = member[15:end].replace(b"\0\1", b"\0").decode()
+    return (int(member[:15]), rid), member[end + 2 :]
+
+
+def _leaves_in_order(r) -> list[tuple[int, str]]:
+    """The prototype's runs, leaf after leaf in index order; each leaf checked on the way."""
+    seq: list[tuple[int, str]] = []
+    for m in r.zrange("{q}:index", 0, -1):
+        bound, n = _bound_and_leaf(m)
+        leaf = b"{q}:leaf:" + n
+        items = [(int(s), k.decode()) for k, s in r.zrange(leaf, 0, -1, withscores=True)]
+        assert items and r.object("encoding", leaf) == b"listpack"
+        assert bound <= items[0]
+        seq += items
+    assert len(r.keys("{q}:leaf:*")) == r.zcard("{q}:index")
+    return seq
+
+
+def _some_id(rnd, seed: int) -> str:
+    from zsched.runids import fresh_run_id
+
+    if seed % 2 == 0:
+        return fresh_run_id()
+    return "".join(rnd.choice("\0\1ab|~é語") for _ in range(rnd.randrange(1, 12)))
+
+
+def _random_batch(rnd, seed: int, runs: list, seen: set) -> list[object]:
+    """Up to 300 new runs (due at a few instants, in order, or at random by `seed`), noted in
+    `runs`; the prototype enqueue's ARGV."""
+    batch: list[object] = []
+    for _ in range(rnd.randrange(1, 300)):
+        due = [rnd.randrange(50), 10**6 - len(runs), rnd.randrange(10**6)][seed % 3]
+        rid = _some_id(rnd, seed)
+        if rid not in seen:
+            seen.add(rid)
+            runs.append((due, rid))
+            batch += [rid, due]
+    return batch
+
+
 def test_bench_btree_prototype_keeps_runs_in_order_in_listpack_leaves() -> None:
     """The prototype's figures mean something only if it is a correct index: after every
     batch the leaves, read in index order, hold exactly the runs in (due, id) order, each leaf
@@ -73,32 +115,8 @@ def test_bench_btree_prototype_keeps_runs_in_order_in_listpack_leaves() -> None:
 
     from bench import btree
     from bench.common import client, server
-    from zsched.runids import fresh_run_id
 
     keys, dkeys = ["{q}:index", "{q}:leaves", "{q}:leaf:"], ["{q}:index", "{q}:leaf:"]
-
-    def bound_and_leaf(member: bytes) -> tuple[tuple[int, str], bytes]:
-        end = member.index(b"\0\0", 15)
-        rid = member[15:end].replace(b"\0\1", b"\0").decode()
-        return (int(member[:15]), rid), member[end + 2 :]
-
-    def leaves_in_order(r) -> list[tuple[int, str]]:
-        seq: list[tuple[int, str]] = []
-        for m in r.zrange("{q}:index", 0, -1):
-            bound, n = bound_and_leaf(m)
-            leaf = b"{q}:leaf:" + n
-            items = [(int(s), k.decode()) for k, s in r.zrange(leaf, 0, -1, withscores=True)]
-            assert items and r.object("encoding", leaf) == b"listpack"
-            assert bound <= items[0]
-            seq += items
-        assert len(r.keys("{q}:leaf:*")) == r.zcard("{q}:index")
-        return seq
-
-    def some_id(rnd: random.Random, seed: int) -> str:
-        if seed % 2 == 0:
-            return fresh_run_id()
-        return "".join(rnd.choice("\0\1ab|~é語") for _ in range(rnd.randrange(1, 12)))
-
     with server() as srv:
         r = client(srv.url)
         enq, disp = r.register_script(btree.BTREE_ENQUEUE), r.register_script(btree.BTREE_DISPATCH)
@@ -106,21 +124,13 @@ def test_bench_btree_prototype_keeps_runs_in_order_in_listpack_leaves() -> None:
             r.flushall()
             rnd, runs, seen = random.Random(seed), [], set()
             for _ in range(rnd.randrange(5, 25)):
-                batch: list[object] = []
-                for _ in range(rnd.randrange(1, 300)):
-                    due = [rnd.randrange(50), 10**6 - len(runs), rnd.randrange(10**6)][seed % 3]
-                    rid = some_id(rnd, seed)
-                    if rid in seen:
-                        continue
-                    seen.add(rid)
-                    runs.append((due, rid))
-                    batch += [rid, due]
+                batch = _random_batch(rnd, seed, runs, seen)
                 if batch:
                     enq(keys=keys, args=batch)
-                assert leaves_in_order(r) == sorted(runs)
+                assert _leaves_in_order(r) == sorted(runs)
             removed = 0
             for now in [*sorted(rnd.sample(range(10**6), 4)), 10**7]:
                 while got := disp(keys=dkeys, args=[now, rnd.randrange(1, 300)]):
                     removed += got
                 assert removed == sum(1 for due, _ in runs if due <= now)
-                assert leaves_in_order(r) == sorted(x for x in runs if x[0] > now)
+                assert _leaves_in_order(r) == sorted(x for x in runs if x[0] > now)

@@ -87,14 +87,8 @@ def register(sub: Any) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    o: dict[str, Any] = {}
-    if args.cron is not None:
-        o["cron"], o["every"] = args.cron, None
-    if args.every is not None:
-        o["every"], o["cron"], o["tz"] = parse_seconds(args.every, "--every"), None, None
-        o.pop("dst_gap", None)
-    if args.tz is not None:
-        o["tz"] = args.tz
+    """The rule options the command line gave (a trigger's rivals set to None)."""
+    o = _trigger(args)
     if args.payload is not None:
         try:
             o["payload"] = json.loads(args.payload)
@@ -110,6 +104,17 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         o["start_at"] = parse_at(args.start)
     if args.end is not None:
         o["end_at"] = parse_at(args.end)
+    return o
+
+
+def _trigger(args: argparse.Namespace) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    if args.cron is not None:
+        o["cron"], o["every"] = args.cron, None
+    if args.every is not None:
+        o["every"], o["cron"], o["tz"] = parse_seconds(args.every, "--every"), None, None
+    if args.tz is not None:
+        o["tz"] = args.tz
     return o
 
 
