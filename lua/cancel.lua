@@ -2,6 +2,8 @@
 -- KEYS[1] delayed (the B-tree's root, key layout 3: see the btree block)   KEYS[2] runs (hash)
 -- ARGV[1] run_id
 -- Returns 1 cancelled, 0 no such live run, 2 not cancellable (already on the ready stream).
+--   While `zsched migrate` runs, a run still in the layout 2 set (`<delayed>:layout2`, a key
+--   not in KEYS, under the queue's tag) is cancelled there.
 -- Invariant: a run leaves `delayed` and `runs` together.
 -- Bound: one run per call.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
@@ -227,6 +229,11 @@ if not v then return 0 end
 -- a stale tag, which the tree no longer matches.
 local due = bt_untag(v)
 if due and bt_remove(delayed, run_id, due) == 1 then
+  redis.call('HDEL', runs, run_id)
+  return 1
+end
+-- An untagged value: a run that `zsched migrate` has not moved out of the layout 2 set yet.
+if not due and redis.call('ZREM', delayed .. ':layout2', run_id) == 1 then
   redis.call('HDEL', runs, run_id)
   return 1
 end

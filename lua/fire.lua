@@ -293,7 +293,9 @@ if overlap == 'queue' and redis.call('EXISTS', lease) == 0 then
   if w then
     local n = tonumber(string.match(w, '^(%d+):'))
     local head = #tostring(n) + 1
-    start(string.sub(w, head + 1, head + n), now_ms, string.sub(w, head + n + 1))
+    local wid = string.sub(w, head + 1, head + n)
+    -- Live or done again under its id (enqueued by hand): that run is the slot's.
+    if not live_or_done(wid) then start(wid, now_ms, string.sub(w, head + n + 1)) end
     redis.call('HDEL', waiting, sid)
   end
 end

@@ -5,8 +5,8 @@
 -- ARGV[1] batch (1..1000)
 -- Returns {moved, left}: runs moved by this call, runs still in the old set.
 -- Invariant: a run leaves the old set in the call that puts it in the tree, its value in
---   `runs` tagged with its due; a run id without a value in `runs` is dropped (as dispatch
---   would drop it).
+--   `runs` tagged with its due; a run id without a value in `runs`, or whose value is
+--   already tagged (a run of the tree under the same id), is dropped from the old set.
 -- Bound: `batch` runs per call (the first call also merges or renames the old set).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
 --   into every script that uses it, and a test keeps the copies equal. Edit it there.
@@ -246,12 +246,13 @@ for i = 1, n do ids[i] = rows[2 * i - 1] end
 local vals = redis.call('HMGET', runs, unpack(ids))
 local items, tagged = {}, {}
 for i = 1, n do
-  if vals[i] then
+  -- A tagged value is a run of the tree: this id was enqueued again after layout 2 dropped
+  -- it (its old member is stale, as one without a value).
+  if vals[i] and not bt_untag(vals[i]) then
     local due = tonumber(rows[2 * i])
-    local _, env = bt_untag(vals[i])
     items[#items + 1] = {ids[i], due}
     tagged[#tagged + 1] = ids[i]
-    tagged[#tagged + 1] = bt_tag(due, env)
+    tagged[#tagged + 1] = bt_tag(due, vals[i])
   end
 end
 if #items > 0 then

@@ -3,7 +3,8 @@
 -- KEYS[4] delayed (B-tree root: the btree block)   KEYS[5] stats (hash)  KEYS[6] wake (pub/sub channel)
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4..] groups of 4: entry_id, run_id, delay_ms, envelope (the next attempt's envelope;
---   at most 1000 groups); the retry is due at now_ms + delay_ms
+--   at most 1000 groups); the retry is due at now_ms + delay_ms, at most 253402300799999
+--   (9999-12-31, as for enqueue): a call with any other delay is refused whole
 -- Returns {code, ...} one per group: 1 retried, 0 refused (fenced: not the owner).
 -- Invariant: a run leaves the stream only in the call that puts it back in `delayed`, and only
 --   by the consumer that owns its entry.
@@ -236,11 +237,12 @@ if (#ARGV - 3) % 4 ~= 0 or #ARGV - 3 > 4000 then
   return redis.error_reply('ERR zsched retry: expected up to 1000 groups of (entry_id, run_id, delay_ms, envelope)')
 end
 
--- Validate first: scripts are not transactional.
+-- Validate first: scripts are not transactional. A due past the year 9999 (enqueue's limit)
+-- would not fit the due tag, and NaN would sort before every run.
 for i = 4, #ARGV, 4 do
   local delay = tonumber(ARGV[i + 2])
-  if not delay or delay < 0 or ARGV[i + 3] == '' then
-    return redis.error_reply('ERR zsched retry: run ' .. ARGV[i + 1] .. ': delay_ms must be a number >= 0 and the envelope non-empty')
+  if not delay or delay ~= delay or delay < 0 or now_ms + delay > 253402300799999 or ARGV[i + 3] == '' then
+    return redis.error_reply('ERR zsched retry: run ' .. ARGV[i + 1] .. ': delay_ms must be a number >= 0 that keeps the due at or before 9999-12-31, and the envelope non-empty')
   end
 end
 

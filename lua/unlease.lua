@@ -5,7 +5,7 @@
 -- ARGV[1] now_ms "" = server TIME   ARGV[2] schedule_id   ARGV[3] run_id (the finished run)
 -- ARGV[4] lease_ms (the started fire's lease)
 -- Returns {released, started_run_id}: released 1 if this run held the lease; started_run_id
---   is the waiting fire now due, or "".
+--   is the waiting fire now due, or "" (none waited, or its run id was live again: dropped).
 -- Invariant: only the run holding a lease frees it; a waiting fire starts in the same call
 --   that hands it the lease, so at most one run of the rule holds it.
 -- Bound: one rule per call.
@@ -244,11 +244,15 @@ if redis.call('EXISTS', lease) == 0 then
     local n = tonumber(string.match(w, '^(%d+):'))
     local head = #tostring(n) + 1
     started = string.sub(w, head + 1, head + n)
-    redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
-    bt_add(delayed, {{started, now_ms}})
-    redis.call('SET', lease, started, 'PX', lease_ms)
     redis.call('HDEL', waiting, sid)
-    redis.call('PUBLISH', wake, now_ms)
+    if redis.call('HEXISTS', runs, started) == 1 then
+      started = ''  -- live again under its id (enqueued by hand): that run is the slot's
+    else
+      redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
+      bt_add(delayed, {{started, now_ms}})
+      redis.call('SET', lease, started, 'PX', lease_ms)
+      redis.call('PUBLISH', wake, now_ms)
+    end
   end
 end
 return {released, started}

@@ -9,6 +9,8 @@ Raised by handlers, outside the tree: Retry(delay=None), Fail(reason).
 
 from __future__ import annotations
 
+import math
+
 
 class ZschedError(Exception):
     """Base of every error zsched raises."""
@@ -50,6 +52,13 @@ class Retry(Exception):  # noqa: N818 - a control-flow signal raised by handlers
     """Raise from a handler to retry the run, after `delay` seconds if given."""
 
     def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        if delay is not None and (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not math.isfinite(delay)
+            or delay < 0
+        ):
+            raise ValueError(f"Retry delay must be finite seconds >= 0 or None, got {delay!r}")
         super().__init__(reason)
         self.delay = delay
         self.reason = reason

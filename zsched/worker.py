@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 #: 300,000-entry stream drains); 1000 (the scripts' bound) took ~6 ms, over the 5 ms a script
 #: may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
+#: Longest retry delay (1000 years): retry.lua refuses a due after 9999-12-31.
+MAX_RETRY_DELAY_S = 1000 * 365.25 * 86400
 _DEFAULT_SOCKET_TIMEOUT = getattr(redis.asyncio.connection, "DEFAULT_SOCKET_TIMEOUT", None)
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
 
@@ -278,7 +280,8 @@ class Worker(WorkerLoop):
             return self._dead(d, why, "exhausted", task.name)
         if delay is None:
             delay = task.backoff_seconds(env.attempt, s.max_backoff_ms / 1000)
-        delay_ms = int(max(0.0, delay) * 1000)
+        # max() first: a NaN from a callable backoff becomes 0, not a NaN due.
+        delay_ms = int(min(max(0.0, delay), MAX_RETRY_DELAY_S) * 1000)
         nxt = env.next_attempt(int(time.time() * 1000) + delay_ms)
         self._retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
         self.metrics.completed.labels(q, task.name, outcome).inc()

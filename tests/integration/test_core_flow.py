@@ -100,6 +100,36 @@ async def test_retry_backs_off_exponentially_then_succeeds(backend, queue) -> No
     await w.close()
 
 
+@pytest.mark.parametrize(
+    ("delay", "expected_ms"),
+    [(5, 5_000), (1e15, 1000 * 365.25 * 86_400_000), (float("inf"), None), (-1, None)],
+)
+async def test_a_handler_asks_for_a_retry_with_its_own_delay(backend, queue, delay, expected_ms):
+    """Retry(delay=s) puts the run back due s seconds later, whatever the backoff; a delay past
+    what the scripts accept (the year 9999) is cut to 1000 years rather than refused (a refused
+    retry call would leave the run pending, retried the same way after each reclaim); one that
+    is not finite seconds >= 0 is the handler's error: an ordinary failure, retried by backoff."""
+    clock = FakeClock(NOW)
+    app = make(backend, queue, clock)
+
+    @app.task(name="later", max_attempts=3, backoff=1.0)
+    def later(payload):
+        raise zsched.Retry(delay=delay, reason="not yet")
+
+    app.enqueue("later", None, run_id="r")
+    d, w = app.dispatcher(redis=backend.async_client()), app.worker(redis=backend.async_client())
+    await d.tick()
+    await w.tick()
+    due = delayed_due(backend.sync, app.keys, "r")
+    assert due is not None, "the run went back to the delayed set"
+    if expected_ms is not None:
+        assert due - NOW == int(expected_ms)
+    else:
+        assert 500 <= due - NOW <= 1000  # the task's backoff: 1 s with jitter
+    await d.close()
+    await w.close()
+
+
 async def test_exhausted_failed_unknown_and_undecodable_runs_go_to_dead_letters(backend, queue):
     app = make(backend, queue)
     good = []

@@ -10,8 +10,8 @@ from datetime import UTC
 import pytest
 
 import zsched
-from tests.state import delayed_ids, envelope_of
-from zsched import FakeClock
+from tests.state import delayed_count, delayed_ids, envelope_of
+from zsched import FakeClock, delayed
 from zsched import scripts as S
 from zsched.audit import audit
 from zsched.rules import slot_run_id
@@ -262,4 +262,27 @@ async def test_a_fixed_time_rule_that_skips_dst_gaps_records_the_missing_day(bac
         ("2026-03-29T01:00:00+00:00", "skipped", "dst_gap"),  # where 02:30 would have been
         ("2026-03-30T00:30:00+00:00", "ran", ""),
     ]
+    await drv.close()
+
+
+async def test_a_waiting_fire_whose_run_id_went_live_is_dropped_not_started(backend, queue):
+    """overlap=queue: when the lease expires, fire.lua starts the waiting fire, unless its run
+    id is live again (enqueued by hand meanwhile): that run is the slot's and keeps its due."""
+    app, clock, drv = setup(backend, queue, slow_s=150)
+    app.schedule("sweep", "sweep", every=60, overlap="queue")
+    await drv.step(T0)
+    await drv.step(T0 + M)
+    k, r = app.keys, backend.sync
+    assert r.hexists(k.rule_waiting, "sweep")
+    wid = slot_run_id("sweep", T0 + M)
+    far = (T0 + 10 * H) / 1000
+    assert not app.enqueue("sweep", {"by": "hand"}, run_id=wid, run_at=far).duplicate
+    r.delete(k.lease("sweep"))  # as if the first run's lease expired
+    hand = envelope_of(r, k, wid)
+    await drv.step(T0 + 2 * M)
+    assert dict(delayed.runs(r, k))[wid] == T0 + 10 * H  # was moved to now
+    assert envelope_of(r, k, wid) == hand  # was replaced by the fire's
+    assert delayed_count(r, k) == len(delayed_ids(r, k))
+    # The lease was free, so the slot of this pass started at once.
+    assert slot_run_id("sweep", T0 + 2 * M) in {s[0] for s in drv.started}
     await drv.close()

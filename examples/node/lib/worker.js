@@ -13,6 +13,14 @@ import { runScript } from './scripts.js';
 
 const OK = 1;
 
+// retry.lua refuses a due after 9999-12-31 (and the whole call with it): a retryDelayMs
+// function's NaN becomes 0, anything past 1000 years is cut there.
+const MAX_RETRY_DELAY_MS = 1000 * 365.25 * 86_400_000;
+function retryDelay(ms) {
+  const d = Math.floor(Number(ms));
+  return Number.isNaN(d) ? 0 : Math.min(Math.max(0, d), MAX_RETRY_DELAY_MS);
+}
+
 export class Worker {
   /**
    * @param redis     an ioredis client (not shared with blocking readers of other code)
@@ -142,7 +150,7 @@ export class Worker {
       if (env.attempt >= attempts) {
         return { ...base, outcome: 'dead', reason: `failed after ${env.attempt} attempt(s): ${why}`.slice(0, 2000) };
       }
-      const delayMs = Math.max(0, Math.floor(this.retryDelayMs(env.attempt)));
+      const delayMs = retryDelay(this.retryDelayMs(env.attempt));
       return { ...base, outcome: 'retry', delayMs, reason: why, next: encode(nextAttempt(env, Date.now() + delayMs)) };
     } finally {
       this.held.delete(d.entryId);
