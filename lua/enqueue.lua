@@ -302,9 +302,10 @@ for i = 4, #ARGV, 4 do
   if not is_utf8(run_id) then
     return redis.error_reply('ERR zsched enqueue: run ' .. n .. ': run_id is not valid UTF-8')
   end
-  local at
-  if string.sub(run_at, 1, 1) == '+' then at = tonumber(string.sub(run_at, 2)) else at = tonumber(run_at) end
-  if not at or at ~= at or at < 0 or at ~= math.floor(at) or at > 253402300799999 then
+  -- Decimal digits only (tonumber would take '1e3', '0x10', ' 5', '-0' too).
+  local at = string.match(run_at, '^%+?(%d+)$')
+  at = at and tonumber(at)
+  if not at or at > 253402300799999 then
     return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': run_at_ms must be a whole number of epoch milliseconds >= 0, got ' .. string.sub(run_at, 1, 40))
   end
   if task == '' then

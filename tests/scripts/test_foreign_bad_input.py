@@ -74,7 +74,8 @@ REFUSED = [
      "run bad: " + RUN_AT_MESSAGE + "soon"),
 ] + [
     (f"run_at {v!r}", ["", WINDOW, LIMIT, "r1", v, "t", envelope()], f"run r1: {RUN_AT_MESSAGE}{v}")
-    for v in ["soon", "-5", "+-5", "1.5", "nan", "inf", "", "+", "1e400", "12ms"]
+    for v in ["soon", "-5", "+-5", "1.5", "nan", "inf", "", "+", "1e400", "12ms", "1e3", "0x10",
+              " 5", "5 ", "-0", "++5", "253402300800000"]
 ]  # fmt: skip
 
 
