@@ -5,6 +5,7 @@
 -- ARGV[4..] groups of 4: entry_id, run_id, reason, envelope (the raw bytes as read; run_id may
 --   be "" for an entry that could not be decoded; at most 1000 groups)
 -- Returns {code, ...} one per group: 1 dead-lettered, 0 refused (fenced: not the owner).
+--   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a run leaves the stream only in the call that adds it to `dead`, and only by the
 --   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed.
 -- Bound: 1000 groups per call.
@@ -22,6 +23,17 @@ if not now_ms then
 end
 if (#ARGV - 3) % 4 ~= 0 or #ARGV - 3 > 4000 then
   return redis.error_reply('ERR zsched dead: expected up to 1000 groups of (entry_id, run_id, reason, envelope)')
+end
+-- A well-formed stream id (ms-seq or ms), checked before any write: XPENDING and XRANGE
+-- refuse a malformed one with an error, which would stop the script after earlier writes.
+local function is_stream_id(e)
+  local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
+  return (ms ~= nil and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') ~= nil and #e < 20)
+end
+for i = 4, #ARGV, 4 do
+  if not is_stream_id(ARGV[i]) then
+    return redis.error_reply('ERR zsched dead: run ' .. ARGV[i + 1] .. ': entry id ' .. string.sub(ARGV[i], 1, 40) .. ' is not a stream id')
+  end
 end
 
 local codes, moved, fenced = {}, 0, 0

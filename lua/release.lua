@@ -4,6 +4,7 @@
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4..] pairs: entry_id, run_id (at most 1000)
 -- Returns {code, ...} one per pair: 1 released, 0 refused (not the owner).
+--   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a released run leaves the stream in the same call that puts it back in `delayed`;
 --   its envelope (and so its attempt number) is unchanged.
 -- Bound: 1000 pairs per call.
@@ -233,6 +234,17 @@ if not now_ms then
 end
 if (#ARGV - 3) % 2 ~= 0 or #ARGV - 3 > 2000 then
   return redis.error_reply('ERR zsched release: expected up to 1000 (entry_id, run_id) pairs')
+end
+-- A well-formed stream id (ms-seq or ms), checked before any write: XPENDING and XRANGE
+-- refuse a malformed one with an error, which would stop the script after earlier writes.
+local function is_stream_id(e)
+  local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
+  return (ms ~= nil and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') ~= nil and #e < 20)
+end
+for i = 4, #ARGV, 2 do
+  if not is_stream_id(ARGV[i]) then
+    return redis.error_reply('ERR zsched release: run ' .. ARGV[i + 1] .. ': entry id ' .. string.sub(ARGV[i], 1, 40) .. ' is not a stream id')
+  end
 end
 
 local codes, moved, items = {}, 0, {}

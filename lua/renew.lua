@@ -3,6 +3,7 @@
 -- ARGV[1] group   ARGV[2] consumer   ARGV[3..] entry ids (at most 1000)
 -- Returns {code, ...} one per entry: 1 renewed, 0 refused (fenced: another consumer owns it
 --   now, or it is no longer pending) — the worker then knows it lost the run.
+--   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a lease is renewed only by the consumer that owns the entry; renewing never
 --   moves an entry to another consumer and never raises its delivery count.
 -- Bound: 1000 entries per call.
@@ -15,6 +16,17 @@ end
 local group, consumer = ARGV[1], ARGV[2]
 if #ARGV - 2 > 1000 then
   return redis.error_reply('ERR zsched renew: at most 1000 entries per call')
+end
+-- A well-formed stream id (ms-seq or ms), checked before any write: XPENDING and XRANGE
+-- refuse a malformed one with an error, which would stop the script after earlier writes.
+local function is_stream_id(e)
+  local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
+  return (ms ~= nil and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') ~= nil and #e < 20)
+end
+for i = 3, #ARGV do
+  if not is_stream_id(ARGV[i]) then
+    return redis.error_reply('ERR zsched renew: entry id ' .. string.sub(ARGV[i], 1, 40) .. ' is not a stream id')
+  end
 end
 local codes, fenced = {}, 0
 for i = 3, #ARGV do

@@ -5,6 +5,7 @@
 --   at most 1000 groups)
 -- Returns {code, ...} one per group: 1 replayed, 0 no such dead letter,
 --   2 refused because a run with that id is live again.
+--   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a replayed run leaves `dead` in the same call that puts it in `delayed`.
 -- Bound: 1000 groups per call.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
@@ -233,12 +234,20 @@ end
 if (#ARGV - 1) % 3 ~= 0 or #ARGV - 1 > 3000 then
   return redis.error_reply('ERR zsched replay: expected up to 1000 groups of (dead_entry_id, run_id, envelope)')
 end
+-- A well-formed stream id (ms-seq or ms), checked before any write: XPENDING and XRANGE
+-- refuse a malformed one with an error, which would stop the script after earlier writes.
+local function is_stream_id(e)
+  local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
+  return (ms ~= nil and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') ~= nil and #e < 20)
+end
+for i = 2, #ARGV, 3 do
+  if ARGV[i + 1] == '' or ARGV[i + 2] == '' or not is_stream_id(ARGV[i]) then
+    return redis.error_reply('ERR zsched replay: dead letter ' .. string.sub(ARGV[i], 1, 40) .. ': needs a stream id, a run id and an envelope')
+  end
+end
 local codes, moved, items = {}, 0, {}
 for i = 2, #ARGV, 3 do
   local entry, run_id, env = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if run_id == '' or env == '' then
-    return redis.error_reply('ERR zsched replay: dead letter ' .. entry .. ' has no run id or envelope')
-  end
   if #redis.call('XRANGE', dead, entry, entry) == 0 then
     codes[#codes + 1] = 0
   elseif redis.call('HEXISTS', runs, run_id) == 1 then

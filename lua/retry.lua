@@ -6,6 +6,7 @@
 --   at most 1000 groups); the retry is due at now_ms + delay_ms, at most 253402300799999
 --   (9999-12-31, as for enqueue): a call with any other delay is refused whole
 -- Returns {code, ...} one per group: 1 retried, 0 refused (fenced: not the owner).
+--   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a run leaves the stream only in the call that puts it back in `delayed`, and only
 --   by the consumer that owns its entry.
 -- Bound: 1000 groups per call.
@@ -237,9 +238,18 @@ if (#ARGV - 3) % 4 ~= 0 or #ARGV - 3 > 4000 then
   return redis.error_reply('ERR zsched retry: expected up to 1000 groups of (entry_id, run_id, delay_ms, envelope)')
 end
 
+-- A well-formed stream id (ms-seq or ms), checked before any write: XPENDING and XRANGE
+-- refuse a malformed one with an error, which would stop the script after earlier writes.
+local function is_stream_id(e)
+  local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
+  return (ms ~= nil and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') ~= nil and #e < 20)
+end
 -- Validate first: scripts are not transactional. A due past the year 9999 (enqueue's limit)
 -- would not fit the due tag, and NaN would sort before every run.
 for i = 4, #ARGV, 4 do
+  if not is_stream_id(ARGV[i]) then
+    return redis.error_reply('ERR zsched retry: run ' .. ARGV[i + 1] .. ': entry id ' .. string.sub(ARGV[i], 1, 40) .. ' is not a stream id')
+  end
   local delay = tonumber(ARGV[i + 2])
   if not delay or delay ~= delay or delay < 0 or now_ms + delay > 253402300799999 or ARGV[i + 3] == '' then
     return redis.error_reply('ERR zsched retry: run ' .. ARGV[i + 1] .. ': delay_ms must be a number >= 0 that keeps the due at or before 9999-12-31, and the envelope non-empty')

@@ -165,6 +165,7 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
     run_at_ms = _require(d, "run_at_ms", int)
     if run_at_ms < 0:
         raise PayloadError(f"envelope field 'run_at_ms' is negative ({run_at_ms})")
+    _check_instant("run_at_ms", run_at_ms)
     schedule_id = d.get("schedule_id")
     if schedule_id is not None and not isinstance(schedule_id, str):
         raise PayloadError(f"envelope field 'schedule_id' has type {type(schedule_id).__name__}")
@@ -173,13 +174,24 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
         task=task,
         payload=d.get("payload"),
         run_at_ms=run_at_ms,
-        scheduled_ms=_optional_int(d, "scheduled_ms", run_at_ms, 0) or 0,
-        enqueued_at_ms=_optional_int(d, "enqueued_at_ms", 0, 0) or 0,
+        scheduled_ms=_check_instant("scheduled_ms", _optional_int(d, "scheduled_ms", run_at_ms, 0)),
+        enqueued_at_ms=_check_instant("enqueued_at_ms", _optional_int(d, "enqueued_at_ms", 0, 0)),
         attempt=_optional_int(d, "attempt", 1, 1) or 1,
         schedule_id=schedule_id,
         max_attempts=_optional_int(d, "max_attempts", None, 1),
         lease_ms=_optional_int(d, "lease_ms", None, 1),
     )
+
+
+#: The last instant a run may name (9999-12-31T23:59:59.999Z): the scripts refuse later dues,
+#: and Python's datetime ends there.
+MAX_INSTANT_MS = 253_402_300_799_999
+
+
+def _check_instant(name: str, ms: int | None) -> int:
+    if ms is not None and ms > MAX_INSTANT_MS:
+        raise PayloadError(f"envelope field {name!r} is after the year 9999 ({ms})")
+    return ms or 0
 
 
 def _fields(raw: bytes, run_id: str | None) -> dict[str, Any]:

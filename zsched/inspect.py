@@ -205,13 +205,14 @@ def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
     if entry_ids is None:
         letters = [_dead_letter(i, f) for i, f in r.xrange(k.dead, "-", "+")]
     else:
+        entry_ids = list(entry_ids)  # read twice: a generator would be empty the second time
         letters = []
         for eid in entry_ids:
             rows = r.xrange(k.dead, eid, eid)
             letters.extend(_dead_letter(i, f) for i, f in rows)
     counts = {"replayed": 0, "missing": 0, "live": 0, "undecodable": 0}
     if entry_ids is not None:
-        counts["missing"] = len(list(entry_ids)) - len(letters)
+        counts["missing"] = len(entry_ids) - len(letters)
     groups: list[tuple[str, str, bytes]] = []
     now = app._local_ms()
     for d in letters:

@@ -190,6 +190,12 @@ class Worker(WorkerLoop):
     async def _execute(self, d: Delivery) -> None:
         try:
             await self._execute_inner(d)
+        except Exception as exc:
+            # A fault of the worker itself (a handler's is an outcome): dead-letter the run
+            # with the reason rather than leave its entry pending, unrenewed, until reclaim.
+            if not any(d.entry_id == o[0] for o in (*self._acks, *self._retries, *self._deads)):
+                log.exception("worker error on run %s", d.run_id, extra={"queue": self.app.queue})
+                self._dead(d, f"worker error: {type(exc).__name__}: {exc}"[:2000], "worker_error")
         finally:
             self.running.pop(d.entry_id, None)
             self._slot_free.set()
@@ -313,28 +319,34 @@ class Worker(WorkerLoop):
             acks, self._acks = self._acks[:b], self._acks[b:]
             retries, self._retries = self._retries[:b], self._retries[b:]
             deads, self._deads = self._deads[:b], self._deads[b:]
-            self._flushing.update(a[0] for a in acks)
+            acked = [a[0] for a in acks]
+            self._flushing.update(acked)
             try:
+                # Each kind's list is emptied once its call has returned, so a failure later in
+                # the pass puts back only what was not written (a resent ack would be fenced).
                 if acks:
                     codes = await self.scripts.run(S.ack(k, self.consumer, acks, now_ms=now,
                                                          dedupe_window_ms=s.dedupe_window_ms))  # fmt: skip
-                    self._fenced("ack", acks, codes)
-                    await self._unlease(acks, codes)
+                    written, acks = acks, []
+                    self._fenced("ack", written, codes)
+                    await self._unlease(written, codes)
                 if retries:
                     codes = await self.scripts.run(S.retry(k, self.consumer, retries, now_ms=now))
-                    self._fenced("retry", retries, codes)
-                    for r in retries:  # the run is not finished: its rule lease stays held
+                    done_r, retries = retries, []
+                    self._fenced("retry", done_r, codes)
+                    for r in done_r:  # the run is not finished: its rule lease stays held
                         self._leases.pop(r[0], None)
                 if deads:
                     codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
-                    self._fenced("dead", deads, codes)
-                    await self._unlease(deads, codes)
+                    done_d, deads = deads, []
+                    self._fenced("dead", done_d, codes)
+                    await self._unlease(done_d, codes)
             except _FLUSH_ERRORS:
                 # Keep the outcomes; the leases keep the entries ours until Redis is back.
                 self._acks[:0], self._retries[:0], self._deads[:0] = acks, retries, deads
                 raise
             finally:
-                self._flushing.difference_update(a[0] for a in acks)
+                self._flushing.difference_update(acked)
                 self._slot_free.set()
 
     async def _unlease(self, items: list[Any], codes: list[int]) -> None:

@@ -130,6 +130,42 @@ async def test_a_handler_asks_for_a_retry_with_its_own_delay(backend, queue, del
     await w.close()
 
 
+async def test_a_fault_of_the_worker_itself_dead_letters_the_run_and_the_worker_goes_on(
+    backend, queue, monkeypatch
+):
+    """Not a handler's error (those are outcomes) but the worker's own, before any outcome:
+    the run goes to the dead letters with the exception, not left pending until reclaim."""
+    import zsched.worker
+
+    app = make(backend, queue)
+    ran = []
+
+    @app.task(name="t")
+    def t(payload):
+        ran.append(payload)
+
+    real = zsched.worker.RunInfo
+
+    def broken(run_id, *args):
+        if run_id == "bad":
+            raise RuntimeError("simulated worker bug")
+        return real(run_id, *args)
+
+    monkeypatch.setattr(zsched.worker, "RunInfo", broken)
+    app.enqueue("t", 1, run_id="bad")
+    app.enqueue("t", 2, run_id="good")
+    d, w = app.dispatcher(redis=backend.async_client()), app.worker(redis=backend.async_client())
+    await d.tick()
+    await w.tick()
+    assert ran == [2]
+    (letter,) = app.dead_letters()
+    assert (letter.run_id, letter.reason) == ("bad", "worker error: RuntimeError: simulated worker bug")
+    assert app.get_run("good").state == "done"
+    assert app.metrics.dead_lettered.labels(queue, "worker_error")._value.get() == 1
+    await d.close()
+    await w.close()
+
+
 async def test_exhausted_failed_unknown_and_undecodable_runs_go_to_dead_letters(backend, queue):
     app = make(backend, queue)
     good = []
