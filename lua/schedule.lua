@@ -7,6 +7,8 @@
 -- ARGV[2] spec          the rule (msgpack)
 -- ARGV[3] next_ms       its next fire; -1 = not active (paused or ended)
 -- ARGV[4] state         the state to write; "" = keep the stored state (create it empty if none)
+-- ARGV[5] catchup_head  with a state: the oldest catch-up slot it keeps waiting (a number),
+--   or -1 / absent = none; the rule is listed in `rule_catchup` under it (or removed)
 -- Returns 1 created, 2 updated, 0 unchanged (same spec, same next fire).
 -- Invariant: a rule is in `rule_next` only while active, and at most once; editing a rule
 --   changes its spec (so a dispatcher holding the old one fails its compare-and-set).
@@ -18,8 +20,9 @@ for key, want in pairs({[rules] = 'hash', [rule_next] = 'zset', [rule_state] = '
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched schedule: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
 local sid, spec, next_ms, state = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-if sid == '' or spec == '' or not next_ms then
-  return redis.error_reply('ERR zsched schedule: schedule_id and spec must be non-empty and next_ms a number')
+local catchup_head = tonumber(ARGV[5] or -1)
+if sid == '' or spec == '' or not next_ms or not catchup_head then
+  return redis.error_reply('ERR zsched schedule: schedule_id and spec must be non-empty, next_ms and catchup_head numbers')
 end
 
 local old = redis.call('HGET', rules, sid)
@@ -30,7 +33,7 @@ redis.call('HSET', rules, sid, spec)
 if next_ms >= 0 then redis.call('ZADD', rule_next, next_ms, sid) else redis.call('ZREM', rule_next, sid) end
 if state ~= '' then
   redis.call('HSET', rule_state, sid, state)
-  redis.call('ZREM', rule_catchup, sid)
+  if catchup_head >= 0 then redis.call('ZADD', rule_catchup, catchup_head, sid) else redis.call('ZREM', rule_catchup, sid) end
 elseif redis.call('HEXISTS', rule_state, sid) == 0 then
   redis.call('HSET', rule_state, sid, '')
 end

@@ -79,7 +79,8 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
     sid = spec.schedule_id
     backlog = list(state.backlog)
     if late:
-        backlog = _misfire(spec, p, backlog, on_time, late, now_ms)
+        last_pass = new_next is None or new_next > now_ms
+        backlog = _misfire(spec, p, backlog, on_time, late, now_ms, last_pass)
     for s in on_time:
         p.fires.append((s, s + jitter_ms(spec, s), "ran"))
     # Catch-up replays drain under the budget, after the on-time fires.
@@ -104,9 +105,10 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
 
 
 def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: list[int],
-             now_ms: int) -> list[int]:  # fmt: skip
+             now_ms: int, last_pass: bool) -> list[int]:  # fmt: skip
     """Apply the rule's misfire policy to its `late` slots: records and fires go into `p`; the
-    catch-up backlog (capped at max_catch_up) is returned."""
+    catch-up backlog (capped at max_catch_up) is returned. `last_pass`: no more missed slots
+    wait for the next pass (an outage of over MAX_SLOTS_PER_PASS slots takes several)."""
     sid = spec.schedule_id
     if spec.misfire is Misfire.CATCH_UP:
         backlog += late
@@ -116,17 +118,30 @@ def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: 
                 p.records.append((s, "skipped", "catch_up_cap", slot_run_id(sid, s)))
             backlog = backlog[cut:]
     elif spec.misfire is Misfire.COALESCE:
-        target = on_time[0] if on_time else late[-1]
-        into = slot_run_id(sid, target)
-        for s in late:
-            if s != target:
-                p.records.append((s, "coalesced", f"into {into}", into))
-        if not on_time:
-            p.fires.append((target, now_ms + jitter_ms(spec, target), "ran_late"))
+        _coalesce(spec, p, on_time, late, now_ms, last_pass)
     else:
         for s in late:
             p.records.append((s, "skipped", "grace_passed", slot_run_id(sid, s)))
     return backlog
+
+
+def _coalesce(spec: Spec, p: Plan, on_time: list[int], late: list[int], now_ms: int,
+              last_pass: bool) -> None:  # fmt: skip
+    """One run stands for all missed slots: the on-time fire, else the newest missed slot."""
+    if not last_pass:  # that slot is listed by a later pass
+        for s in late:
+            p.records.append((s, "coalesced", "into a later slot's run", ""))
+        return
+    target = on_time[0] if on_time else late[-1]
+    into = slot_run_id(spec.schedule_id, target)
+    for s in late:
+        if s != target:
+            p.records.append((s, "coalesced", f"into {into}", into))
+    if not on_time:
+        p.fires.append((target, now_ms + jitter_ms(spec, target), "ran_late"))
+
+
+_OFFSET_STEP_MS = 7 * 86_400_000
 
 
 def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
@@ -150,7 +165,11 @@ def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
     def offset(ms: int) -> object:
         return zone.utcoffset(datetime.fromtimestamp(ms / 1000, zone))
 
-    if offset(lo) == offset(now_ms):  # no transition in between: the common case, cheap
+    # No transition in between: the common case, cheap. Sampled weekly, not only at the ends:
+    # a spring and an autumn transition cancel out over a long window (a yearly rule, an
+    # outage); two transitions less than a week apart would still be missed.
+    samples = [*range(lo, now_ms, _OFFSET_STEP_MS), now_ms]
+    if len({offset(t) for t in samples}) == 1:
         return [], now_ms
     shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
     own = set(trig.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS))

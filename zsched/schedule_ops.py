@@ -61,16 +61,27 @@ def upsert(app: App, schedule_id: str, task_name: str, **options: Any) -> int:
     if raw_old == new_raw:
         return S.SCHEDULE_UNCHANGED
     old = decode_spec(raw_old)
+    if "paused" not in options and old.paused:
+        # An edit that does not mention pausing keeps a pause made with pause_schedule (a
+        # declared rule synced at every dispatcher start, an app that upserts at boot).
+        spec = replace(spec, paused=True)
+        new_raw = spec.encode()
+        if raw_old == new_raw:
+            return S.SCHEDULE_UNCHANGED
     if old.paused != spec.paused:
         raise RuleError(f"schedule {schedule_id}: use pause_schedule/resume_schedule to pause")
-    state = replace(decode_state(raw_state), updated_ms=now, backlog=[])
+    # Catch-up replays still waiting stay (replayed under the new spec): none is lost.
+    state = replace(decode_state(raw_state), updated_ms=now)
     if spec.paused:
         nxt = None
     elif old_next is not None and old_next <= now:
         nxt = old_next  # a slot already due fires under the new spec; none is lost
     else:
         nxt = spec.first_slot_after(now)
-    return app.scripts.run(S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode()))
+    head = state.backlog[0] if state.backlog and not spec.paused else None
+    return app.scripts.run(
+        S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(), catchup_head=head)
+    )
 
 
 def remove(app: App, schedule_id: str) -> bool:
@@ -78,13 +89,14 @@ def remove(app: App, schedule_id: str) -> bool:
 
 
 def pause(app: App, schedule_id: str) -> bool:
-    """Stop firing; slots until resume are recorded as skipped (paused). False if paused."""
+    """Stop firing; slots until resume are recorded as skipped (paused). False if paused.
+    Catch-up replays still waiting are kept, and replayed after resume."""
     spec, state, _, _, nxt = load(app, schedule_id)
     if spec.paused:
         return False
     now = server_now_ms(app)
     since = nxt if nxt is not None else now  # the first slot not handled yet
-    new_state = replace(state, paused_at_ms=since, backlog=[], updated_ms=now)
+    new_state = replace(state, paused_at_ms=since, updated_ms=now)
     app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(), None,
                                new_state.encode()))  # fmt: skip
     return True
@@ -105,9 +117,10 @@ def resume(app: App, schedule_id: str) -> bool:
     records = [(s, "skipped", "paused", slot_run_id(schedule_id, s)) for s in slots]
     # The schedule call kept the stored state, so what `load` read is still the CAS token.
     new_state = replace(state, paused_at_ms=None, updated_ms=now)
+    head = state.backlog[0] if state.backlog else None  # replays kept by pause
     args = S.FireArgs(
         schedule_id, raw_live, None, raw_state, live.first_slot_after(now),
-        new_state.encode(), None, str(live.overlap), live.lease_ms, [], records,
+        new_state.encode(), head, str(live.overlap), live.lease_ms, [], records,
     )  # fmt: skip
     r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
                                dedupe_window_ms=app.settings.dedupe_window_ms,

@@ -24,6 +24,11 @@ DEFAULT_MAX_CATCH_UP = 100
 MAX_GRACE_DEFAULT_MS = 60_000
 
 
+# Bounds that every later computation (datetime, msgpack, the scripts' due limit) can hold.
+_MAX_DURATION_MS = 1000 * 31_557_600_000
+_MIN_INSTANT_MS, _MAX_INSTANT_MS = -62_135_596_800_000, 253_402_300_799_999
+
+
 def _ms(value: timedelta | float | int | None, name: str) -> int | None:
     if value is None:
         return None
@@ -32,6 +37,8 @@ def _ms(value: timedelta | float | int | None, name: str) -> int | None:
         raise RuleError(f"{name} must be a timedelta or seconds, got {value!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise RuleError(f"{name} must be finite and >= 0, got {value!r}")
+    if seconds * 1000 > _MAX_DURATION_MS:
+        raise RuleError(f"{name} must be at most 1000 years, got {value!r}")
     return int(round(seconds * 1000))
 
 
@@ -44,6 +51,8 @@ def _instant_ms(value: datetime | float | None, name: str) -> int | None:
         return int(round(value.timestamp() * 1000))
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RuleError(f"{name} must be an aware datetime or epoch seconds, got {value!r}")
+    if not _MIN_INSTANT_MS <= value * 1000 <= _MAX_INSTANT_MS:
+        raise RuleError(f"{name} must be between the years 1 and 9999, got {value!r}")
     return int(round(value * 1000))
 
 

@@ -272,13 +272,25 @@ def replay(
 
 
 def schedule(
-    k: QueueKeys, schedule_id: str, spec: bytes, next_ms: int | None, state: bytes = b""
+    k: QueueKeys,
+    schedule_id: str,
+    spec: bytes,
+    next_ms: int | None,
+    state: bytes = b"",
+    catchup_head: int | None = None,
 ) -> Call[int]:
-    """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
+    """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
+    `catchup_head`: with a state, its oldest waiting catch-up slot (None: none waits)."""
     return Call(
         "schedule",
         [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake],
-        [schedule_id, spec, -1 if next_ms is None else next_ms, state],
+        [
+            schedule_id,
+            spec,
+            -1 if next_ms is None else next_ms,
+            state,
+            -1 if catchup_head is None else catchup_head,
+        ],
         int,
     )
 
