@@ -218,6 +218,21 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
+-- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
+-- writes of the batch's earlier items: every ARGV[first], ARGV[first + step] ... is checked
+-- first. Returns an error reply naming the bad id, or nil.
+local function bad_entry_id(script, first, step)
+  for i = first, #ARGV, step do
+    local e = ARGV[i]
+    local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
+    if not ((ms and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') and #e < 20)) then
+      return redis.error_reply('ERR zsched ' .. script .. ': entry id ' .. string.sub(e, 1, 40) .. ' is not a stream id')
+    end
+  end
+end
+-- END streamid
 local ready, runs, entries, delayed, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash'}) do
@@ -235,17 +250,8 @@ end
 if (#ARGV - 3) % 2 ~= 0 or #ARGV - 3 > 2000 then
   return redis.error_reply('ERR zsched release: expected up to 1000 (entry_id, run_id) pairs')
 end
--- A well-formed stream id (ms-seq or ms), checked before any write: XPENDING and XRANGE
--- refuse a malformed one with an error, which would stop the script after earlier writes.
-local function is_stream_id(e)
-  local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
-  return (ms ~= nil and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') ~= nil and #e < 20)
-end
-for i = 4, #ARGV, 2 do
-  if not is_stream_id(ARGV[i]) then
-    return redis.error_reply('ERR zsched release: run ' .. ARGV[i + 1] .. ': entry id ' .. string.sub(ARGV[i], 1, 40) .. ' is not a stream id')
-  end
-end
+local bad = bad_entry_id('release', 4, 2)
+if bad then return bad end
 
 local codes, moved, items = {}, 0, {}
 for i = 4, #ARGV, 2 do

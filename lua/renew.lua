@@ -7,6 +7,21 @@
 -- Invariant: a lease is renewed only by the consumer that owns the entry; renewing never
 --   moves an entry to another consumer and never raises its delivery count.
 -- Bound: 1000 entries per call.
+-- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
+-- writes of the batch's earlier items: every ARGV[first], ARGV[first + step] ... is checked
+-- first. Returns an error reply naming the bad id, or nil.
+local function bad_entry_id(script, first, step)
+  for i = first, #ARGV, step do
+    local e = ARGV[i]
+    local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
+    if not ((ms and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') and #e < 20)) then
+      return redis.error_reply('ERR zsched ' .. script .. ': entry id ' .. string.sub(e, 1, 40) .. ' is not a stream id')
+    end
+  end
+end
+-- END streamid
 local ready, stats = KEYS[1], KEYS[2]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[ready] = 'stream', [stats] = 'hash'}) do
@@ -17,17 +32,8 @@ local group, consumer = ARGV[1], ARGV[2]
 if #ARGV - 2 > 1000 then
   return redis.error_reply('ERR zsched renew: at most 1000 entries per call')
 end
--- A well-formed stream id (ms-seq or ms), checked before any write: XPENDING and XRANGE
--- refuse a malformed one with an error, which would stop the script after earlier writes.
-local function is_stream_id(e)
-  local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
-  return (ms ~= nil and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') ~= nil and #e < 20)
-end
-for i = 3, #ARGV do
-  if not is_stream_id(ARGV[i]) then
-    return redis.error_reply('ERR zsched renew: entry id ' .. string.sub(ARGV[i], 1, 40) .. ' is not a stream id')
-  end
-end
+local bad = bad_entry_id('renew', 3, 1)
+if bad then return bad end
 local codes, fenced = {}, 0
 for i = 3, #ARGV do
   local entry = ARGV[i]

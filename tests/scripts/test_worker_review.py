@@ -28,7 +28,7 @@ def _dead_letter(backend, app, ent, run_id):
 def test_release_with_a_malformed_entry_id_later_in_the_batch_loses_no_run(backend, queue):
     app, ent = seed_ready(backend, queue, ["a"])
     before = snapshot(backend.sync, app.keys)
-    with pytest.raises(redis.ResponseError, match="run b: entry id bogus is not a stream id"):
+    with pytest.raises(redis.ResponseError, match="entry id bogus is not a stream id"):
         app.scripts.run(S.release(app.keys, "c1", [(ent["a"], "a"), ("bogus", "b")], now_ms=NOW))
     assert snapshot(backend.sync, app.keys) == before
     assert places(backend.sync, app.keys, "a") == ["ready"]
@@ -38,7 +38,7 @@ def test_retry_with_a_malformed_entry_id_later_in_the_batch_loses_no_run(backend
     app, ent = seed_ready(backend, queue, ["a"])
     groups = [(ent["a"], "a", 0, env("a", attempt=2)), ("bogus", "b", 0, env("b", attempt=2))]
     before = snapshot(backend.sync, app.keys)
-    with pytest.raises(redis.ResponseError, match="run b: entry id bogus is not a stream id"):
+    with pytest.raises(redis.ResponseError, match="entry id bogus is not a stream id"):
         app.scripts.run(S.retry(app.keys, "c1", groups, now_ms=NOW))
     assert snapshot(backend.sync, app.keys) == before
 
@@ -48,7 +48,7 @@ def test_replay_with_an_empty_run_id_later_in_the_batch_loses_no_run(backend, qu
     da = _dead_letter(backend, app, ent, "a")
     db = _dead_letter(backend, app, ent, "b")
     before = snapshot(backend.sync, app.keys)
-    with pytest.raises(redis.ResponseError, match="needs a stream id, a run id and an envelope"):
+    with pytest.raises(redis.ResponseError, match="has no run id or envelope"):
         app.scripts.run(S.replay(app.keys, [(da, "a", env("a")), (db, "", env("b"))], now_ms=NOW))
     assert snapshot(backend.sync, app.keys) == before
 
@@ -57,7 +57,7 @@ def test_replay_with_a_malformed_dead_entry_id_later_in_the_batch_loses_no_run(b
     app, ent = seed_ready(backend, queue, ["a"])
     da = _dead_letter(backend, app, ent, "a")
     before = snapshot(backend.sync, app.keys)
-    with pytest.raises(redis.ResponseError, match="dead letter bogus: needs a stream id"):
+    with pytest.raises(redis.ResponseError, match="replay: entry id bogus is not a stream id"):
         app.scripts.run(S.replay(app.keys, [(da, "a", env("a")), ("bogus", "b", env("b"))],
                                  now_ms=NOW))  # fmt: skip
     assert snapshot(backend.sync, app.keys) == before
@@ -67,7 +67,7 @@ def test_dead_with_a_malformed_entry_id_later_in_the_batch_keeps_stats_consisten
     app, ent = seed_ready(backend, queue, ["a"])
     groups = [(ent["a"], "a", "boom", env("a")), ("bogus", "b", "boom", env("b"))]
     before = snapshot(backend.sync, app.keys)
-    with pytest.raises(redis.ResponseError, match="run b: entry id bogus is not a stream id"):
+    with pytest.raises(redis.ResponseError, match="entry id bogus is not a stream id"):
         app.scripts.run(S.dead(app.keys, "c1", groups, now_ms=NOW))
     assert snapshot(backend.sync, app.keys) == before
 
@@ -100,9 +100,7 @@ async def test_an_envelope_whose_times_are_past_year_9999_is_dead_lettered_with_
     assert "envelope field 'run_at_ms' is after the year 9999" in letter.reason
 
 
-async def test_a_flush_that_fails_part_way_does_not_resend_outcomes_already_written(
-    backend, queue
-):
+async def test_a_flush_that_fails_part_way_does_not_resend_outcomes_already_written(backend, queue):
     """ack.lua lands, then retry.lua fails (connection lost): the landed acks must not be sent
     again (they come back fenced, counting fences and duplicates that never happened)."""
     import redis.exceptions
@@ -145,3 +143,30 @@ def test_replay_dead_with_a_generator_of_ids_counts_no_negative_missing(backend,
     counts = app.replay_dead(x for x in [da])
     assert counts == {"replayed": 1, "missing": 0, "live": 0, "undecodable": 0}
     assert delayed_count(backend.sync, app.keys) == 1
+
+
+@pytest.mark.parametrize("bad", ["bogus", "1-", "-1", "1-2-3", " 1-0", "1e3-0", "1" * 20 + "-0"])
+def test_every_worker_script_refuses_a_malformed_entry_id_before_writing(backend, queue, bad):
+    app, ent = seed_ready(backend, queue, ["a"])
+    k = app.keys
+    before = snapshot(backend.sync, k)
+    calls = [
+        S.renew(k, "c1", [ent["a"], bad]),
+        S.release(k, "c1", [(ent["a"], "a"), (bad, "b")], now_ms=NOW),
+        S.retry(k, "c1", [(ent["a"], "a", 0, env("a")), (bad, "b", 0, env("b"))], now_ms=NOW),
+        S.dead(k, "c1", [(ent["a"], "a", "r", env("a")), (bad, "b", "r", env("b"))], now_ms=NOW),
+        S.replay(k, [(ent["a"], "a", env("a")), (bad, "b", env("b"))], now_ms=NOW),
+    ]
+    for call in calls:
+        with pytest.raises(
+            redis.ResponseError, match=f"{call.name}: entry id .* is not a stream id"
+        ):
+            app.scripts.run(call)
+    assert snapshot(backend.sync, k) == before
+    # Well-formed ids of any size Redis takes are not refused.
+    assert app.scripts.run(S.renew(k, "c1", [ent["a"], "0", "0-0", "9" * 19 + "-" + "9" * 19])) == [
+        1,
+        0,
+        0,
+        0,
+    ]
