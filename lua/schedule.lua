@@ -9,7 +9,11 @@
 -- ARGV[4] state         the state to write; "" = keep the stored state (create it empty if none)
 -- ARGV[5] catchup_head  with a state: the oldest catch-up slot it keeps waiting (a number),
 --   or -1 / absent = none; the rule is listed in `rule_catchup` under it (or removed)
--- Returns 1 created, 2 updated, 0 unchanged (same spec, same next fire).
+-- ARGV[6] expected_spec   optional, with ARGV[7] and ARGV[8]: the rule as the caller read it
+-- ARGV[7] expected_next   ("" = no spec / not in rule_next / no state); if any changed since
+-- ARGV[8] expected_state  (a dispatcher fired the rule), nothing is written and the reply is 3
+-- Returns 1 created, 2 updated, 0 unchanged (same spec, same next fire), 3 changed since the
+--   caller read it (compare-and-set failed: read again and retry).
 -- Invariant: a rule is in `rule_next` only while active, and at most once; editing a rule
 --   changes its spec (so a dispatcher holding the old one fails its compare-and-set).
 -- Bound: one rule per call.
@@ -21,12 +25,17 @@ for key, want in pairs({[rules] = 'hash', [rule_next] = 'zset', [rule_state] = '
 end
 local sid, spec, next_ms, state = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local catchup_head = tonumber(ARGV[5] or -1)
+local exp_spec, exp_next, exp_state = ARGV[6], ARGV[7], ARGV[8]
 if sid == '' or spec == '' or not next_ms or not catchup_head then
   return redis.error_reply('ERR zsched schedule: schedule_id and spec must be non-empty, next_ms and catchup_head numbers')
 end
 
 local old = redis.call('HGET', rules, sid)
 local old_next = redis.call('ZSCORE', rule_next, sid)
+if exp_state and ((old or '') ~= exp_spec or tonumber(old_next or -1) ~= tonumber(exp_next ~= '' and exp_next or -1)
+    or (redis.call('HGET', rule_state, sid) or '') ~= exp_state) then
+  return 3
+end
 local same_next = (next_ms < 0 and not old_next) or (old_next and tonumber(old_next) == next_ms)
 if old == spec and same_next and state == '' then return 0 end
 redis.call('HSET', rules, sid, spec)

@@ -20,7 +20,7 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "renew": S.renew(k, "c", []),
         "cancel": S.cancel(k, "r"),
         "replay": S.replay(k, [], now_ms=None),
-        "schedule": S.schedule(k, "s", b"x", None),
+        "schedule": S.schedule(k, "s", b"x", None, expected=(b"", None, b"")),
         "unschedule": S.unschedule(k, "s"),
         "fire": S.fire(
             k, S.FireArgs("s", b"", None, b"", None, b"", None, "allow", 1, [], []),

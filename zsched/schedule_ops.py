@@ -4,6 +4,7 @@ and syncing the rules declared in code. App methods delegate here."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 #: Slots listed one by one when a paused rule resumes; more are counted, not listed.
 MAX_PAUSED_RECORDS = 1000
+#: Read-then-write attempts of an edit or a pause racing a dispatcher that fires the rule.
+CAS_ATTEMPTS = 5
 
 
 def server_now_ms(app: App) -> int:
@@ -51,17 +54,34 @@ def load(app: App, sid: str) -> tuple[Spec, State, bytes, bytes, int | None]:
 def upsert(app: App, schedule_id: str, task_name: str, **options: Any) -> int:
     """Create or edit a rule. Returns SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
     spec = build_spec(schedule_id, task_name, **options)
+    return _with_cas(schedule_id, lambda: _upsert_once(app, spec, "paused" in options))
+
+
+def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
+    """Run a read-then-write of a rule until no dispatcher changed the rule in between."""
+    for _ in range(CAS_ATTEMPTS):
+        code = attempt()
+        if code != S.SCHEDULE_CHANGED:
+            return code
+    raise RuleError(f"schedule {schedule_id} kept changing while being written; try again")
+
+
+def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
+    schedule_id = spec.schedule_id
     now = server_now_ms(app)
     raw_old, raw_state, old_next = _read(app, schedule_id)
     new_raw = spec.encode()
+    expected = (raw_old or b"", old_next, raw_state or b"")
     if raw_old is None:
         state = State(created_ms=now, updated_ms=now, paused_at_ms=now if spec.paused else None)
         nxt = None if spec.paused else spec.first_slot_after(now - 1)
-        return app.scripts.run(S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode()))
+        return app.scripts.run(
+            S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(), expected=expected)
+        )
     if raw_old == new_raw:
         return S.SCHEDULE_UNCHANGED
     old = decode_spec(raw_old)
-    if "paused" not in options and old.paused:
+    if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
         # declared rule synced at every dispatcher start, an app that upserts at boot).
         spec = replace(spec, paused=True)
@@ -79,9 +99,8 @@ def upsert(app: App, schedule_id: str, task_name: str, **options: Any) -> int:
     else:
         nxt = spec.first_slot_after(now)
     head = state.backlog[0] if state.backlog and not spec.paused else None
-    return app.scripts.run(
-        S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(), catchup_head=head)
-    )
+    return app.scripts.run(S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(),
+                                      catchup_head=head, expected=expected))  # fmt: skip
 
 
 def remove(app: App, schedule_id: str) -> bool:
@@ -91,15 +110,19 @@ def remove(app: App, schedule_id: str) -> bool:
 def pause(app: App, schedule_id: str) -> bool:
     """Stop firing; slots until resume are recorded as skipped (paused). False if paused.
     Catch-up replays still waiting are kept, and replayed after resume."""
-    spec, state, _, _, nxt = load(app, schedule_id)
+    return _with_cas(schedule_id, lambda: _pause_once(app, schedule_id)) == S.SCHEDULE_UPDATED
+
+
+def _pause_once(app: App, schedule_id: str) -> int:
+    spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
     if spec.paused:
-        return False
+        return S.SCHEDULE_UNCHANGED
     now = server_now_ms(app)
     since = nxt if nxt is not None else now  # the first slot not handled yet
     new_state = replace(state, paused_at_ms=since, updated_ms=now)
-    app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(), None,
-                               new_state.encode()))  # fmt: skip
-    return True
+    return app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(),
+                                      None, new_state.encode(),
+                                      expected=(raw_spec, nxt, raw_state)))  # fmt: skip
 
 
 def resume(app: App, schedule_id: str) -> bool:

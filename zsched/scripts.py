@@ -34,7 +34,7 @@ ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE = 1, 0, 2
 OK, FENCED = 1, 0
 CANCELLED, NOT_FOUND, NOT_CANCELLABLE = 1, 0, 2
 REPLAYED, REPLAY_LIVE = 1, 2
-SCHEDULE_UNCHANGED, SCHEDULE_CREATED, SCHEDULE_UPDATED = 0, 1, 2
+SCHEDULE_UNCHANGED, SCHEDULE_CREATED, SCHEDULE_UPDATED, SCHEDULE_CHANGED = 0, 1, 2, 3
 
 
 def lua_dir() -> Path:
@@ -278,21 +278,17 @@ def schedule(
     next_ms: int | None,
     state: bytes = b"",
     catchup_head: int | None = None,
+    expected: tuple[bytes, int | None, bytes] | None = None,
 ) -> Call[int]:
-    """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
-    `catchup_head`: with a state, its oldest waiting catch-up slot (None: none waits)."""
-    return Call(
-        "schedule",
-        [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake],
-        [
-            schedule_id,
-            spec,
-            -1 if next_ms is None else next_ms,
-            state,
-            -1 if catchup_head is None else catchup_head,
-        ],
-        int,
-    )
+    """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED, SCHEDULE_UNCHANGED, or
+    SCHEDULE_CHANGED when `expected` (spec, next fire, state as read; b"" / None = absent) no
+    longer holds. `catchup_head`: with a state, its oldest waiting catch-up slot."""
+    args: list[Any] = [schedule_id, spec, -1 if next_ms is None else next_ms, state,
+                       -1 if catchup_head is None else catchup_head]  # fmt: skip
+    if expected is not None:
+        exp_spec, exp_next, exp_state = expected
+        args += [exp_spec, "" if exp_next is None else exp_next, exp_state]
+    return Call("schedule", [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake], args, int)
 
 
 def unschedule(k: QueueKeys, schedule_id: str) -> Call[int]:

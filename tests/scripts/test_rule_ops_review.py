@@ -78,3 +78,36 @@ async def test_a_pause_while_catch_up_waits_keeps_the_replays_for_after_resume(b
     counts = Counter(r.slot_ms for r in ledger_rows(app, "hourly"))
     assert sorted(counts) == [T0 + i * H for i in range(22)]
     assert set(counts.values()) == {1}
+
+
+def test_an_edit_or_a_pause_racing_a_fire_keeps_what_the_fire_wrote(backend, queue):
+    """upsert and pause read the rule, then wrote it back without a compare-and-set: a fire in
+    between lost its state (its counts, its backlog) and its slot came back as the next fire."""
+    from dataclasses import replace
+
+    from zsched.schedules import decode_state
+
+    app = backend.app(queue, clock=FakeClock(T0))
+    app.schedule("s", "t", every=60)
+    k, r = app.keys, backend.sync
+    real = app.scripts.run
+    raced: list[str] = []
+
+    def fire_meanwhile(call):
+        if call.name == "schedule" and not raced:  # between the caller's read and its write
+            raced.append(call.name)
+            state = decode_state(r.hget(k.rule_state, "s"))
+            r.hset(k.rule_state, "s", replace(state, fired=state.fired + 1).encode())
+            r.zadd(k.rule_next, {"s": int(r.zscore(k.rule_next, "s")) + 60_000})
+        return real(call)
+
+    app.scripts.run = fire_meanwhile
+    for change in (lambda: app.schedule("s", "t", every=60, payload={"v": 2}),
+                   lambda: app.pause_schedule("s")):  # fmt: skip
+        raced.clear()
+        fired = app.schedules()[0].fired
+        change()
+        assert raced, "the race was staged"
+        assert app.schedules()[0].fired == fired + 1  # what the fire wrote survived
+    app.scripts.run = real
+    assert app.schedules()[0].paused
