@@ -342,6 +342,11 @@ def _zone(tz: object, expr: object) -> ZoneInfo:
         )
     if not isinstance(tz, str):
         raise RuleError(f"time zone must be an IANA name string, got {tz!r}")
+    if tz in ("localtime", "posixrules") or tz.startswith(("posix/", "right/", "/")):
+        # Files of the local tz database, not zone names: "localtime" is each machine's own
+        # zone, and right/ zones count leap seconds, so replicas would disagree on slots.
+        raise RuleError(f"time zone {tz!r} is not an IANA zone name: name the zone, e.g. "
+                        "'Europe/Berlin'")  # fmt: skip
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError) as exc:

@@ -170,7 +170,8 @@ def build_spec(
     _check_names(schedule_id, task_name)
     start_ms = _instant_ms(start_at, "start_at")
     trigger = _trigger(schedule_id, cron, every, tz, dst_gap, dst_repeat, start_ms)
-    if not isinstance(max_catch_up, int) or max_catch_up < 0 or max_catch_up > 1000:
+    bad = isinstance(max_catch_up, bool) or not isinstance(max_catch_up, int)
+    if bad or max_catch_up < 0 or max_catch_up > 1000:
         raise RuleError(
             f"schedule {schedule_id}: max_catch_up must be 0..1000, got {max_catch_up!r}"
         )
@@ -195,8 +196,17 @@ def build_spec(
         start_ms=start_ms,
         end_ms=end_ms,
         paused=bool(paused),
-        lease_ms=_ms(lease, "lease") or DEFAULT_LEASE_MS,
+        lease_ms=_lease_ms(schedule_id, lease),
     )
+
+
+def _lease_ms(schedule_id: str, lease: timedelta | float | None) -> int:
+    ms = _ms(lease, "lease")
+    if ms is None:
+        return DEFAULT_LEASE_MS
+    if ms < 1000:
+        raise RuleError(f"schedule {schedule_id}: lease must be at least 1 second, got {lease!r}")
+    return ms
 
 
 def _check_names(schedule_id: str, task_name: str) -> None:

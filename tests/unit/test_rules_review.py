@@ -80,3 +80,20 @@ def test_build_spec_refuses_values_it_cannot_store_or_compute(options) -> None:
         s = build_spec("v", "t", **options)
         s.encode()
         s.first_slot_after(T0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cron": "0 2 * * *", "tz": "localtime"}, "not an IANA zone name"),
+        ({"cron": "0 2 * * *", "tz": "right/Europe/Berlin"}, "not an IANA zone name"),
+        ({"cron": "0 2 * * *", "tz": "posix/Europe/Berlin"}, "not an IANA zone name"),
+        ({"every": 60, "max_catch_up": True}, "max_catch_up must be 0..1000"),
+        ({"every": 60, "lease": 0}, "lease must be at least 1 second"),
+    ],
+)
+def test_rule_options_that_replicas_could_read_differently_are_refused(options, message) -> None:
+    """A machine's own zone file, leap-second zones, a bool for a count and a zero lease were
+    accepted (the lease silently became the default)."""
+    with pytest.raises(RuleError, match=message):
+        build_spec("r", "t", **options)
