@@ -206,6 +206,8 @@ class App(ScheduleMethods):
         for item in items:
             if isinstance(item, Mapping):
                 kw = dict(item)
+                if "task" not in kw:
+                    raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
                 groups.append(self.build(kw.pop("task"), kw.pop("payload", None), **kw))
             else:
                 groups.append(self.build(*item))
@@ -308,6 +310,9 @@ class App(ScheduleMethods):
 
     @property
     def _whole_partitioned(self) -> bool:
+        # Every read of the queue passes here: a partition count that differs from the one
+        # recorded in Redis is refused (ConfigError), not read in the wrong keys.
+        _partitions.claim_layout(self)
         return self.partitions > 1 and self.partition is None
 
     def partition_for(self, key: str) -> int:
@@ -321,6 +326,7 @@ class App(ScheduleMethods):
 
     def keys_for_run(self, run_id: str) -> QueueKeys:
         """The keys of the partition (or the queue) that holds run `run_id`."""
+        _partitions.claim_layout(self)
         if self.partitions == 1:
             return self.keys
         return QueueKeys(self.queue, self.run_partition(run_id))

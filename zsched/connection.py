@@ -54,6 +54,7 @@ RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
     rex.ClusterError,
     rex.TryAgainError,
     rex.SlotNotCoveredError,
+    rex.RedisClusterException,  # "Redis Cluster cannot be connected": not a RedisError
 )
 
 
@@ -127,17 +128,24 @@ def redact(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable redis url>"
-    if "@" not in parts.netloc:
-        return url
-    user = parts.netloc.rsplit("@", 1)[0].split(":", 1)[0]
-    host = parts.netloc.rsplit("@", 1)[-1]
-    netloc = f"{user}:***@{host}" if user else f"***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    query = _PASSWORD_OPTION.sub(r"\1***", parts.query)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user = netloc.rsplit("@", 1)[0].split(":", 1)[0]
+        host = netloc.rsplit("@", 1)[-1]
+        netloc = f"{user}:***@{host}" if user else f"***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+# A URL option that carries a secret (password=, sentinel_password= ...), up to & or a space.
+_PASSWORD_OPTION = re.compile(r"((?:^|(?<=[?&]))\w*password=)[^&\s'\"]*", re.I)
 
 
 def redact_text(text: str) -> str:
-    """Remove credentials from any text that may contain a Redis URL."""
-    return re.sub(r"((?:rediss?|unix)(?:\+cluster|\+sentinel)?)://[^@\s/]*@", r"\1://***@", text)
+    """Remove credentials from any text that may contain a Redis URL: the user:password part
+    and any *password= option."""
+    text = re.sub(r"((?:rediss?|unix)(?:\+cluster|\+sentinel)?)://[^@\s/]*@", r"\1://***@", text)
+    return _PASSWORD_OPTION.sub(r"\1***", text)
 
 
 def _scheme(url: str) -> str:

@@ -64,7 +64,7 @@ def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
     replies = pipe.execute(raise_on_error=False)
     if app.durable:
         acked = replies.pop()
-        if not isinstance(acked, Exception) and int(acked) < 1:
+        if isinstance(acked, Exception) or int(acked) < 1:
             # Raise a script's own error first: it says more than the missing acknowledgement.
             for r in replies:
                 if isinstance(r, Exception):

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import redis.exceptions
 
@@ -17,8 +18,16 @@ from .common import PROG, UsageError, fail
 MODULES = [processes, enqueue, status, runs, dead, migrate]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors echo the arguments (an unknown option's value may be a URL
+    with a password): redacted. Subcommand parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact_text(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=PROG, description="zsched — a durable scheduler for future work, built on Redis."
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
@@ -48,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(exc), 2)
     except redis.exceptions.AuthenticationError as exc:
         return fail(f"Redis refused the credentials: {redact_text(str(exc))}")
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        redis.exceptions.RedisClusterException,  # an unreachable cluster; not a RedisError
+    ) as exc:
         return fail(f"cannot reach Redis: {redact_text(str(exc))}")
     except RuleError as exc:  # a bad --cron, --tz, --every ...: the command line's fault
         parser.print_usage(sys.stderr)
