@@ -305,6 +305,8 @@ for i = 4, #ARGV, 4 do
   -- Decimal digits only (tonumber would take '1e3', '0x10', ' 5', '-0' too).
   local at = string.match(run_at, '^%+?(%d+)$')
   at = at and tonumber(at)
+  -- A relative due (+N) is checked as now + N.
+  if at and string.byte(run_at, 1) == 43 then at = at + now() end
   if not at or at > 253402300799999 then
     return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': run_at_ms must be a whole number of epoch milliseconds >= 0, got ' .. string.sub(run_at, 1, 40))
   end

@@ -202,7 +202,7 @@ class App(ScheduleMethods):
     ) -> list[EnqueuedId]:
         """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
         (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
-        groups = []
+        groups: list[tuple[str, int | str, str, bytes]] = []
         for item in items:
             if isinstance(item, Mapping):
                 kw = dict(item)

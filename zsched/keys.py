@@ -43,7 +43,7 @@ class QueueKeys:
     ready: str = field(init=False)
     #: HASH run_id -> stream entry id of the run while it is on the ready stream.
     entries: str = field(init=False)
-    #: STREAM of dead letters; fields run_id, reason, envelope, dead_at_ms, attempt.
+    #: STREAM of dead letters; fields run_id, reason, envelope, dead_at_ms, entry_id.
     dead: str = field(init=False)
     #: ZSET run_id -> done_at_ms. Completion records, trimmed after the dedupe window.
     done: str = field(init=False)

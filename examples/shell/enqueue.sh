@@ -44,9 +44,11 @@ done
 [[ "$queue" != *[{}]* ]] || die "queue name must not contain braces"
 [[ -z "$run_at" || -z "$delay" ]] || die "give --run-at-ms or --delay-ms, not both"
 [[ -r "$lua" ]] || die "cannot read $lua (set ZSCHED_LUA_DIR)"
+# JSON numbers have no leading zeros: "007" would make an envelope no worker can decode.
 for n in "$run_at" "$delay" "$max_attempts"; do
-  [[ -z "$n" || "$n" =~ ^[0-9]+$ ]] || die "times, delays and attempts are whole numbers, got '$n'"
+  [[ -z "$n" || "$n" =~ ^(0|[1-9][0-9]*)$ ]] || die "times, delays and attempts are whole numbers without leading zeros, got '$n'"
 done
+[[ -z "$max_attempts" || "$max_attempts" -ge 1 ]] || die "--max-attempts must be at least 1"
 for s in "$run_id" "$task"; do
   # Checked here, not inside json_string: a failing $(...) in the middle of a word is ignored.
   [[ ! "$s" =~ [[:cntrl:]] ]] || die "control characters are not allowed in run ids and task names"

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import queue as queue_mod
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -38,31 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"
 SHELL_ENQUEUE = ROOT / "examples" / "shell" / "enqueue.sh"
 PAYLOAD = {"to": "a@b.c", "n": [1, 2.5, None, True, -7], "s": 'é ü "q" \\', "nested": {"k": []}}
-
-
-@pytest.fixture(scope="session")
-def node_dir() -> Path:
-    """examples/node with its npm dependencies installed (npm ci, once per package-lock)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail("node and npm are required for the cross-language tests (install Node.js 20)")
-    digest = hashlib.sha1((NODE_DIR / "package-lock.json").read_bytes()).hexdigest()
-    stamp = NODE_DIR / "node_modules" / ".zsched-installed"
-    where = hashlib.sha1(bytes(NODE_DIR)).hexdigest()[:12]
-    with open(Path(tempfile.gettempdir()) / f"zsched-npm-{where}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes install once
-        if not (stamp.exists() and stamp.read_text() == digest):
-            r = subprocess.run(
-                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                cwd=NODE_DIR, capture_output=True, text=True, timeout=300,
-            )  # fmt: skip
-            if r.returncode != 0:
-                pytest.fail(
-                    "`npm ci` in examples/node failed, so the Node.js client cannot be tested "
-                    f"(is the npm registry reachable?):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-                )
-            stamp.write_text(digest)
-    return NODE_DIR
 
 
 def node(node_dir: Path, script: str, *args: str) -> list[dict[str, Any]]:

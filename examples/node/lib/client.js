@@ -3,7 +3,7 @@
 
 import { randomBytes } from 'node:crypto';
 
-import { MAX_RUN_ID_BYTES, MAX_TASK_BYTES, build, decode, encode, PayloadError } from './envelope.js';
+import { MAX_RUN_ID_BYTES, MAX_TASK_BYTES, build, decode, encode, encodedSize, PayloadError } from './envelope.js';
 import { GROUP, queueKeys } from './keys.js';
 import { runScript } from './scripts.js';
 
@@ -63,7 +63,8 @@ export function newRunId() {
  * One enqueue group (run_id, run_at ARGV, task, envelope bytes) after the same checks the
  * Python client makes. Give `runAtMs` (epoch ms) or `delayMs` (relative to Redis TIME).
  */
-export function buildRun({ task, payload = null, runAtMs, delayMs, runId, maxAttempts }, nowMs = Date.now()) {
+export function buildRun({ task, payload = null, runAtMs, delayMs, runId, maxAttempts }, nowMs = Date.now(),
+  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES) {
   if (typeof task !== 'string' || task === '') throw new PayloadError(`task name must be a non-empty string, got ${JSON.stringify(task)}`);
   if (Buffer.byteLength(task) > MAX_TASK_BYTES) throw new PayloadError(`task name is over ${MAX_TASK_BYTES} bytes`);
   if (runAtMs != null && delayMs != null) throw new PayloadError('give runAtMs or delayMs, not both');
@@ -84,6 +85,10 @@ export function buildRun({ task, payload = null, runAtMs, delayMs, runId, maxAtt
     due = nowMs + d;
   }
   const env = encode(build({ runId: id, task, payload, runAtMs: due, enqueuedAtMs: nowMs, maxAttempts }));
+  // The payload is packed once, inside the envelope; only a large envelope needs it measured alone.
+  if (env.length > maxPayloadBytes && encodedSize(payload) > maxPayloadBytes) {
+    throw new PayloadError(`payload is ${encodedSize(payload)} bytes encoded, over the limit of ${maxPayloadBytes}`);
+  }
   return [id, at, task, env];
 }
 
@@ -108,7 +113,7 @@ export class Client {
 
   /** Enqueue many runs, 1000 per script call. Returns [{runId, code, duplicate}]. */
   async enqueueMany(items) {
-    const groups = items.map((item) => buildRun(item));
+    const groups = items.map((item) => buildRun(item, Date.now(), this.maxEnvelopeBytes - ENVELOPE_OVERHEAD_BYTES));
     const k = this.keys;
     const out = [];
     for (let i = 0; i < groups.length; i += MAX_BATCH) {
@@ -148,7 +153,11 @@ export class Client {
       return { runId, state: 'scheduled', runAtMs: dueMs ?? envelope?.run_at_ms, envelope };
     }
     if (raw && entry) {
-      const pending = await this.redis.xpending(k.ready, GROUP, entry, entry, 1);
+      // NOGROUP: no worker has created the group yet, so nobody has read the entry.
+      const pending = await this.redis.xpending(k.ready, GROUP, entry, entry, 1).catch((err) => {
+        if (String(err?.message).startsWith('NOGROUP')) return [];
+        throw err;
+      });
       if (pending.length) {
         const [, consumer, idleMs, deliveries] = pending[0];
         return { runId, state: 'running', consumer, idleMs, deliveries, envelope };

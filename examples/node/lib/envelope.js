@@ -48,6 +48,11 @@ export function encode(env) {
   return Buffer.from(msgpackEncode([...a, ...extra]));
 }
 
+/** Bytes of a payload alone, msgpack-encoded (the limit applies to it). */
+export function encodedSize(payload) {
+  return msgpackEncode(payload ?? null).length;
+}
+
 /** A version 1 envelope read from a hand-written client is written back as a map, so the
  * fields this client does not know are kept (defaults left out, as above). */
 function encodeMap(env) {
@@ -69,17 +74,34 @@ function optionalInt(d, name, fallback, minimum) {
   const value = d[name];
   if (value === undefined || value === null) return fallback;
   if (!Number.isSafeInteger(value) || value < minimum) {
-    throw new PayloadError(`envelope field '${name}' must be an integer >= ${minimum}, got ${JSON.stringify(value)}`);
+    throw new PayloadError(`envelope field '${name}' must be an integer >= ${minimum}, got ${pyRepr(value)}`);
   }
   return value;
 }
 
+// Type names and values as the Python worker writes them in dead-letter reasons, so that a
+// reason reads the same whichever worker wrote it (docs/protocol.md, "Bad envelopes").
 function describe(value) {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'array';
+  if (value === null || value === undefined) return 'NoneType';
+  if (Array.isArray(value)) return 'list';
   if (value instanceof Uint8Array) return 'bytes';
-  if (typeof value === 'number' && !Number.isInteger(value)) return 'float';
-  return typeof value;
+  if (typeof value === 'number') return Number.isInteger(value) ? 'int' : 'float';
+  return { string: 'str', boolean: 'bool', object: 'dict', bigint: 'int' }[typeof value] ?? typeof value;
+}
+
+function pyRepr(value) {
+  if (value === null || value === undefined) return 'None';
+  if (typeof value === 'boolean') return value ? 'True' : 'False';
+  if (typeof value === 'string') return `'${value.replaceAll('\\', '\\\\').replaceAll("'", "\\'")}'`;
+  return typeof value === 'object' ? JSON.stringify(value) : String(value);
+}
+
+// The last instant a run may name (9999-12-31T23:59:59.999Z), as the scripts and Python.
+const MAX_INSTANT_MS = 253_402_300_799_999;
+
+function instant(name, ms) {
+  if (ms > MAX_INSTANT_MS) throw new PayloadError(`envelope field '${name}' is after the year 9999 (${ms})`);
+  return ms;
 }
 
 /** The fields of a version 2 array, named; the checks are then the map's (same messages). */
@@ -126,14 +148,15 @@ export function decode(raw, runId) {
   if (requireField(d, 'task', 'string') === '') throw new PayloadError("envelope field 'task' is empty");
   const runAt = requireField(d, 'run_at_ms', 'int');
   if (runAt < 0) throw new PayloadError(`envelope field 'run_at_ms' is negative (${runAt})`);
+  instant('run_at_ms', runAt);
   if (d.schedule_id != null && typeof d.schedule_id !== 'string') {
     throw new PayloadError(`envelope field 'schedule_id' has type ${describe(d.schedule_id)}`);
   }
   return {
     ...d,
     payload: d.payload === undefined ? null : d.payload,
-    scheduled_ms: optionalInt(d, 'scheduled_ms', runAt, 0),
-    enqueued_at_ms: optionalInt(d, 'enqueued_at_ms', 0, 0),
+    scheduled_ms: instant('scheduled_ms', optionalInt(d, 'scheduled_ms', runAt, 0)),
+    enqueued_at_ms: instant('enqueued_at_ms', optionalInt(d, 'enqueued_at_ms', 0, 0)),
     attempt: optionalInt(d, 'attempt', 1, 1),
     max_attempts: optionalInt(d, 'max_attempts', undefined, 1),
     lease_ms: optionalInt(d, 'lease_ms', undefined, 1),

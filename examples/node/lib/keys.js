@@ -30,5 +30,7 @@ export function queueKeys(queue, partition = null) {
     done: key('done'), // ZSET run_id -> done_at_ms
     stats: key('stats'), // HASH counter -> integer
     wake: key('wake'), // pub/sub CHANNEL
+    rule_waiting: key('rule_waiting'), // HASH schedule_id -> a fire waiting for the lease
+    lease: (scheduleId) => key(`lease:${scheduleId}`), // STRING, TTL: a rule's overlap lease
   };
 }

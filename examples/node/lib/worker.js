@@ -41,6 +41,7 @@ export class Worker {
     this.retryDelayMs = options.retryDelayMs ?? ((attempt) => Math.min(1000 * 2 ** (attempt - 1), 3_600_000));
     this.reclaimCursor = '0-0';
     this.held = new Set();
+    this.leases = new Map(); // entryId -> [scheduleId, runId, leaseMs] of running rule fires
   }
 
   /** Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. */
@@ -109,6 +110,10 @@ export class Worker {
   /** Renew the lease of the given (default: every held) entry; returns {entryId: true|false}. */
   async renewLeases(entryIds = [...this.held]) {
     const result = {};
+    for (const id of entryIds) {
+      const lease = this.leases.get(id);
+      if (lease) await this.redis.pexpire(this.keys.lease(lease[0]), lease[2]);
+    }
     for (let i = 0; i < entryIds.length; i += MAX_BATCH) {
       const chunk = entryIds.slice(i, i + MAX_BATCH);
       const codes = await runScript(this.redis, 'renew', [this.keys.ready, this.keys.stats], [GROUP, this.consumer, ...chunk]);
@@ -127,7 +132,10 @@ export class Worker {
     } catch (err) {
       return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}` };
     }
-    const base = { ...d, task: env.task, attempt: env.attempt, payload: env.payload };
+    // A rule's fire that holds the rule's overlap lease: kept alive while it runs (renewLeases)
+    // and freed with unlease.lua once it is done or dead (flush).
+    const lease = env.lease_ms && env.schedule_id ? [env.schedule_id, env.run_id, env.lease_ms] : null;
+    const base = { ...d, task: env.task, attempt: env.attempt, payload: env.payload, lease };
     const handler = Object.hasOwn(this.handlers, env.task) ? this.handlers[env.task] : null;
     if (!handler) return { ...base, outcome: 'dead', reason: `unknown task '${env.task}': not registered with this worker` };
     const info = {
@@ -141,6 +149,7 @@ export class Worker {
       renew: async () => (await this.renewLeases([d.entryId]))[d.entryId],
     };
     this.held.add(d.entryId);
+    if (lease) this.leases.set(d.entryId, lease);
     try {
       await handler(env.payload, info);
       return { ...base, outcome: 'ack' };
@@ -154,6 +163,7 @@ export class Worker {
       return { ...base, outcome: 'retry', delayMs, reason: why, next: encode(nextAttempt(env, Date.now() + delayMs)) };
     } finally {
       this.held.delete(d.entryId);
+      this.leases.delete(d.entryId);
     }
   }
 
@@ -190,7 +200,17 @@ export class Worker {
           o.written = codes[j] === OK;
           if (!o.written) o.fenced = true; // another consumer owns the entry now
         });
+        if (kind !== 'retry') await this.unlease(chunk.filter((o) => o.written && o.lease));
       }
+    }
+  }
+
+  /** Runs of rules that finished (done or dead): free each rule's lease, start a waiting fire. */
+  async unlease(finished) {
+    const k = this.keys;
+    for (const { lease: [scheduleId, runId, leaseMs] } of finished) {
+      await runScript(this.redis, 'unlease', [k.lease(scheduleId), k.rule_waiting, k.runs, k.delayed, k.wake],
+        ['', scheduleId, runId, leaseMs]);
     }
   }
 }
