@@ -64,12 +64,16 @@ def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
     replies = pipe.execute(raise_on_error=False)
     if app.durable:
         acked = replies.pop()
-        if isinstance(acked, Exception) or int(acked) < 1:
+        # WAIT matters only if a call wrote something: when every call failed (all MOVED on a
+        # master demoted to replica, where WAIT itself fails too), the caller retries them.
+        wrote = any(not isinstance(r, Exception) for r in replies)
+        if wrote and (isinstance(acked, Exception) or int(acked) < 1):
             # Raise a script's own error first: it says more than the missing acknowledgement.
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
-            raise NotReplicated(_message(app))
+            cause = acked if isinstance(acked, Exception) else None
+            raise NotReplicated(_message(app)) from cause
     return list(replies)
 
 
