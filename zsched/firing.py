@@ -195,7 +195,7 @@ def fire_args(spec: Spec, raw_spec: bytes, raw_state: bytes, next_ms: int | None
         expected_state=raw_state,
         new_next=new_next,
         new_state=p.state.encode(),
-        catchup_head=p.state.backlog[0] if p.state.backlog else None,
+        catchup_head=p.state.catchup_head,
         overlap=str(spec.overlap),
         lease_ms=spec.lease_ms,
         fires=fires,

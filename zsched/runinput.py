@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
+from .envelope import MAX_INSTANT_MS
+
 #: Run ids are UTF-8 text of at most this many bytes (docs/protocol.md; the scripts check it).
 MAX_RUN_ID_BYTES = 512
 
@@ -37,7 +39,7 @@ def to_ms(run_at: datetime | float | int) -> int:
         raise ValueError(f"run_at must be an aware datetime or epoch seconds, got {run_at!r}")
     if not math.isfinite(run_at) or run_at < 0:
         raise ValueError(f"run_at must be finite epoch seconds >= 0, got {run_at!r}")
-    if run_at >= 253_402_300_800:  # the scripts refuse instants after 9999-12-31 too
+    if run_at * 1000 > MAX_INSTANT_MS:  # the scripts refuse instants after 9999-12-31 too
         raise ValueError(f"run_at {run_at!r} is after the year 9999")
     return int(round(run_at * 1000))
 

@@ -98,7 +98,7 @@ def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
         nxt = old_next  # a slot already due fires under the new spec; none is lost
     else:
         nxt = spec.first_slot_after(now)
-    head = state.backlog[0] if state.backlog and not spec.paused else None
+    head = None if spec.paused else state.catchup_head
     return app.scripts.run(S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(),
                                       catchup_head=head, expected=expected))  # fmt: skip
 
@@ -140,10 +140,10 @@ def resume(app: App, schedule_id: str) -> bool:
     records = [(s, "skipped", "paused", slot_run_id(schedule_id, s)) for s in slots]
     # The schedule call kept the stored state, so what `load` read is still the CAS token.
     new_state = replace(state, paused_at_ms=None, updated_ms=now)
-    head = state.backlog[0] if state.backlog else None  # replays kept by pause
     args = S.FireArgs(
         schedule_id, raw_live, None, raw_state, live.first_slot_after(now),
-        new_state.encode(), head, str(live.overlap), live.lease_ms, [], records,
+        new_state.encode(), state.catchup_head,  # replays a pause kept
+        str(live.overlap), live.lease_ms, [], records,
     )  # fmt: skip
     r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
                                dedupe_window_ms=app.settings.dedupe_window_ms,

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 
-from .envelope import Payload, check_payload
+from .envelope import MAX_INSTANT_MS, Payload, check_payload
 from .errors import RuleError
 from .rules import Cron, Every, Misfire, Overlap, Rule, rule_from_dict
 
@@ -26,7 +26,7 @@ MAX_GRACE_DEFAULT_MS = 60_000
 
 # Bounds that every later computation (datetime, msgpack, the scripts' due limit) can hold.
 _MAX_DURATION_MS = 1000 * 31_557_600_000
-_MIN_INSTANT_MS, _MAX_INSTANT_MS = -62_135_596_800_000, 253_402_300_799_999
+_MIN_INSTANT_MS = -62_135_596_800_000  # 0001-01-01
 
 
 def _ms(value: timedelta | float | int | None, name: str) -> int | None:
@@ -51,7 +51,7 @@ def _instant_ms(value: datetime | float | None, name: str) -> int | None:
         return int(round(value.timestamp() * 1000))
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RuleError(f"{name} must be an aware datetime or epoch seconds, got {value!r}")
-    if not _MIN_INSTANT_MS <= value * 1000 <= _MAX_INSTANT_MS:
+    if not _MIN_INSTANT_MS <= value * 1000 <= MAX_INSTANT_MS:
         raise RuleError(f"{name} must be between the years 1 and 9999, got {value!r}")
     return int(round(value * 1000))
 
@@ -133,6 +133,11 @@ class State:
     updated_ms: int | None = None
     #: Up to when DST gaps were checked for wall times a `dst_gap="skip"` rule dropped.
     gap_checked_ms: int | None = None
+
+    @property
+    def catchup_head(self) -> int | None:
+        """The oldest catch-up slot waiting (the rule's score in `rule_catchup`), or None."""
+        return self.backlog[0] if self.backlog else None
 
     def encode(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)  # type: ignore[no-any-return]

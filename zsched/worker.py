@@ -286,7 +286,8 @@ class Worker(WorkerLoop):
             return self._dead(d, why, "exhausted", task.name)
         if delay is None:
             delay = task.backoff_seconds(env.attempt, s.max_backoff_ms / 1000)
-        # max() first: a NaN from a callable backoff becomes 0, not a NaN due.
+        # Retry(delay=) is finite and >= 0 (it checks), but may be longer than the scripts
+        # allow (a due after 9999-12-31 refuses the whole retry call): cut there.
         delay_ms = int(min(max(0.0, delay), MAX_RETRY_DELAY_S) * 1000)
         nxt = env.next_attempt(int(time.time() * 1000) + delay_ms)
         self._retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
