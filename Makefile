@@ -49,7 +49,11 @@ servers: redis
 demo: venv redis
 	$(BIN)/python -m zsched.demo
 
-test: venv servers
+# Targets contributed per area (bench, chaos, soak, cluster ...) live in mk/*.mk; they add
+# their own prerequisites of `make test` (a browser, a second venv ...) with TEST_DEPS += ...
+TEST_DEPS :=
+-include mk/*.mk
+test: venv servers $(TEST_DEPS)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: venv
@@ -69,5 +73,3 @@ check: lint typecheck test
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-# Targets contributed per area (bench, chaos, soak, cluster ...) live in mk/*.mk.
--include mk/*.mk

@@ -38,20 +38,30 @@ SCHEDULE_UNCHANGED, SCHEDULE_CREATED, SCHEDULE_UPDATED, SCHEDULE_CHANGED = 0, 1,
 
 
 def lua_dir() -> Path:
-    """The folder holding the .lua files (the repo's lua/ or the installed package data)."""
-    here = Path(__file__).resolve().parent.parent / "lua"
-    if (here / "enqueue.lua").exists():
-        return here
-    return Path(str(resources.files("zsched.lua")))
+    """The folder holding the .lua files: the repo's lua/ or the installed package data.
+
+    The wheel installs them as zsched/lua/, a folder without __init__.py, so
+    importlib.resources sees a namespace package whose str() is not a path: look for
+    the folder beside this package first, and only then ask importlib.resources.
+    """
+    root = Path(__file__).resolve().parent
+    for candidate in (root.parent / "lua", root / "lua"):
+        if (candidate / "enqueue.lua").is_file():
+            return candidate
+    traversable = resources.files("zsched") / "lua"
+    if isinstance(traversable, Path):
+        return traversable
+    raise ScriptError(f"the Lua scripts are not installed as files ({traversable!r})")
 
 
 @cache
 def source(name: str) -> str:
     """The Lua source of one script."""
-    if name not in NAMES and not (lua_dir() / f"{name}.lua").exists():
+    path = lua_dir() / f"{name}.lua"
+    if name not in NAMES and not path.exists():
         raise ScriptError(f"no Lua script named {name!r}")
     try:
-        return (lua_dir() / f"{name}.lua").read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScriptError(f"cannot read Lua script {name!r}: {exc}") from exc
 
