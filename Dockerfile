@@ -8,15 +8,25 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /app
-
-# Dependencies and the package first, so that editing examples/ keeps this layer cached.
+# The wheel is built in a stage of its own and installed as users install it: the source tree
+# never reaches the final image, so nothing can import it instead of the installed package.
+FROM python:3.11-slim AS build
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY zsched ./zsched
 COPY lua ./lua
-RUN pip install .
+RUN pip wheel --no-deps --wheel-dir /dist .
 
-# The example app the compose workers import as examples.app:app.
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=build /dist /dist
+RUN pip install /dist/*.whl && rm -rf /dist
+
+# The example app the compose workers import as examples.app:app (only examples/ is in /app).
+WORKDIR /app
 COPY examples ./examples
 ENV PYTHONPATH=/app
 

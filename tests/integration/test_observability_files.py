@@ -311,10 +311,27 @@ def test_the_worker_imports_an_app_that_exists(compose: dict[str, Any]) -> None:
 
 def test_the_dockerfile_copies_only_files_that_exist() -> None:
     lines = (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
-    sources = [src for line in lines if line.startswith("COPY ") for src in shlex.split(line)[1:-1]]
+    sources = [
+        src
+        for line in lines
+        if line.startswith("COPY ") and "--from=" not in line  # --from copies from a stage
+        for src in shlex.split(line)[1:-1]
+    ]
     assert sources
     missing = [s for s in sources if not (ROOT / s).exists()]
     assert not missing, f"the Dockerfile copies missing {missing}"
+
+
+def test_the_image_installs_the_wheel_and_keeps_the_source_tree_out() -> None:
+    """PYTHONPATH=/app once made the image import the source tree instead of the installed
+    package, which hid a wheel that could not load its scripts: the final stage copies only
+    examples/ into /app."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    final = text.rsplit("\nFROM ", 1)[1]
+    assert "*.whl" in final
+    copies = [shlex.split(line)[1:-1] for line in final.splitlines() if line.startswith("COPY ")]
+    assert ["examples"] in copies
+    assert not any(src in ("zsched", "lua", ".") for c in copies for src in c), copies
 
 
 # -- Prometheus itself: scrape a live collector, run every dashboard query, evaluate alerts ------

@@ -12,10 +12,10 @@ import redis.exceptions
 
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
-from . import dead, enqueue, migrate, processes, runs, status
+from . import dead, enqueue, lua, migrate, processes, runs, schedules, status
 from .common import PROG, UsageError, fail
 
-MODULES = [processes, enqueue, status, runs, dead, migrate]
+MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, lua]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,12 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for m in MODULES:
         m.register(sub)
-    try:  # recurring rules add their own noun when present
-        from . import schedules
-
-        schedules.register(sub)
-    except ImportError:
-        pass
     return p
 
 
