@@ -44,8 +44,9 @@ def lua_dir() -> Path:
     importlib.resources sees a namespace package whose str() is not a path: look for
     the folder beside this package first, and only then ask importlib.resources.
     """
-    root = Path(__file__).resolve().parent
-    for candidate in (root.parent / "lua", root / "lua"):
+    here = Path(__file__).resolve()
+    for parent in here.parents[:3]:  # the repo's lua/, or zsched/lua/ in site-packages
+        candidate = parent / "lua"
         if (candidate / "enqueue.lua").is_file():
             return candidate
     traversable = resources.files("zsched") / "lua"
