@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..app import App
-from ..connection import sync_client
+from ..connection import redact, sync_client
 from .actions import act
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE_S, Credentials, csrf_ok
 from .backend import Console, SyncBackend
@@ -55,6 +55,8 @@ class ConsoleState:
     read_only: bool
     read_only_reason: str
     env: jinja2.Environment
+    #: The Redis the console reads, as shown on pages: credentials redacted.
+    redis_label: str
 
 
 def create_app(
@@ -73,17 +75,19 @@ def create_app(
     zsched.web.auth); without any the console is read-only. `read_only=True` leaves out every
     action endpoint."""
     if apps is None:
-        client = sync_client(
-            redis or os.environ.get("ZSCHED_REDIS_URL") or "redis://127.0.0.1:6379/0"
-        )
+        url = redis or os.environ.get("ZSCHED_REDIS_URL") or "redis://127.0.0.1:6379/0"
+        client = sync_client(url)
         apps = [App(client, queue=q, partitions="auto") for q in queues]
-    elif isinstance(apps, App):
-        apps = [apps]
+        label = redact(url)
+    else:
+        apps = [apps] if isinstance(apps, App) else list(apps)
+        first = apps[0].url if apps else None
+        label = redact(first) if first else "the client given by the host app"
     creds = Credentials.from_env(os.environ if environ is None else environ)
     reason = READ_ONLY_FLAG if read_only else ("" if creds.enabled else NO_CREDENTIALS)
     backend = SyncBackend.build(list(apps), thresholds)
     state = ConsoleState(Console(backend), [a.queue for a in apps], creds, bool(reason), reason,
-                         environment())  # fmt: skip
+                         environment(), label)  # fmt: skip
     app = Starlette(routes=_routes(state))
     app.state.console = state
     return app
