@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from conftest import CREDS, TOKEN
-from redis_server import RedisServer
 from console_seed import XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded
+from redis_server import RedisServer
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -159,7 +159,7 @@ def test_actions_and_pages_need_credentials(client, seeded) -> None:
     anon = TestClient(token_only.app)
     page = anon.get("/login").text
     csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
-    r = anon.post("/q/%s/act/cancel" % q, data={"csrf": csrf, "run_id": "send-0001"})
+    r = anon.post(f"/q/{q}/act/cancel", data={"csrf": csrf, "run_id": "send-0001"})
     assert r.status_code == 401
     bad = anon.post("/login", data={"csrf": csrf, "token": "wrong", "next": "/"})
     assert bad.status_code == 401
