@@ -150,6 +150,7 @@ class SyncBackend:
             "next": [] if spec.paused else next_fires(spec, now),
             "ledger": home.schedule_history(schedule_id, reads.PAGE_MAX),
             "options": spec_options(spec),
+            "payload": pretty_payload(spec.payload),
         }  # fmt: skip
 
     def simulate(self, queue: str, schedule_id: str, from_ms: int, to_ms: int,
