@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import CREDS, TOKEN
-from console_seed import XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded
+from console_seed import XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, server_ms
 from redis_server import RedisServer
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -333,6 +333,14 @@ def test_the_verdict_names_its_causes(client, queue) -> None:
     app.enqueue("late", None, run_at=(client.time()[0] - 120), run_id="late-1")
     v = c.get("/api/overview", headers=AUTH).json()["queues"][0]["verdict"]
     assert v.startswith("needs attention: due runs wait for a dispatcher: the oldest was due")
+    # A rule made 10 minutes ago that no dispatcher ever fired: the audit and the late fire.
+    now = server_ms(client)
+    old = zsched.App(client, queue=queue, clock=zsched.FakeClock(now - 600_000), metrics=Metrics())
+    old.schedule("lost", "t", every=60)
+    v = c.get("/api/overview", headers=AUTH).json()["queues"][0]["verdict"]
+    assert re.search(r"rule lost has (9|10) slot\(s\) past their grace with no outcome \(audit\)", v)
+    assert re.search(r"rule lost is late: its fire was due (9|10)min ago", v)
+    assert "needs attention" in c.get("/", headers=AUTH).text
 
 
 def test_a_partitioned_queue_shows_each_partition(client, queue) -> None:

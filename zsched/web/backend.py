@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +57,8 @@ class SyncBackend:
     apps: dict[str, App]
     thresholds: Thresholds
     sampler: Sampler
+    #: Per partition: the audit's HSCAN cursor and {rule: unaccounted slots} found so far.
+    audits: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, apps: Sequence[App], thresholds: Thresholds | None = None) -> SyncBackend:
@@ -106,9 +108,20 @@ class SyncBackend:
             "late_rule": None if late is None else {
                 "schedule_id": late[0], "late_ms": st.now_ms - late[1]},
             "rules": int(r.hlen(k.rules)),
+            "unaccounted": self._audit(view, name, st.now_ms),
         }  # fmt: skip
         part["causes"] = causes(part, self.thresholds)
         return part
+
+    def _audit(self, view: App, name: str, now_ms: int) -> dict[str, int]:
+        """Audit the next few rules of the partition (rotating, so every view stays bounded);
+        the rules found with unaccounted slots stay listed until audited clean again."""
+        cursor, found = self.audits.get(name, (0, {}))
+        nxt, batch = reads.audit_rules(view, cursor, now_ms)
+        # A new round (cursor 0) forgets rules removed since; a rule audited clean drops out.
+        merged = {**(found if cursor else {}), **batch}
+        self.audits[name] = (nxt, {k: v for k, v in merged.items() if v})
+        return self.audits[name][1]
 
     # -- runs ---------------------------------------------------------------------------------
 

@@ -101,6 +101,8 @@ def causes(part: dict[str, Any], t: Thresholds) -> list[str]:
         if c["idle_ms"] > t.stale_worker_ms:
             out.append(f"worker {c['name']} has not read for {_secs(c['idle_ms'])} "
                        f"(stale heartbeat)")  # fmt: skip
+    for sid, n in sorted(part.get("unaccounted", {}).items())[:5]:
+        out.append(f"rule {sid} has {n} slot(s) past their grace with no outcome (audit)")
     late = part.get("late_rule")
     if late:
         out.append(f"rule {late['schedule_id']} is late: its fire was due "

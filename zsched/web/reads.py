@@ -293,3 +293,47 @@ def late_rule(r: Any, k: QueueKeys, before_ms: int) -> tuple[str, int] | None:
     """The active rule whose next fire is the oldest before `before_ms`, if any (one read)."""
     rows = r.zrangebyscore(k.rule_next, "-inf", before_ms, start=0, num=1, withscores=True)
     return (_s(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+# -- the fire-ledger audit, a few rules at a time -------------------------------------------------
+
+#: Rules audited per overview read of a partition (the audit rotates through them).
+AUDIT_BATCH = 20
+#: Newest ledger entries read per audited rule.
+AUDIT_LEDGER_MAX = 4000
+
+
+def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]]:
+    """zsched.audit's check over one HSCAN step of rules (about AUDIT_BATCH): slots past their
+    grace with no outcome among each rule's newest AUDIT_LEDGER_MAX ledger entries. Returns the
+    next cursor and {schedule_id: unaccounted slots} of every rule audited (0: clean)."""
+    from ..audit import MAX_AUDITED_SLOTS, SLACK_MS
+    from ..firing import LEDGER_MAX_AGE_MS
+    from ..schedules import min_gap_ms
+
+    r, k = app.redis, app.keys
+    nxt, specs = r.hscan(k.rules, cursor, count=AUDIT_BATCH)
+    ids = sorted(specs)
+    if not ids:
+        return int(nxt), {}
+    pipe = r.pipeline(transaction=False)
+    pipe.hmget(k.rule_state, ids)
+    for raw_id in ids:
+        pipe.xrevrange(k.ledger(_s(raw_id)), "+", "-", count=AUDIT_LEDGER_MAX)
+    states, *ledgers = pipe.execute()
+    out: dict[str, int] = {}
+    for raw_id, raw_state, ledger in zip(ids, states, ledgers, strict=True):
+        spec, state = decode_spec(specs[raw_id]), decode_state(raw_state)
+        start = max(state.updated_ms or state.created_ms or now_ms, now_ms - LEDGER_MAX_AGE_MS)
+        if spec.start_ms is not None:
+            start = max(start, spec.start_ms - 1)
+        end = now_ms - spec.misfire_grace_ms - SLACK_MS
+        if spec.end_ms is not None:
+            end = min(end, spec.end_ms)
+        if spec.paused and state.paused_at_ms is not None:
+            end = min(end, state.paused_at_ms - 1)
+        start = max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
+        expected = spec.trigger.slots_between(start, end, MAX_AUDITED_SLOTS) if end > start else []
+        seen = {int(f[b"slot_ms"]) for _, f in ledger}
+        out[_s(raw_id)] = sum(1 for s in expected if s not in seen and s not in state.backlog)
+    return int(nxt), out
