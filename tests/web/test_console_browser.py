@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from zsched.metrics import Metrics
 from zsched.web import create_app
 
 CHROMIUM = Path("/usr/bin/chromium")
+#: `ZSCHED_WEB_SCREENSHOTS=1 make test` refreshes docs/console-*.png from this run; otherwise
+#: the screenshots go to a temporary folder (so a test run leaves the work tree as it was).
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="make test installs chromium")
@@ -101,9 +104,12 @@ def console(client: Any, queue: str, env: dict[str, str]) -> Any:
     return create_app(zsched.App(client, queue=queue, metrics=Metrics()), environ=env)
 
 
-def test_every_page_and_every_action_in_a_browser(browser, client, seeded_sync: Seeded) -> None:
+def test_every_page_and_every_action_in_a_browser(
+    browser, client, seeded_sync: Seeded, tmp_path: Path
+) -> None:
     q, seeded = seeded_sync.queue, seeded_sync
     app = zsched.App(client, queue=q)
+    shots = DOCS if os.environ.get("ZSCHED_WEB_SCREENSHOTS") else tmp_path
     with serve(console(client, q, {"ZSCHED_WEB_TOKEN": TOKEN})) as base:
         page = open_page(browser)
         page.goto(f"{base}/q/{q}/runs")
@@ -132,7 +138,8 @@ def test_every_page_and_every_action_in_a_browser(browser, client, seeded_sync: 
         page.goto(f"{base}/")
         assert page.inner_text(".verdict")
         assert page.locator("[data-k=delayed]").first.inner_text() == str(len(seeded.delayed) - 1)
-        page.screenshot(path=str(DOCS / "console-overview.png"), full_page=True)
+        page.locator("#updated", has_text="updated").wait_for()  # one live refresh: rates
+        page.screenshot(path=str(shots / "console-overview.png"), full_page=True)
         no_injection(page)
         # Rules: list, a rule's ledger, pause, resume, edit, bad edit, backfill, simulate.
         page.goto(f"{base}/q/{q}/rules")
@@ -165,7 +172,8 @@ def test_every_page_and_every_action_in_a_browser(browser, client, seeded_sync: 
         page.fill("#simulate-form input[name=to]", "2026-12-01T00:09")
         page.click("#simulate")
         assert page.locator("#sim tbody tr").count() >= 5 and "coalesced" in page.inner_text("#sim")
-        page.screenshot(path=str(DOCS / "console-rule.png"), full_page=True)
+        page.screenshot(path=str(shots / "console-rule.png"), full_page=True)
+        assert (shots / "console-rule.png").stat().st_size > 10_000
         # Remove, with a confirmation that names the rule.
         page.goto(f"{base}/q/{q}/rule?id=nightly")
         page.click("#remove")
