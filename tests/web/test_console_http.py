@@ -355,3 +355,36 @@ def test_a_partitioned_queue_shows_each_partition(client, queue) -> None:
     ids = re.findall(r'run\?id=(p\d+)">', one) + re.findall(r'run\?id=(p\d+)">', two)
     assert sorted(ids) == sorted(f"p{i}" for i in range(20))
     assert "scheduled" in c.get(f"/q/{queue}/run?id=p7", headers=AUTH).text
+
+
+def test_actions_change_redis_through_the_public_api_and_refuse_bad_input(client, seeded) -> None:
+    q, c = seeded.queue, console(client, seeded.queue)
+    app = zsched.App(client, queue=q)
+    spec_before = [i.as_dict() for i in app.schedules()]
+    r = post(c, q, "edit", {"schedule_id": "nightly", "kind": "cron", "cron": "61 * * * *",
+                            "tz": "Europe/Berlin"})  # fmt: skip
+    assert "minute" in flash(c, r).lower() and [i.as_dict() for i in app.schedules()] == spec_before
+    r = post(c, q, "edit", {"schedule_id": "nightly", "kind": "cron", "cron": "0 3 * * *",
+                            "tz": "Mars/Olympus"})  # fmt: skip
+    assert "Mars/Olympus" in flash(c, r)
+    r = post(c, q, "edit", {"schedule_id": "nightly", "kind": "cron", "cron": "0 3 * * *",
+                            "tz": "America/New_York", "misfire": "skip"})  # fmt: skip
+    assert flash(c, r) == "saved rule nightly"
+    nightly = next(i for i in app.schedules() if i.schedule_id == "nightly")
+    assert nightly.rule == "cron '0 3 * * *' in America/New_York" and nightly.misfire == "skip"
+    r = post(c, q, "backfill", {"schedule_id": "nightly", "start": "yesterday", "end": "now"})
+    assert "start: expected a date and time" in flash(c, r)
+    r = post(c, q, "remove", {"schedule_id": "nightly"})  # no confirmation form
+    assert "needs its confirmation" in flash(c, r) and len(app.schedules()) == 3
+    confirm = c.get(f"/q/{q}/dead/confirm?op=purge&reason=bad input", headers=AUTH).text
+    assert re.search(r"purge <b>2</b> dead letter\(s\) whose reason contains <b>bad input</b>", confirm)
+    r = post(c, q, "purge-matching", {"reason": "bad input"})
+    assert flash(c, r) == "purged 2 dead letter(s)"
+    assert [d.reason for d in app.dead_letters()] == ["failed: " + XSS_REASON]
+    r = post(c, q, "replay", {"entry_id": []})
+    assert flash(c, r) == "select at least one dead letter"
+    r = post(c, q, "cancel", {"run_id": "send-0003"})
+    assert flash(c, r) == "cancelled run send-0003"
+    r = post(c, q, "cancel", {"run_id": "send-0003"})
+    assert flash(c, r) == "run send-0003 is not delayed: not cancelled"
+    assert post(c, q, "no-such-action", {}).status_code == 404
