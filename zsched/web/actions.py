@@ -118,8 +118,8 @@ def _matching(form: FormData) -> tuple[Any, ...]:
     return str(form.get("task") or ""), str(form.get("reason") or "")
 
 
-def _to_run(request: Request, q: str, form: FormData) -> str:
-    return href(request, "q", q, "run", id=form.get("run_id"))
+def _to_runs(request: Request, q: str, form: FormData) -> str:
+    return href(request, "q", q, "runs")  # a cancelled run has no page any more
 
 
 def _to_rule(request: Request, q: str, form: FormData) -> str:
@@ -137,7 +137,7 @@ def _to_dead(request: Request, q: str, form: FormData) -> str:
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
-        Action("cancel", "cancel", _run_id, _to_run),
+        Action("cancel", "cancel", _run_id, _to_runs),
         Action("pause", "pause", _rule_id, _to_rule),
         Action("resume", "resume", _rule_id, _to_rule),
         Action("edit", "edit", _edit, _to_rule),
