@@ -148,6 +148,7 @@ def test_every_page_and_every_action_in_a_browser(
         assert XSS_RULE in page.inner_text("#rules")
         no_injection(page)
         page.click("text=tick")
+        assert page.inner_text("#audit") == "every slot past its grace has an outcome"
         ledger = page.inner_text("#ledger")
         assert "skipped: the previous run tick@" in ledger and "coalesced" in ledger
         page.click("#pause")

@@ -341,6 +341,8 @@ def test_the_verdict_names_its_causes(client, queue) -> None:
     assert re.search(r"rule lost has (9|10) slot\(s\) past their grace with no outcome \(audit\)", v)
     assert re.search(r"rule lost is late: its fire was due (9|10)min ago", v)
     assert "needs attention" in c.get("/", headers=AUTH).text
+    page = c.get(f"/q/{queue}/rule?id=lost", headers=AUTH).text
+    assert re.search(r'id="audit">(9|10) slot\(s\) past their grace have no outcome', page)
 
 
 def test_a_partitioned_queue_shows_each_partition(client, queue) -> None:

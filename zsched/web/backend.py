@@ -158,7 +158,9 @@ class SyncBackend:
         home = self.app(queue).rule_home(schedule_id)
         spec, state, nxt = reads.rule(home, schedule_id)
         now = int(home.redis.time()[0]) * 1000
+        missing = reads.audit_rule(home, schedule_id, spec, state, now)
         return {
+            "unaccounted": missing,
             "spec": spec, "state": state, "next_fire_ms": nxt,
             "next": [] if spec.paused else next_fires(spec, now),
             "ledger": home.schedule_history(schedule_id, reads.PAGE_MAX),

@@ -307,10 +307,6 @@ def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]
     """zsched.audit's check over one HSCAN step of rules (about AUDIT_BATCH): slots past their
     grace with no outcome among each rule's newest AUDIT_LEDGER_MAX ledger entries. Returns the
     next cursor and {schedule_id: unaccounted slots} of every rule audited (0: clean)."""
-    from ..audit import MAX_AUDITED_SLOTS, SLACK_MS
-    from ..firing import LEDGER_MAX_AGE_MS
-    from ..schedules import min_gap_ms
-
     r, k = app.redis, app.keys
     nxt, specs = r.hscan(k.rules, cursor, count=AUDIT_BATCH)
     ids = sorted(specs)
@@ -324,16 +320,32 @@ def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]
     out: dict[str, int] = {}
     for raw_id, raw_state, ledger in zip(ids, states, ledgers, strict=True):
         spec, state = decode_spec(specs[raw_id]), decode_state(raw_state)
-        start = max(state.updated_ms or state.created_ms or now_ms, now_ms - LEDGER_MAX_AGE_MS)
-        if spec.start_ms is not None:
-            start = max(start, spec.start_ms - 1)
-        end = now_ms - spec.misfire_grace_ms - SLACK_MS
-        if spec.end_ms is not None:
-            end = min(end, spec.end_ms)
-        if spec.paused and state.paused_at_ms is not None:
-            end = min(end, state.paused_at_ms - 1)
-        start = max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
-        expected = spec.trigger.slots_between(start, end, MAX_AUDITED_SLOTS) if end > start else []
-        seen = {int(f[b"slot_ms"]) for _, f in ledger}
-        out[_s(raw_id)] = sum(1 for s in expected if s not in seen and s not in state.backlog)
+        out[_s(raw_id)] = len(unaccounted(spec, state, ledger, now_ms))
     return int(nxt), out
+
+
+def audit_rule(app: Any, schedule_id: str, spec: Spec, state: State, now_ms: int) -> list[int]:
+    """One rule's slots past their grace with no outcome (its newest AUDIT_LEDGER_MAX entries)."""
+    ledger = app.redis.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=AUDIT_LEDGER_MAX)
+    return unaccounted(spec, state, ledger, now_ms)
+
+
+def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int) -> list[int]:
+    """zsched.audit's rule: the expected slots (the newest MAX_AUDITED_SLOTS, since the rule
+    was last written) past grace + slack that the ledger has no outcome for."""
+    from ..audit import MAX_AUDITED_SLOTS, SLACK_MS
+    from ..firing import LEDGER_MAX_AGE_MS
+    from ..schedules import min_gap_ms
+
+    start = max(state.updated_ms or state.created_ms or now_ms, now_ms - LEDGER_MAX_AGE_MS)
+    if spec.start_ms is not None:
+        start = max(start, spec.start_ms - 1)
+    end = now_ms - spec.misfire_grace_ms - SLACK_MS
+    if spec.end_ms is not None:
+        end = min(end, spec.end_ms)
+    if spec.paused and state.paused_at_ms is not None:
+        end = min(end, state.paused_at_ms - 1)
+    start = max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
+    expected = spec.trigger.slots_between(start, end, MAX_AUDITED_SLOTS) if end > start else []
+    seen = {int(f[b"slot_ms"]) for _, f in ledger}
+    return [s for s in expected if s not in seen and s not in state.backlog]
