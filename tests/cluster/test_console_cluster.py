@@ -44,3 +44,15 @@ def test_the_console_serves_a_partitioned_queue_on_redis_cluster(cluster) -> Non
     assert r.status_code == 200 and "cancelled run c7" in r.text
     with pytest.raises(zsched.RunNotFound):
         app.get_run("c7")
+
+
+def test_the_console_serves_a_queue_through_sentinel(sentinel_group) -> None:
+    q = "web-" + uuid.uuid4().hex[:8]
+    url = sentinel_group.url
+    app = zsched.App(url, queue=q)
+    app.enqueue("t", {"k": 1}, delay=600, run_id="s1")
+    c = TestClient(create_app(redis=url, queues=[q], environ={"ZSCHED_WEB_TOKEN": "cluster-token"}))
+    assert c.get("/api/overview", headers=AUTH).json()["queues"][0]["total"]["delayed"] == 1
+    assert "scheduled" in c.get(f"/q/{q}/run?id=s1", headers=AUTH).text
+    assert "s1" in c.get(f"/q/{q}/runs", headers=AUTH).text
+    app.close()
