@@ -27,8 +27,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 #: the screenshots go to a temporary folder (so a test run leaves the work tree as it was).
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="make test installs chromium")
-sync_api = pytest.importorskip("playwright.sync_api")
 
 
 @contextlib.contextmanager
@@ -75,6 +73,11 @@ def seeded_sync(client: Any, redis_url: str, queue: str) -> Seeded:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Debian's chromium, never a downloaded one; missing, it fails (make test installs it)."""
+    if not CHROMIUM.exists():
+        pytest.fail("the browser tests need /usr/bin/chromium: `make chromium` (mk/web.mk)")
+    from playwright import sync_api
+
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         yield b
