@@ -390,3 +390,23 @@ def test_actions_change_redis_through_the_public_api_and_refuse_bad_input(client
     r = post(c, q, "cancel", {"run_id": "send-0003"})
     assert flash(c, r) == "run send-0003 is not delayed: not cancelled"
     assert post(c, q, "no-such-action", {}).status_code == 404
+
+
+def test_rules_page_through_many_rules_and_search_by_id_prefix(client, queue) -> None:
+    app = zsched.App(client, queue=queue, metrics=Metrics())
+    for i in range(250):
+        app.schedule(f"r{i:03d}", "t", every=60 + i)
+    app.schedule("needle*[x]", "t", every=60)
+    c = console(client, queue)
+    seen: list[str] = []
+    url = f"/q/{queue}/rules"
+    while url:
+        body = c.get(url, headers=AUTH).text
+        ids = re.findall(r'<tr data-rule="([^"]+)">', body)
+        assert len(ids) <= 130  # one HSCAN step: COUNT 100 is a hint
+        seen += ids
+        nxt = re.search(r'id="next" href="([^"]+)"', body)
+        url = nxt.group(1).replace("&amp;", "&") if nxt else ""
+    assert sorted(seen) == sorted([f"r{i:03d}" for i in range(250)] + ["needle*[x]"])
+    found = c.get(f"/q/{queue}/rules", params={"match": "needle*["}, headers=AUTH).text
+    assert re.findall(r'<tr data-rule="([^"]+)">', found) == ["needle*[x]"]

@@ -32,6 +32,8 @@ FILTER_SCAN_MAX = 1000
 #: Dead letters examined per request when filtering or counting a bulk action.
 DEAD_SCAN_MAX = 10_000
 DEAD_BATCH = 500
+#: HSCAN steps (of ~100 rules each) one search of rules by id may take.
+MATCH_STEPS = 10
 #: Consumers of the group shown (XINFO CONSUMERS lists every one; a group has few).
 CONSUMERS_MAX = 100
 
@@ -186,10 +188,17 @@ class RulesPage:
 
 def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesPage:
     """About PAGE_MAX rules: one HSCAN step of the `rules` hash (COUNT 100; Redis may return a
-    few more), then their state, next fire and last ledger entry in one pipeline. Hash order,
-    sorted by id within the page; next_cursor 0 = last page."""
+    few more; a search by id prefix takes up to MATCH_STEPS steps), then their state, next
+    fire and last ledger entry in one pipeline. Hash order, sorted by id within the page;
+    next_cursor 0 = last page."""
     pattern = _glob_escape(match) + "*" if match else None
     nxt, specs = r.hscan(k.rules, cursor, match=pattern, count=PAGE_MAX)
+    steps = 1
+    # A MATCH can leave a step empty: take a few more steps (bounded) before showing a page.
+    while match and len(specs) < PAGE_MAX and int(nxt) and steps < MATCH_STEPS:
+        nxt, more = r.hscan(k.rules, nxt, match=pattern, count=PAGE_MAX)
+        specs.update(more)
+        steps += 1
     ids = sorted(_s(m) for m in specs)
     pipe = r.pipeline(transaction=False)
     pipe.hlen(k.rules)
