@@ -12,10 +12,10 @@ import redis.exceptions
 
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
-from . import dead, enqueue, lua, migrate, processes, runs, schedules, status
+from . import dead, enqueue, lua, migrate, processes, runs, schedules, status, web
 from .common import PROG, UsageError, fail
 
-MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, lua]
+MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, web, lua]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,286 @@
+"""The console's one seam to Redis: every read and action of a page is a method here.
+
+`SyncBackend` drives the sync `zsched.App` (one per queue) and the bounded reads of
+`zsched.web.reads`; pages call it through `Console.call`, which runs a sync method in
+Starlette's thread pool and awaits an async one directly, so an async backend (over
+`zsched.AsyncApp`) can replace this one method by method without touching the pages.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from ..app import App
+from ..schedules import build_spec, spec_options
+from ..simulate import simulate
+from . import reads
+from .health import Sampler, Thresholds, causes, verdict
+
+#: Characters of a payload shown on a page; the rest is cut (and says so).
+PAYLOAD_DISPLAY_MAX = 16_384
+#: Upcoming fires listed per rule.
+NEXT_FIRES = 5
+#: Slots one "what if" simulation may cover (its cost grows with them).
+SIMULATE_MAX_SLOTS = 500
+
+
+def pretty_payload(payload: Any) -> str:
+    """The payload as indented JSON (bytes shown as their repr), cut at PAYLOAD_DISPLAY_MAX."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True, default=repr)
+    if len(text) > PAYLOAD_DISPLAY_MAX:
+        return text[:PAYLOAD_DISPLAY_MAX] + f"\n… cut: {len(text):,} characters in all"
+    return text
+
+
+def next_fires(spec: Any, after_ms: int, n: int = NEXT_FIRES) -> list[int]:
+    """The rule's next `n` slots after `after_ms` within its start and end (pure)."""
+    out: list[int] = []
+    t: int | None = after_ms
+    while t is not None and len(out) < n:
+        t = spec.first_slot_after(t)
+        if t is not None:
+            out.append(t)
+    return out
+
+
+@dataclass
+class SyncBackend:
+    """Reads and actions over sync Apps, one per queue (partitioned queues included)."""
+
+    apps: dict[str, App]
+    thresholds: Thresholds
+    sampler: Sampler
+    #: Per partition: the audit's HSCAN cursor and {rule: unaccounted slots} found so far.
+    audits: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, apps: Sequence[App], thresholds: Thresholds | None = None) -> SyncBackend:
+        return cls({a.queue: a for a in apps}, thresholds or Thresholds(), Sampler())
+
+    def app(self, queue: str) -> App:
+        try:
+            return self.apps[queue]
+        except KeyError:
+            raise LookupError(f"the console does not serve queue {queue!r}") from None
+
+    def part(self, queue: str, partition: int) -> App:
+        app = self.app(queue)
+        if not 0 <= partition < app.partitions:
+            raise LookupError(f"queue {queue!r} has no partition {partition}")
+        return app.partition_view(partition) if app.partitions > 1 else app
+
+    # -- overview -----------------------------------------------------------------------------
+
+    def overview(self, queue: str) -> dict[str, Any]:
+        """Counts, rates, workers, newest ready runs and the verdict of each partition."""
+        app = self.app(queue)
+        views = app.partition_views()
+        statuses = app.partition_statuses() if app.partitions > 1 else [app.status()]
+        parts = [self._part(v, st) for v, st in zip(views, statuses, strict=True)]
+        every = [c for p in parts for c in p["causes"]]
+        keys = ("delayed", "due", "ready", "pending", "dead", "rules")
+        total = {k: sum(p[k] for p in parts) for k in keys}
+        return {"queue": queue, "partitions": parts, "total": total, "verdict": verdict(every),
+                "healthy": not every}  # fmt: skip
+
+    def _part(self, view: App, st: Any) -> dict[str, Any]:
+        r, k = view.redis, view.keys
+        name = k.queue if k.partition is None else f"{k.queue}#{k.partition}"
+        self.sampler.add(name, st.now_ms, st.stats, st.due)
+        late = reads.late_rule(r, k, st.now_ms - self.thresholds.late_rule_ms)
+        part: dict[str, Any] = {
+            "name": name, "now_ms": st.now_ms, "delayed": st.delayed, "due": st.due,
+            "oldest_due_age_ms": st.oldest_due_age_ms,
+            "ready": max(0, st.stream_length - st.pending), "pending": st.pending,
+            "oldest_pending_idle_ms": st.oldest_pending_idle_ms, "dead": st.dead,
+            "stats": st.stats, "rates": self.sampler.rates(name),
+            "backlog_growing": self.sampler.backlog_growing(name),
+            "new_dead": self.sampler.new_dead(name),
+            "consumers": [vars(c) for c in reads.consumers(r, k)],
+            "newest_ready": [{"entry_id": e, "run_id": rid} for e, rid in reads.newest_ready(r, k)],
+            "late_rule": None if late is None else {
+                "schedule_id": late[0], "late_ms": st.now_ms - late[1]},
+            "rules": int(r.hlen(k.rules)),
+            "unaccounted": self._audit(view, name, st.now_ms),
+        }  # fmt: skip
+        part["causes"] = causes(part, self.thresholds)
+        return part
+
+    def _audit(self, view: App, name: str, now_ms: int) -> dict[str, int]:
+        """Audit the next few rules of the partition (rotating, so every view stays bounded);
+        the rules found with unaccounted slots stay listed until audited clean again."""
+        cursor, found = self.audits.get(name, (0, {}))
+        nxt, batch = reads.audit_rules(view, cursor, now_ms)
+        # A new round (cursor 0) forgets rules removed since; a rule audited clean drops out.
+        merged = {**(found if cursor else {}), **batch}
+        self.audits[name] = (nxt, {k: v for k, v in merged.items() if v})
+        return self.audits[name][1]
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def run(self, queue: str, run_id: str) -> dict[str, Any]:
+        """One run's state (App.get_run) and its payload, pretty-printed and capped."""
+        app = self.app(queue)
+        st = app.get_run(run_id)
+        env = None
+        if st.state != "done":
+            home = app.keys_for_run(run_id)
+            env = reads.run_envelope(app.redis, home, run_id, dead=st.state == "dead")
+        out = st.as_dict()
+        out["payload"] = None if env is None else pretty_payload(env.payload)
+        out["schedule_id"] = env.schedule_id if env else None
+        out["max_attempts"] = env.max_attempts if env else None
+        return out
+
+    def delayed(self, queue: str, partition: int, cursor: str, task: str) -> reads.DelayedPage:
+        view = self.part(queue, partition)
+        return reads.delayed_page(view.redis, view.keys, cursor, task)
+
+    # -- rules --------------------------------------------------------------------------------
+
+    def rules(self, queue: str, partition: int, cursor: int, match: str) -> dict[str, Any]:
+        view = self.part(queue, partition)
+        page = reads.rules_page(view.redis, view.keys, cursor, match)
+        now = int(view.redis.time()[0]) * 1000
+        rows = [{"info": info, "spec": spec, "next": next_fires(spec, now)}
+                for info, spec in page.rules]  # fmt: skip
+        return {"rows": rows, "next_cursor": page.next_cursor, "total": page.total}
+
+    def rule(self, queue: str, schedule_id: str) -> dict[str, Any]:
+        """Spec, state, the next fires and the ledger (newest 100) of one rule."""
+        home = self.app(queue).rule_home(schedule_id)
+        spec, state, nxt = reads.rule(home, schedule_id)
+        now = int(home.redis.time()[0]) * 1000
+        missing = reads.audit_rule(home, schedule_id, spec, state, now)
+        return {
+            "unaccounted": missing,
+            "spec": spec, "state": state, "next_fire_ms": nxt,
+            "next": [] if spec.paused else next_fires(spec, now),
+            "ledger": home.schedule_history(schedule_id, reads.PAGE_MAX),
+            "options": spec_options(spec),
+            "payload": pretty_payload(spec.payload),
+        }  # fmt: skip
+
+    def simulate(self, queue: str, schedule_id: str, from_ms: int, to_ms: int,
+                 slow_s: float | None) -> list[Any]:  # fmt: skip
+        """The simulator's slot-by-slot result; refuses windows over SIMULATE_MAX_SLOTS."""
+        home = self.app(queue).rule_home(schedule_id)
+        spec, _state, _ = reads.rule(home, schedule_id)
+        if to_ms <= from_ms:
+            raise ValueError("the outage must end after it starts")
+        if (
+            len(spec.trigger.slots_between(from_ms, to_ms, SIMULATE_MAX_SLOTS + 1))
+            > SIMULATE_MAX_SLOTS
+        ):
+            raise ValueError(f"the window holds more than {SIMULATE_MAX_SLOTS} slots; shorten it")
+        return simulate(home, schedule_id, from_ms, to_ms, slow_s)
+
+    # -- dead letters -------------------------------------------------------------------------
+
+    def dead(self, queue: str, cursor: str, task: str, reason: str) -> dict[str, Any]:
+        """A page of dead letters (oldest first) after `cursor`; filtered pages come from a
+        bounded scan (reads.DEAD_SCAN_MAX)."""
+        app = self.app(queue)
+        if task or reason:
+            m = reads.dead_matching(app, task, reason, keep=reads.PAGE_MAX)
+            letters, nxt = m.letters, None
+            count, complete = len(m.entry_ids), m.complete
+        else:
+            start = "(" + cursor if cursor else "-"
+            letters = app.dead_letters(count=reads.PAGE_MAX, start=start)
+            nxt = letters[-1].entry_id if len(letters) == reads.PAGE_MAX else None
+            count, complete = app.status().dead, True
+        rows = []
+        for d in letters:
+            env = reads.envelope_of(d.envelope, d.run_id)
+            rows.append(
+                {
+                    "d": d,
+                    "attempt": env.attempt if env else None,
+                    "payload": pretty_payload(env.payload) if env else "(unreadable)",
+                }
+            )
+        return {"rows": rows, "next_cursor": nxt, "count": count, "complete": complete}
+
+    def dead_count(self, queue: str, task: str, reason: str) -> reads.DeadMatch:
+        return reads.dead_matching(self.app(queue), task, reason)
+
+    # -- actions (each one call of the public API) ----------------------------------------------
+
+    def cancel(self, queue: str, run_id: str) -> str:
+        ok = self.app(queue).cancel(run_id)
+        return f"cancelled run {run_id}" if ok else f"run {run_id} is not delayed: not cancelled"
+
+    def pause(self, queue: str, schedule_id: str) -> str:
+        ok = self.app(queue).pause_schedule(schedule_id)
+        return f"paused rule {schedule_id}" if ok else f"rule {schedule_id} was already paused"
+
+    def resume(self, queue: str, schedule_id: str) -> str:
+        ok = self.app(queue).resume_schedule(schedule_id)
+        return f"resumed rule {schedule_id}" if ok else f"rule {schedule_id} was not paused"
+
+    def remove(self, queue: str, schedule_id: str) -> str:
+        ok = self.app(queue).unschedule(schedule_id)
+        return f"removed rule {schedule_id}" if ok else f"no rule {schedule_id}"
+
+    def edit(self, queue: str, schedule_id: str, changes: dict[str, Any]) -> str:
+        """Apply edited trigger/policy fields over the stored options (validated as
+        App.schedule validates them, before anything is written)."""
+        app = self.app(queue)
+        spec, _state, _ = reads.rule(app.rule_home(schedule_id), schedule_id)
+        opts = spec_options(spec)
+        opts.pop("paused")  # pausing has its own actions
+        if "cron" in changes or "every" in changes:
+            for k in ("cron", "every", "tz", "dst_gap", "dst_repeat"):
+                opts.pop(k, None)
+        opts.update(changes)
+        build_spec(schedule_id, spec.task, **opts)  # RuleError names the bad field
+        app.schedule(schedule_id, spec.task, **opts)
+        return f"saved rule {schedule_id}"
+
+    def backfill(self, queue: str, schedule_id: str, start: datetime, end: datetime) -> str:
+        n = self.app(queue).backfill(schedule_id, start, end)
+        return f"backfill of {schedule_id}: {n} run(s) enqueued"
+
+    def replay(self, queue: str, entry_ids: list[str]) -> str:
+        counts = self.app(queue).replay_dead(entry_ids)
+        return "replayed: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+
+    def purge(self, queue: str, entry_ids: list[str]) -> str:
+        n = self.app(queue).purge_dead(entry_ids)
+        return f"purged {n} dead letter(s)"
+
+    def replay_matching(self, queue: str, task: str, reason: str) -> str:
+        """Replay every dead letter the filter matches (the bounded scan's ids)."""
+        m = reads.dead_matching(self.app(queue), task, reason)
+        if not m.entry_ids:
+            return "no dead letter matches"
+        return self.replay(queue, m.entry_ids) + _more(m)
+
+    def purge_matching(self, queue: str, task: str, reason: str) -> str:
+        m = reads.dead_matching(self.app(queue), task, reason)
+        return self.purge(queue, m.entry_ids) + _more(m)
+
+
+def _more(m: reads.DeadMatch) -> str:
+    return "" if m.complete else f" (of the first {m.scanned:,} scanned; run it again for more)"
+
+
+class Console:
+    """What the pages hold: the backend and how to call it from the event loop."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    async def call(self, method: str, *args: Any) -> Any:
+        fn: Callable[..., Any] = getattr(self.backend, method)
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        return await run_in_threadpool(fn, *args)

@@ -1,0 +1,360 @@
+"""Bounded Redis reads the console needs and the App does not offer: a page of the delayed set
+in due order, a page of rules, one run's payload, a bounded scan of dead letters, the workers of
+the consumer group and the newest entries of the ready stream.
+
+Every function here reads at most a fixed amount (stated in its docstring): a page view can
+never block Redis, and no function walks the keyspace (no KEYS, no SCAN). Writes never happen
+here; actions go through the App.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.exceptions
+
+from ..delayed import leaf_number, untag
+from ..envelope import Envelope, decode
+from ..errors import PayloadError
+from ..keys import GROUP, QueueKeys
+from ..schedule_ops import load
+from ..schedules import ScheduleInfo, Spec, State, decode_spec, decode_state
+
+#: Most rows on one page of any list.
+PAGE_MAX = 100
+#: Leaves of the delayed set's B-tree read per round (each holds at most 64 runs).
+LEAVES_PER_ROUND = 8
+#: Runs examined per page when filtering delayed runs by task (envelopes read: bounded).
+FILTER_SCAN_MAX = 1000
+#: Dead letters examined per request when filtering or counting a bulk action.
+DEAD_SCAN_MAX = 10_000
+DEAD_BATCH = 500
+#: HSCAN steps (of ~100 rules each) one search of rules by id may take.
+MATCH_STEPS = 10
+#: Consumers of the group shown (XINFO CONSUMERS lists every one; a group has few).
+CONSUMERS_MAX = 100
+
+
+def _s(b: Any) -> str:
+    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
+
+
+# -- the delayed set, page by page -------------------------------------------------------------
+
+
+def tree_key(due_ms: int, run_id: str) -> bytes:
+    """A run's key in the B-tree (lua/lib/btree.lua: bt_key): byte order = (due, id) order."""
+    return b"%015d" % due_ms + run_id.encode().replace(b"\0", b"\0\1") + b"\0\0"
+
+
+def encode_cursor(due_ms: int, run_id: str) -> str:
+    """An opaque cursor naming the last run shown: the next page starts after it."""
+    return base64.urlsafe_b64encode(b"%d:" % due_ms + run_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str] | None:
+    """(due_ms, run_id) of a cursor, or None for an empty or malformed one (first page)."""
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        due, _, rid = raw.partition(b":")
+        return int(due), rid.decode()
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class DelayedRow:
+    """One delayed run on a page: id, due, and its task (None if the envelope is unreadable)."""
+
+    run_id: str
+    due_ms: int
+    task: str | None
+
+
+@dataclass(frozen=True)
+class DelayedPage:
+    rows: list[DelayedRow]
+    next_cursor: str | None
+    scanned: int
+
+
+def _leaves_after(r: Any, k: QueueKeys, after: tuple[int, str] | None, first: bool) -> list[bytes]:
+    """Index members of up to LEAVES_PER_ROUND leaves that may hold runs after `after`: the
+    leaf holding `after` (when `first`) and the leaves following it."""
+    if after is None:
+        return list(r.zrange(k.delayed_index, 0, LEAVES_PER_ROUND - 1))
+    key = tree_key(*after)
+    pipe = r.pipeline(transaction=False)
+    pipe.zrevrangebylex(k.delayed_index, b"[" + key, b"-", start=0, num=1)
+    pipe.zrangebylex(k.delayed_index, b"(" + key, b"+", start=0, num=LEAVES_PER_ROUND)
+    own, later = pipe.execute()
+    return (list(own) if first else []) + list(later)
+
+
+def delayed_page(
+    r: Any, k: QueueKeys, cursor: str = "", task: str = "", limit: int = PAGE_MAX
+) -> DelayedPage:
+    """Delayed runs in due order after `cursor`, at most `limit` (<= 100); with `task`, only
+    runs of that task, examining at most FILTER_SCAN_MAX runs (the cursor then says where the
+    scan stopped). Reads at most LEAVES_PER_ROUND leaves (64 runs each) per round trip."""
+    limit = max(1, min(limit, PAGE_MAX))
+    after = decode_cursor(cursor)
+    rows: list[DelayedRow] = []
+    scanned, first = 0, True
+    while len(rows) < limit and scanned < FILTER_SCAN_MAX:
+        members = _leaves_after(r, k, after, first)
+        first = False
+        if not members:
+            return DelayedPage(rows, None, scanned)
+        pipe = r.pipeline(transaction=False)
+        for m in members:
+            pipe.zrange(k.delayed_leaf(leaf_number(m)), 0, -1, withscores=True)
+        runs = [(int(due), _s(rid)) for leaf in pipe.execute() for rid, due in leaf]
+        runs.sort(key=lambda x: tree_key(x[0], x[1]))
+        if after is not None:
+            bound = tree_key(*after)
+            runs = [x for x in runs if tree_key(*x) > bound]
+        if not runs:  # only the cursor's own leaf was left, and nothing after it
+            return DelayedPage(rows, None, scanned)
+        take = runs[: (limit - len(rows)) if not task else FILTER_SCAN_MAX - scanned]
+        tasks = _tasks(r, k, [rid for _, rid in take])
+        for (due, rid), t in zip(take, tasks, strict=True):
+            scanned += 1
+            after = (due, rid)
+            if not task or t == task:
+                rows.append(DelayedRow(rid, due, t))
+                if len(rows) >= limit:
+                    break
+    nxt = encode_cursor(*after) if after is not None else None
+    return DelayedPage(rows, nxt, scanned)
+
+
+def _tasks(r: Any, k: QueueKeys, run_ids: list[str]) -> list[str | None]:
+    """The task of each run, from its envelope in `runs` (HMGET of at most FILTER_SCAN_MAX)."""
+    if not run_ids:
+        return []
+    out: list[str | None] = []
+    for rid, raw in zip(run_ids, r.hmget(k.runs, run_ids), strict=True):
+        env = envelope_of(raw, rid)
+        out.append(env.task if env else None)
+    return out
+
+
+def envelope_of(raw: bytes | None, run_id: str) -> Envelope | None:
+    """The envelope of a value of `runs` or of a dead letter; None if absent or unreadable."""
+    if not raw:
+        return None
+    try:
+        return decode(untag(raw)[1], run_id)
+    except PayloadError:
+        return None
+
+
+# -- one run ------------------------------------------------------------------------------------
+
+
+def run_envelope(r: Any, k: QueueKeys, run_id: str, dead: bool) -> Envelope | None:
+    """The envelope of a live run (HGET), or of a dead one (the newest DEAD_SCAN_MAX dead
+    letters, read in batches of DEAD_BATCH, newest first)."""
+    if not dead:
+        return envelope_of(r.hget(k.runs, run_id), run_id)
+    end, seen = "+", 0
+    while seen < DEAD_SCAN_MAX:
+        batch = r.xrevrange(k.dead, end, "-", count=DEAD_BATCH)
+        for _eid, f in batch:
+            if _s(f.get(b"run_id", b"")) == run_id:
+                return envelope_of(f.get(b"envelope"), run_id)
+        seen += len(batch)
+        if len(batch) < DEAD_BATCH:
+            return None
+        end = "(" + _s(batch[-1][0])
+    return None
+
+
+# -- rules, page by page ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RulesPage:
+    rules: list[tuple[ScheduleInfo, Spec]]
+    next_cursor: int
+    total: int
+
+
+def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesPage:
+    """About PAGE_MAX rules: one HSCAN step of the `rules` hash (COUNT 100; Redis may return a
+    few more; a search by id prefix takes up to MATCH_STEPS steps), then their state, next
+    fire and last ledger entry in one pipeline. Hash order, sorted by id within the page;
+    next_cursor 0 = last page."""
+    pattern = _glob_escape(match) + "*" if match else None
+    nxt, specs = r.hscan(k.rules, cursor, match=pattern, count=PAGE_MAX)
+    steps = 1
+    # A MATCH can leave a step empty: take a few more steps (bounded) before showing a page.
+    while match and len(specs) < PAGE_MAX and int(nxt) and steps < MATCH_STEPS:
+        nxt, more = r.hscan(k.rules, nxt, match=pattern, count=PAGE_MAX)
+        specs.update(more)
+        steps += 1
+    ids = sorted(_s(m) for m in specs)
+    pipe = r.pipeline(transaction=False)
+    pipe.hlen(k.rules)
+    if ids:
+        pipe.hmget(k.rule_state, ids)
+        pipe.zmscore(k.rule_next, ids)
+        for sid in ids:
+            pipe.xrevrange(k.ledger(sid), "+", "-", count=1)
+    total, *rest = pipe.execute()
+    if not ids:
+        return RulesPage([], int(nxt), int(total))
+    states, nexts, lasts = rest[0], rest[1], rest[2:]
+    out = []
+    for sid, raw_state, nx, last in zip(ids, states, nexts, lasts, strict=True):
+        spec, state = decode_spec(specs[sid.encode()]), decode_state(raw_state)
+        outcome = _s(last[0][1].get(b"outcome", b"")) if last else None
+        info = ScheduleInfo(
+            sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
+            None if nx is None else int(nx), state.last_slot_ms, state.last_fire_ms, outcome,
+            state.missed, state.fired, len(state.backlog),
+        )  # fmt: skip
+        out.append((info, spec))
+    return RulesPage(out, int(nxt), int(total))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def rule(app: Any, schedule_id: str) -> tuple[Spec, State, int | None]:
+    """A rule's spec, state and next fire (three reads). Raises ScheduleNotFound."""
+    spec, state, _raw, _raw_state, nxt = load(app, schedule_id)
+    return spec, state, nxt
+
+
+# -- dead letters -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeadMatch:
+    """Dead letters matching a filter, from a bounded scan (oldest first)."""
+
+    entry_ids: list[str]
+    scanned: int
+    complete: bool  # False: the scan stopped at DEAD_SCAN_MAX and more may match
+    letters: list[Any] = field(default_factory=list)
+
+
+def dead_matching(app: Any, task: str = "", reason: str = "", keep: int = 0) -> DeadMatch:
+    """Entry ids of dead letters whose task equals `task` and whose reason contains `reason`
+    (empty = any), over at most DEAD_SCAN_MAX letters read DEAD_BATCH at a time; the first
+    `keep` matching DeadLetters are returned too (for a page)."""
+    ids: list[str] = []
+    letters: list[Any] = []
+    start, scanned = "-", 0
+    while scanned < DEAD_SCAN_MAX:
+        batch = app.dead_letters(count=DEAD_BATCH, start=start)
+        for d in batch:
+            if (not task or d.task == task) and (not reason or reason in d.reason):
+                ids.append(d.entry_id)
+                if len(letters) < keep:
+                    letters.append(d)
+        scanned += len(batch)
+        if len(batch) < DEAD_BATCH:
+            return DeadMatch(ids, scanned, True, letters)
+        start = "(" + batch[-1].entry_id
+    return DeadMatch(ids, scanned, False, letters)
+
+
+# -- processes and the stream -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """A worker seen in the consumer group: its name, pending runs, ms since it last read."""
+
+    name: str
+    pending: int
+    idle_ms: int
+
+
+def consumers(r: Any, k: QueueKeys) -> list[Consumer]:
+    """The group's consumers (XINFO CONSUMERS), at most CONSUMERS_MAX, least idle first."""
+    try:
+        rows = r.xinfo_consumers(k.ready, GROUP)
+    except redis.exceptions.ResponseError as exc:
+        if "NOGROUP" in str(exc) or "no such key" in str(exc).lower():
+            return []
+        raise
+    out = [Consumer(_s(c["name"]), int(c["pending"]), int(c["idle"])) for c in rows]
+    return sorted(out, key=lambda c: c.idle_ms)[:CONSUMERS_MAX]
+
+
+def newest_ready(r: Any, k: QueueKeys, count: int = 5) -> list[tuple[str, str]]:
+    """(entry id, run id) of the newest entries on the ready stream (XREVRANGE COUNT)."""
+    rows = r.xrevrange(k.ready, "+", "-", count=count)
+    return [(_s(eid), _s(f.get(b"run_id", b""))) for eid, f in rows]
+
+
+def late_rule(r: Any, k: QueueKeys, before_ms: int) -> tuple[str, int] | None:
+    """The active rule whose next fire is the oldest before `before_ms`, if any (one read)."""
+    rows = r.zrangebyscore(k.rule_next, "-inf", before_ms, start=0, num=1, withscores=True)
+    return (_s(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+# -- the fire-ledger audit, a few rules at a time -------------------------------------------------
+
+#: Rules audited per overview read of a partition (the audit rotates through them).
+AUDIT_BATCH = 20
+#: Newest ledger entries read per audited rule.
+AUDIT_LEDGER_MAX = 4000
+
+
+def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]]:
+    """zsched.audit's check over one HSCAN step of rules (about AUDIT_BATCH): slots past their
+    grace with no outcome among each rule's newest AUDIT_LEDGER_MAX ledger entries. Returns the
+    next cursor and {schedule_id: unaccounted slots} of every rule audited (0: clean)."""
+    r, k = app.redis, app.keys
+    nxt, specs = r.hscan(k.rules, cursor, count=AUDIT_BATCH)
+    ids = sorted(specs)
+    if not ids:
+        return int(nxt), {}
+    pipe = r.pipeline(transaction=False)
+    pipe.hmget(k.rule_state, ids)
+    for raw_id in ids:
+        pipe.xrevrange(k.ledger(_s(raw_id)), "+", "-", count=AUDIT_LEDGER_MAX)
+    states, *ledgers = pipe.execute()
+    out: dict[str, int] = {}
+    for raw_id, raw_state, ledger in zip(ids, states, ledgers, strict=True):
+        spec, state = decode_spec(specs[raw_id]), decode_state(raw_state)
+        out[_s(raw_id)] = len(unaccounted(spec, state, ledger, now_ms))
+    return int(nxt), out
+
+
+def audit_rule(app: Any, schedule_id: str, spec: Spec, state: State, now_ms: int) -> list[int]:
+    """One rule's slots past their grace with no outcome (its newest AUDIT_LEDGER_MAX entries)."""
+    ledger = app.redis.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=AUDIT_LEDGER_MAX)
+    return unaccounted(spec, state, ledger, now_ms)
+
+
+def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int) -> list[int]:
+    """zsched.audit's rule: the expected slots (the newest MAX_AUDITED_SLOTS, since the rule
+    was last written) past grace + slack that the ledger has no outcome for."""
+    from ..audit import MAX_AUDITED_SLOTS, SLACK_MS
+    from ..firing import LEDGER_MAX_AGE_MS
+    from ..schedules import min_gap_ms
+
+    start = max(state.updated_ms or state.created_ms or now_ms, now_ms - LEDGER_MAX_AGE_MS)
+    if spec.start_ms is not None:
+        start = max(start, spec.start_ms - 1)
+    end = now_ms - spec.misfire_grace_ms - SLACK_MS
+    if spec.end_ms is not None:
+        end = min(end, spec.end_ms)
+    if spec.paused and state.paused_at_ms is not None:
+        end = min(end, state.paused_at_ms - 1)
+    start = max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
+    expected = spec.trigger.slots_between(start, end, MAX_AUDITED_SLOTS) if end > start else []
+    seen = {int(f[b"slot_ms"]) for _, f in ledger}
+    return [s for s in expected if s not in seen and s not in state.backlog]
