@@ -53,9 +53,11 @@ class Zsched:
         dispatcher: dict[str, int] | None = None,
         sync: bool = False,
         dedupe_ms: int | None = None,
+        cli_defaults: bool = False,
     ) -> None:
         self.dedupe_ms = dedupe_ms
-        self.worker = {**ZSCHED_WORKER, **(worker or {})}
+        # cli_defaults: what `zsched worker` runs with no flags (WorkerSettings' defaults).
+        self.worker = {**({} if cli_defaults else ZSCHED_WORKER), **(worker or {})}
         self.dispatcher = {**ZSCHED_DISPATCHER, **(dispatcher or {})}
         self.sync = sync
         self.config = (

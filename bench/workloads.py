@@ -30,6 +30,7 @@ from .common import (
     wait_ready,
 )
 from .contender import Contender
+from .cost import meter_for
 
 HOUR_MS = 3_600_000
 READY_TIMEOUT = 30.0
@@ -64,13 +65,17 @@ def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0)
             _enqueue_all(c, [(due, payload(due, i)) for i in range(n)])
             # Every run is due before any consumer starts, and went through the delayed path.
             time.sleep(max(0.0, (due - now_ms()) / 1000) + 0.2)
+            meter = meter_for(srv)
+            meter.start()  # the drain: dispatch + read + ack (+ the consumers' start-up)
             procs = [p.start() for p in c.consumers(srv.url, q, workers, None)]
             try:
                 t0 = time.time()
                 wait_ready(procs, READY_TIMEOUT)
                 count, first, last = wait_count(procs, n, timeout)
+                drain = meter.stop()
             finally:
                 _stop(procs)
+                meter.r.close()
             extra: dict[str, Any] = {}
             if hasattr(c, "acked"):
                 extra["acked"] = c.acked()
@@ -87,6 +92,7 @@ def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0)
         "workers": workers,
         "wall_s": last - t0,
         "handled": count,
+        **drain.per_run(count, "drain"),
         **extra,
     }
 
@@ -142,24 +148,33 @@ def enqueue(c: Contender, n_one: int = 5000, n_many: int = 100_000) -> dict[str,
     """Enqueue rate of runs due an hour ahead: one call each, and batched."""
     with server() as srv:
         c.open(srv.url, _queue())
+        meter = meter_for(srv)
         if hasattr(c, "measure_enqueue"):  # a contender in another language measures itself
-            return c.measure_enqueue(n_one, n_many)  # type: ignore[no-any-return]
+            try:
+                return c.measure_enqueue(n_one, n_many, meter)  # type: ignore[no-any-return]
+            finally:
+                meter.r.close()
         try:
             due = now_ms() + HOUR_MS
             c.enqueue_one(due, payload(due))  # connect and load scripts before timing
+            meter.start()
             t = time.perf_counter()
             for i in range(n_one):
                 c.enqueue_one(due + i, payload(due + i, i))
             one = n_one / (time.perf_counter() - t)
+            costs = meter.stop().per_run(n_one, "one")
             many = float("nan")
             if c.has_batch:
                 items = [(due + i, payload(due + i, i)) for i in range(n_many)]
+                meter.start()
                 t = time.perf_counter()
                 c.enqueue_many(items)
                 many = n_many / (time.perf_counter() - t)
+                costs.update(meter.stop().per_run(n_many, "many"))
         finally:
+            meter.r.close()
             c.close()
-    return {"one_per_s": one, "many_per_s": many, "n_one": n_one, "n_many": n_many}
+    return {"one_per_s": one, "many_per_s": many, "n_one": n_one, "n_many": n_many, **costs}
 
 
 class _Monitor:

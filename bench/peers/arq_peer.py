@@ -21,8 +21,10 @@ class Arq(HitsPeer):
     module = "bench.peers.arq_peer"
     config = "1 arq worker, defaults (max_jobs 10, poll_delay 0.5 s), _defer_until"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, concurrency: int | None = None) -> None:
+        super().__init__(concurrency)
+        if concurrency:
+            self.config = f"1 arq worker, max_jobs {concurrency} (poll_delay 0.5 s), _defer_until"
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pool: Any = None
 
@@ -42,6 +44,9 @@ class Arq(HitsPeer):
                 "noop", payload, _defer_until=datetime.fromtimestamp(due_ms / 1000, UTC)
             )
         )
+
+    def consumer_args(self, url: str, queue: str) -> list[str]:
+        return [url, queue, str(self.concurrency or 10)]
 
     def close(self) -> None:
         if self.loop is not None:
@@ -63,6 +68,7 @@ def main() -> None:
         functions=[func(noop, name="noop")],
         queue_name=sys.argv[2],
         redis_settings=RedisSettings.from_dsn(sys.argv[1]),
+        max_jobs=int(sys.argv[3]),
     )
     print("ready", flush=True)
     w.run()

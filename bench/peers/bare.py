@@ -1,7 +1,8 @@
 """The bare minimum: only the design's Redis operations, hand-written, no library.
 
 Enqueue: HSET (envelope) + ZADD (due time), pipelined. Consumer (one process): a Lua call
-that moves up to 100 due runs onto a stream, XREADGROUP COUNT 100, one XACK per batch. No
+that moves up to C due runs onto a stream, XREADGROUP COUNT C, one XACK per batch, C = 100
+(its tuned setting) or the equal-settings concurrency: at most C runs held at once. No
 fencing, dedupe, retries, metrics or recovery: the cost floor of this design in Python.
 """
 
@@ -21,7 +22,7 @@ from ..contender import Item, py_module
 from ..reporter import Reporter, exit_on_sigterm
 
 DISPATCH = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(due) do
   redis.call('XADD', KEYS[3], '*', 'id', id, 'env', redis.call('HGET', KEYS[2], id))
 end
@@ -41,9 +42,13 @@ def keys(queue: str) -> tuple[str, str, str]:
 class Bare:
     name = "bare"
     has_batch = True
-    config = "1 process: Lua dispatch of 100 per call, XREADGROUP COUNT 100, XACK per batch"
 
-    def __init__(self) -> None:
+    def __init__(self, concurrency: int | None = None) -> None:
+        self.concurrency = concurrency or 100
+        c = self.concurrency
+        self.config = (
+            f"1 process: Lua dispatch of {c} per call, XREADGROUP COUNT {c}, XACK per batch"
+        )
         self.r: redis.Redis | None = None
         self.k = ("", "", "")
 
@@ -73,7 +78,10 @@ class Bare:
     def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
         extra = [str(lags)] if lags else []
         return [
-            Proc(py_module("bench.peers.bare", url, queue, *extra), cwd=str(ROOT))
+            Proc(
+                py_module("bench.peers.bare", url, queue, str(self.concurrency), *extra),
+                cwd=str(ROOT),
+            )
             for _ in range(workers)
         ]
 
@@ -84,8 +92,8 @@ class Bare:
 
 
 def main() -> None:
-    url, queue = sys.argv[1], sys.argv[2]
-    rep = Reporter(sys.argv[3] if len(sys.argv) > 3 else None)
+    url, queue, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    rep = Reporter(sys.argv[4] if len(sys.argv) > 4 else None)
     exit_on_sigterm()
     r = redis.Redis.from_url(url, protocol=2)
     delayed, runs, ready = keys(queue)
@@ -97,9 +105,9 @@ def main() -> None:
     rep.ready()
     while True:
         now = int(time.time() * 1000)
-        moved, head = dispatch(keys=[delayed, runs, ready], args=[now])
+        moved, head = dispatch(keys=[delayed, runs, ready], args=[now, count])
         head = int(head)
-        resp = r.xreadgroup("g", "c", {ready: ">"}, count=100)
+        resp = r.xreadgroup("g", "c", {ready: ">"}, count=count)
         ids = []
         for _stream, entries in resp or []:
             for eid, fields in entries:

@@ -36,7 +36,9 @@ class HitsPeer:
     config = ""
     has_batch = False
 
-    def __init__(self) -> None:
+    def __init__(self, concurrency: int | None = None) -> None:
+        #: None: the peer's own setting (its default or the tuned one); else equal settings.
+        self.concurrency = concurrency
         self.procs: list[Proc] = []
 
     def consumer_args(self, url: str, queue: str) -> list[str]:

@@ -26,7 +26,12 @@ class BullMQ:
         "delayed jobs (delay >= 1 ms), addBulk of 1000 for batches"
     )
 
-    def __init__(self) -> None:
+    def __init__(self, concurrency: int | None = None) -> None:
+        self.concurrency = concurrency or CONCURRENCY
+        self.config = (
+            f"1 Node worker process, concurrency {self.concurrency}, removeOnComplete 1000; "
+            "delayed jobs (delay >= 1 ms), addBulk of 1000 for batches"
+        )
         self.url = ""
         self.queue = ""
         self.producer: subprocess.Popen[str] | None = None
@@ -60,7 +65,7 @@ class BullMQ:
         if p.stdout.readline().strip() != "ok":
             raise RuntimeError("bullmq producer failed")
 
-    def measure_enqueue(self, n_one: int, n_many: int) -> dict[str, Any]:
+    def _enqueue_rate(self, n_one: int, n_many: int) -> dict[str, Any]:
         out = subprocess.run(
             ["node", SCRIPT, "enqueue-rate", self.url, self.queue, str(n_one), str(n_many)],
             cwd=HERE,
@@ -69,8 +74,26 @@ class BullMQ:
             timeout=300,
             check=True,
         )
+        return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    def measure_enqueue(self, n_one: int, n_many: int, meter: Any = None) -> dict[str, Any]:
+        """One Node process per phase; Redis's cost of a phase is that process's less the
+        cost of a process that only connects and adds its one warm-up job."""
+        if meter is None:
+            res = self._enqueue_rate(n_one, n_many)
+            self.close()
+            return {**res, "n_one": n_one, "n_many": n_many}
+        meter.start()
+        self._enqueue_rate(0, 0)
+        base = meter.stop()
+        res: dict[str, Any] = {"n_one": n_one, "n_many": n_many}
+        for n, phase, key in ((n_one, "one", "one_per_s"), (n_many, "many", "many_per_s")):
+            meter.start()
+            r = self._enqueue_rate(n if phase == "one" else 0, n if phase == "many" else 0)
+            res[key] = r[key]
+            res.update((meter.stop() - base).per_run(n, phase))
         self.close()
-        return {**json.loads(out.stdout.strip().splitlines()[-1]), "n_one": n_one, "n_many": n_many}
+        return res
 
     def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
         procs = []
@@ -79,7 +102,7 @@ class BullMQ:
             os.close(fd)
             procs.append(
                 Proc(
-                    ["node", SCRIPT, "worker", url, queue, path, str(CONCURRENCY)],
+                    ["node", SCRIPT, "worker", url, queue, path, str(self.concurrency)],
                     cwd=str(HERE),
                     hits=Path(path),
                 )

@@ -36,8 +36,13 @@ class CeleryPeer(HitsPeer):
     module = "bench.peers.celery_peer"
     config = "1 worker process (--pool solo), Redis broker, apply_async(eta=...)"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, concurrency: int | None = None) -> None:
+        super().__init__(concurrency)
+        if concurrency:
+            self.config = (
+                f"1 worker process (--pool threads --concurrency {concurrency}), Redis broker, "
+                "apply_async(eta=...)"
+            )
         self.queue = ""
         self.app: Celery | None = None
 
@@ -57,7 +62,8 @@ class CeleryPeer(HitsPeer):
         )
 
     def consumer_args(self, url: str, queue: str) -> list[str]:
-        return [queue]  # the broker URL goes in the environment (consumers())
+        # The broker URL goes in the environment (consumers()).
+        return [queue, str(self.concurrency or 0)]
 
     def consumers(self, url: str, queue: str, workers: int, lags: Path | None) -> list[Proc]:
         procs = super().consumers(url, queue, workers, lags)
@@ -85,8 +91,11 @@ def main() -> None:
             "worker",
             "-Q",
             sys.argv[1],
-            "--pool",
-            "solo",
+            *(
+                ["--pool", "threads", "--concurrency", sys.argv[2]]
+                if int(sys.argv[2])
+                else ["--pool", "solo"]
+            ),  # fmt: skip
             "--loglevel",
             "WARNING",
             "--without-gossip",

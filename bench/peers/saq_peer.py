@@ -21,8 +21,10 @@ class Saq(HitsPeer):
     module = "bench.peers.saq_peer"
     config = "1 saq Worker, defaults (concurrency 10), enqueue(scheduled=epoch s)"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, concurrency: int | None = None) -> None:
+        super().__init__(concurrency)
+        if concurrency:
+            self.config = f"1 saq Worker, concurrency {concurrency}, enqueue(scheduled=epoch s)"
         self.loop: asyncio.AbstractEventLoop | None = None
         self.q: Any = None
 
@@ -40,6 +42,9 @@ class Saq(HitsPeer):
             self.q.enqueue("noop", scheduled=math.ceil(due_ms / 1000), payload=payload)
         )
 
+    def consumer_args(self, url: str, queue: str) -> list[str]:
+        return [url, queue, str(self.concurrency or 10)]
+
     def close(self) -> None:
         if self.loop is not None:
             self.loop.run_until_complete(self.q.disconnect())
@@ -48,10 +53,10 @@ class Saq(HitsPeer):
         self.release()
 
 
-async def _main(url: str, queue: str) -> None:
+async def _main(url: str, queue: str, concurrency: int) -> None:
     from saq import Queue, Worker
 
-    w = Worker(Queue.from_url(url, name=queue), functions=[("noop", noop)])
+    w = Worker(Queue.from_url(url, name=queue), functions=[("noop", noop)], concurrency=concurrency)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     task = asyncio.create_task(w.start())
@@ -62,4 +67,4 @@ async def _main(url: str, queue: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_main(sys.argv[1], sys.argv[2]))
+    asyncio.run(_main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
