@@ -11,11 +11,28 @@ import asyncio
 import json
 import logging
 import signal
+from typing import Any
 
 import zsched
 from zsched.metrics import Metrics
 
 from .reporter import Reporter, say
+
+
+def register(app: zsched.App, rep: Reporter, sync: bool, probe: Any) -> None:
+    """The no-op task `noop`: async, or sync (run in the worker's thread pool)."""
+    if sync:
+
+        @app.task(name="noop")
+        def noop_sync(payload: object) -> None:
+            rep.hit(payload)
+    else:
+
+        @app.task(name="noop")
+        async def noop(payload: object) -> None:
+            rep.hit(payload)
+            if probe is not None:
+                probe.run(payload)
 
 
 async def main() -> None:
@@ -27,22 +44,19 @@ async def main() -> None:
     ap.add_argument("--lags", default=None, help="file prefix for the lags at exit")
     ap.add_argument("--dedupe-ms", type=int, default=None, help="QueueSettings.dedupe_window_ms")
     ap.add_argument("--sync", action="store_true", help="register a sync handler instead")
+    ap.add_argument("--probe", default=None, help="file prefix: record where lag comes from")
     a = ap.parse_args()
+    probe = None
+    if a.probe:
+        from .lagprobe import Probe
+
+        probe = Probe(a.probe, a.role)
     logging.basicConfig(level=logging.WARNING)
     qs = zsched.QueueSettings(dedupe_window_ms=a.dedupe_ms) if a.dedupe_ms else None
     app = zsched.App(a.url, queue=a.queue, metrics=Metrics(), settings=qs)
     rep = Reporter(a.lags) if a.role == "worker" else None
     if rep is not None:
-        if a.sync:
-
-            @app.task(name="noop")
-            def noop_sync(payload: object) -> None:
-                rep.hit(payload)
-        else:
-
-            @app.task(name="noop")
-            async def noop(payload: object) -> None:
-                rep.hit(payload)
+        register(app, rep, a.sync, probe)
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -50,9 +64,13 @@ async def main() -> None:
     proc = app.worker(**settings) if a.role == "worker" else app.dispatcher(**settings)
     if a.role == "worker":
         await proc.setup()
+    if probe is not None:
+        probe.start()
     say("ready")
     await proc.run(stop)
     await proc.close()
+    if probe is not None:
+        probe.dump()
     if rep is not None:
         rep.dump()
 
