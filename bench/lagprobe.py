@@ -32,7 +32,9 @@ class Probe:
     def __init__(self, prefix: str, role: str) -> None:
         self.prefix, self.role = prefix, role
         self.gc: list[tuple[float, float, int]] = []  # (epoch start, ms, generation)
-        self.stalls: list[tuple[float, float]] = []  # (epoch, ms late)
+        #: (epoch, ms late, ms of this process's CPU in that time): CPU near the lateness is
+        #: synchronous work on the loop; none is time off the CPU (the host's scheduler).
+        self.stalls: list[tuple[float, float, float]] = []
         self.runs: list[tuple[float, float, float]] = []  # (handler, intended, dispatched) s
         self._gc_t = 0.0
         gc.callbacks.append(self._on_gc)
@@ -49,11 +51,11 @@ class Probe:
 
     async def _ticker(self) -> None:
         while True:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             await asyncio.sleep(0.001)
             late = (time.perf_counter() - t) * 1000 - 1.0
             if late > 1.0:
-                self.stalls.append((time.time(), late))
+                self.stalls.append((time.time(), late, (time.process_time() - cpu) * 1000))
 
     def run(self, payload: Any) -> None:
         from zsched.tasks import current_run
@@ -90,11 +92,14 @@ def analyse(prefix: str) -> dict[str, Any]:
         for g, ms in sorted(by_gen.items()):
             print(f"  {p['role']:<10} gc gen{g}: {len(ms)} pauses, max {max(ms):.2f} ms, "
                   f"sum {sum(ms):.1f} ms")  # fmt: skip
-        st = [ms for _, ms in p["stalls"]]
+        st = [ms for _, ms, _ in p["stalls"]]
         if st:
-            print(f"  {p['role']:<10} loop stalls > 1 ms: {len(st)}, {_pcts(st)}")
+            big = [(ms, cpu) for _, ms, cpu in p["stalls"] if ms > 5]
+            on = sum(cpu for _, cpu in big) / max(1e-9, sum(ms for ms, _ in big))
+            print(f"  {p['role']:<10} loop stalls > 1 ms: {len(st)}, {_pcts(st)}; of those "
+                  f"> 5 ms ({len(big)}), {on:.0%} of the time was on the CPU")  # fmt: skip
         events += [(t, ms, f"{p['role']} gc{g}") for t, ms, g in p["gc"] if ms > 0.5]
-        events += [(t, ms, f"{p['role']} stall") for t, ms in p["stalls"]]
+        events += [(t, ms, f"{p['role']} stall") for t, ms, _ in p["stalls"]]
     print("  slowest runs (lag = dispatch + delivery ms; events within 20 ms before the call):")
     worst = sorted(runs, key=lambda r: r[0] - r[1], reverse=True)[: max(10, len(runs) // 100)]
     for h, at, d in worst:

@@ -40,6 +40,7 @@ class Master:
 
     @property
     def addr(self) -> str:
+        """host:port."""
         return f"{self.host}:{self.port}"
 
 
