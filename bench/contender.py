@@ -54,7 +54,11 @@ class Zsched:
         sync: bool = False,
         dedupe_ms: int | None = None,
         cli_defaults: bool = False,
+        embedded: bool = False,
     ) -> None:
+        #: embedded: the dispatcher runs inside each worker process (one process per run's
+        #: path, as the bare minimum has), instead of a process of its own.
+        self.embedded = embedded
         self.dedupe_ms = dedupe_ms
         # cli_defaults: what `zsched worker` runs with no flags (WorkerSettings' defaults).
         self.worker = {**({} if cli_defaults else ZSCHED_WORKER), **(worker or {})}
@@ -63,6 +67,7 @@ class Zsched:
         self.config = (
             f"1 dispatcher process + N worker processes, worker {self.worker}, "
             f"dispatcher {self.dispatcher}{', sync handler' if sync else ''}"
+            f"{', the dispatcher inside the worker process' if embedded else ''}"
         )
         self.app: Any = None
 
@@ -96,6 +101,8 @@ class Zsched:
                 cwd=str(ROOT),
             )
         ]
+        if self.embedded:
+            procs = []
         for _ in range(workers):
             extra = ["--lags", str(lags)] if lags else []
             if self.sync:
@@ -104,7 +111,7 @@ class Zsched:
                 Proc(
                     py_module(
                         "bench.zsched_proc",
-                        "worker",
+                        "both" if self.embedded else "worker",
                         *base,
                         "--settings",
                         json.dumps(self.worker),

@@ -37,7 +37,7 @@ def register(app: zsched.App, rep: Reporter, sync: bool, probe: Any) -> None:
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("role", choices=["worker", "dispatcher"])
+    ap.add_argument("role", choices=["worker", "dispatcher", "both"])
     ap.add_argument("--url", required=True)
     ap.add_argument("--queue", required=True)
     ap.add_argument("--settings", default="{}", help="JSON of Worker/DispatcherSettings")
@@ -54,21 +54,25 @@ async def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     qs = zsched.QueueSettings(dedupe_window_ms=a.dedupe_ms) if a.dedupe_ms else None
     app = zsched.App(a.url, queue=a.queue, metrics=Metrics(), settings=qs)
-    rep = Reporter(a.lags) if a.role == "worker" else None
+    rep = Reporter(a.lags) if a.role != "dispatcher" else None
     if rep is not None:
         register(app, rep, a.sync, probe)
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     settings = json.loads(a.settings)
-    proc = app.worker(**settings) if a.role == "worker" else app.dispatcher(**settings)
-    if a.role == "worker":
-        await proc.setup()
+    procs = []
+    if a.role != "dispatcher":  # "both": a dispatcher in the worker's process and event loop
+        procs.append(app.worker(**settings))
+        await procs[0].setup()
+    if a.role != "worker":
+        procs.append(app.dispatcher(**(settings if a.role == "dispatcher" else {})))
     if probe is not None:
         probe.start()
     say("ready")
-    await proc.run(stop)
-    await proc.close()
+    await asyncio.gather(*(p.run(stop) for p in procs))
+    for p in procs:
+        await p.close()
     if probe is not None:
         probe.dump()
     if rep is not None:

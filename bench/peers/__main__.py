@@ -27,6 +27,9 @@ def maker(name: str, concurrency: int | None) -> Callable[[], Contender]:
     at the settings `zsched worker` / `zsched dispatcher` use with no flags."""
     if name == "zsched-cli":
         return lambda: Zsched(cli_defaults=True)
+    if name == "zsched-one":  # the dispatcher inside the worker process
+        w = {"concurrency": concurrency} if concurrency else None
+        return lambda: Zsched(worker=w, cli_defaults=concurrency is not None, embedded=True)
     if name == "zsched":
         if concurrency is None:
             return Zsched
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m bench.peers")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
-    ap.add_argument("--only", nargs="*", default=None, help=f"contender names: {PEERS}")
+    ap.add_argument("--only", nargs="*", default=None, help=f"contender names: {PEERS}, zsched-one")
     ap.add_argument("--workloads", nargs="*", default=None)
     ap.add_argument(
         "--concurrency",

@@ -1,0 +1,123 @@
+"""The burst tail: `python -m bench.burst [--n 200000] [--fifo]`.
+
+`n` runs due at one instant; one dispatcher process and two worker processes run at the same
+time (dispatch and acks interleave in Redis), redis-server pinned to CPU 1 with taskset and
+the three clients to CPU 0, the slow log at 1 ms. Printed: every script call over 1 ms
+(script, duration, and a dispatch call's limit), Redis's own time per call of each script
+from INFO commandstats, and how long redis-server waited for a CPU while runnable
+(/proc/<pid>/schedstat, field 2): time another process held its core. `--fifo` runs
+redis-server under SCHED_FIFO (chrt -f 10) so no ordinary process can preempt it: a slow call
+that remains then is Redis's own work (rehashing, Lua GC, allocation), one that vanishes was
+time off the CPU. Bounded: `--timeout` seconds for the drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from zsched import scripts as S
+
+from .common import ROOT, Proc, client, now_ms, payload, server, wait_ready
+from .contender import py_module
+
+SLOW_US = 1000
+
+
+def _run_delay_ms(pid: int) -> float:
+    """ms that `pid` spent runnable but waiting for a CPU, so far."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e6
+
+
+def _slow(r: Any) -> list[tuple[str, float, str, int]]:
+    names = {hashlib.sha1(S.source(n).encode()).hexdigest().encode(): n for n in S.NAMES}
+    out = []
+    for e in r.slowlog_get(10_000):
+        words = e["command"].split(b" ")
+        if words[0].upper() not in (b"EVALSHA", b"EVAL"):
+            out.append((words[0].decode(), e["duration"] / 1000, "-", e["start_time"]))
+            continue
+        name = names.get(words[1], "?")
+        limit = words[9].decode() if name == "dispatch" and len(words) > 9 else "-"
+        out.append((name, e["duration"] / 1000, limit, e["start_time"]))
+    return sorted(out, key=lambda x: x[3])
+
+
+def _proc(role: str, url: str, q: str, settings: dict[str, Any]) -> Proc:
+    argv = py_module("bench.zsched_proc", role, "--url", url, "--queue", q,
+                     "--settings", json.dumps(settings))  # fmt: skip
+    return Proc(["taskset", "-c", "0", *argv], cwd=str(ROOT))
+
+
+def burst(n: int, fifo: bool, timeout: float) -> dict[str, Any]:
+    import zsched
+    from zsched.metrics import Metrics
+
+    with server("--slowlog-log-slower-than", str(SLOW_US), "--slowlog-max-len", "10000") as srv:
+        assert srv.proc is not None
+        pid = srv.proc.pid
+        subprocess.run(["taskset", "-pc", "1", str(pid)], check=True, capture_output=True)
+        if fifo:
+            subprocess.run(["chrt", "-f", "-p", "10", str(pid)], check=True)
+        q = "s" + uuid.uuid4().hex[:8]
+        app = zsched.App(srv.url, queue=q, metrics=Metrics())
+        r = client(srv.url)
+        try:
+            due = now_ms() + 3000
+            for start in range(0, n, 10_000):
+                app.enqueue_many({"task": "noop", "payload": payload(due, start + i),
+                                  "run_at": due / 1000} for i in range(min(10_000, n - start)))  # fmt: skip
+            r.slowlog_reset()
+            r.config_resetstat()
+            procs = [_proc("dispatcher", srv.url, q, {})]
+            procs += [_proc("worker", srv.url, q, {"concurrency": 1000, "read_batch": 500})
+                      for _ in range(2)]  # fmt: skip
+            for p in procs:
+                p.start()
+            wait_ready(procs, 30)
+            time.sleep(max(0.0, (due - now_ms()) / 1000))
+            d0, t0 = _run_delay_ms(pid), time.time()
+            deadline = time.monotonic() + timeout
+            while int(r.hget(app.keys.stats, "acked") or 0) < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            wall = time.time() - t0
+            waited = _run_delay_ms(pid) - d0
+            for p in procs:
+                p.stop()
+            acked = int(r.hget(app.keys.stats, "acked") or 0)
+            slow = _slow(r)
+            stats = r.info("commandstats")
+        finally:
+            r.close()
+            app.close()
+    print(f"{n} runs, {acked} acked in {wall:.1f} s ({acked / wall:,.0f} runs/s), "
+          f"fifo={fifo}, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(f"redis-server waited {waited:.0f} ms for a CPU while runnable during the drain")
+    es = stats.get("cmdstat_evalsha", {})
+    print(f"EVALSHA: {es.get('calls')} calls, {es.get('usec_per_call')} us per call on average")
+    over5 = [s for s in slow if s[1] > 5]
+    print(f"calls over 1 ms: {len(slow)}, over 5 ms: {len(over5)}")
+    for name, ms, limit, _t in slow:
+        print(f"  {name:<10} {ms:6.2f} ms  limit {limit}")
+    return {"n": n, "acked": acked, "wall_s": wall, "run_delay_ms": waited, "fifo": fifo,
+            "slow": slow, "over_5ms": len(over5)}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.burst")
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--fifo", action="store_true", help="redis-server under SCHED_FIFO")
+    ap.add_argument("--timeout", type=float, default=120.0)
+    a = ap.parse_args()
+    burst(a.n, a.fifo, a.timeout)
+
+
+if __name__ == "__main__":
+    main()
