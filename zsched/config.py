@@ -48,8 +48,11 @@ class DispatcherSettings:
 class WorkerSettings:
     """How a worker consumes runs."""
 
-    #: Handlers running at once.
-    concurrency: int = 16
+    #: Runs held at once (running, or finished with their outcome not yet written). 64: with
+    #: fewer, a worker of millisecond I/O-bound handlers waits on round trips (16 ran at ~0.5x
+    #: the speed of 64, BENCHMARKS.md "CLI defaults"); the memory held is bounded by it
+    #: (64 payloads), and sync handlers get a thread pool of this size.
+    concurrency: int = 64
     #: A pending entry idle this long is reclaimed by another worker (ms).
     visibility_timeout_ms: int = 30_000
     #: Entries read per XREADGROUP call at most.

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
+from .config import WorkerSettings
 from .connection import async_client, async_from_sync, ensure_ready
 from .errors import ConfigError
 from .inspect import DeadLetter, QueueStatus
@@ -194,7 +195,7 @@ class MultiWorker:
         self.app = app
         self.redis = _shared_async_client(app, redis)
         views = app.partition_views()
-        total = int(settings.pop("concurrency", 16))
+        total = int(settings.pop("concurrency", WorkerSettings.concurrency))
         self.workers = [
             v.worker(redis=self.redis, consumer=consumer, concurrency=c, **settings)
             for v, c in zip(views, shares(total, len(views)), strict=True)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import zsched
 
+from ..config import WorkerSettings
 from ..connection import RETRYABLE_ERRORS, redact_text
 from .common import PROG, UsageError, add_connection, make_app, partitions_arg
 
@@ -40,7 +41,10 @@ def register(sub: Any) -> None:
                        description="Run a worker: a consumer in the queue's group.")  # fmt: skip
     w.add_argument("app_ref", metavar="MODULE:APP", help="where the App with the tasks lives")
     add_connection(w)
-    w.add_argument("--concurrency", type=int, default=16, help="handlers at once (default 16)")
+    w.add_argument("--concurrency", type=int, default=WorkerSettings.concurrency,
+                   help=f"runs held at once (default {WorkerSettings.concurrency})")  # fmt: skip
+    w.add_argument("--read-batch", type=int, default=WorkerSettings.read_batch,
+                   help=f"entries read per call at most (default {WorkerSettings.read_batch})")  # fmt: skip
     w.add_argument("--visibility-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="reclaim runs of a worker silent this long (default 30)")  # fmt: skip
     w.add_argument("--metrics-port", type=int, default=None,
@@ -145,11 +149,14 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if args.read_batch < 1:
+        raise UsageError(f"--read-batch must be >= 1, got {args.read_batch}")
     if not args.visibility_timeout > 0:
         raise UsageError(f"--visibility-timeout must be > 0, got {args.visibility_timeout}")
     app = _at_start(lambda: load_app(args.app_ref, args), "worker")
     w = app.worker(
         concurrency=args.concurrency,
+        read_batch=args.read_batch,
         visibility_timeout_ms=int(args.visibility_timeout * 1000),
         shutdown_grace_ms=int(args.shutdown_grace * 1000),
     )
