@@ -7,6 +7,9 @@ PEERS_VENV := $(PEERS_DIR)/.venv
 PEERS_STAMP := $(PEERS_VENV)/.installed
 BENCH_ARGS ?=
 PEERS_ARGS ?=
+# Both tables of BENCHMARKS.md: every contender at equal settings (concurrency 50, then 1,000),
+# then each at its own tuning (and zsched at its CLI defaults). PEERS_TABLES= : the tuned only.
+PEERS_TABLES ?= --concurrency 50 1000 --tuned
 
 .PHONY: bench bench-smoke bench-peers peers-env
 
@@ -30,4 +33,4 @@ $(PEERS_STAMP): $(PEERS_DIR)/requirements.txt $(PEERS_DIR)/package.json pyprojec
 peers-env: $(PEERS_STAMP)
 
 bench-peers: venv redis peers-env
-	$(PEERS_VENV)/bin/python -m bench.peers $(PEERS_ARGS)
+	$(PEERS_VENV)/bin/python -m bench.peers $(PEERS_TABLES) $(PEERS_ARGS)

@@ -1,0 +1,57 @@
+"""Smoke run of `make bench-peers` at equal settings (zsched and the bare floor only: the
+other peers need bench/peers/.venv), and of the benchmark's CPU cap. Speed is not asserted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.cgroup import CpuCap, available
+from bench.peers.__main__ import main
+from bench.peers.table import main as table
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_equal_settings_record_redis_cost_per_run(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "peers.json"
+    r = main(["--quick", "--repeat", "1", "--only", "zsched", "bare", "--concurrency", "50",
+              "--workloads", "e2e", "enqueue", "--n-e2e", "300", "--out", str(out)])  # fmt: skip
+    assert r["errors"] == []
+    assert set(r["configs"]) == {"zsched@50", "bare@50", "zsched-cli"}
+    assert "'concurrency': 50" in r["configs"]["zsched@50"]
+    assert "COUNT 50" in r["configs"]["bare@50"]
+    for c in r["configs"]:
+        e2e, enq = r["medians"]["e2e"][c], r["medians"]["enqueue"][c]
+        assert e2e["runs_per_s"] > 0
+        assert e2e["drain_redis_us_per_run"] > 0 and e2e["drain_commands_per_run"] > 0
+        for phase in ("one", "many"):
+            assert enq[f"{phase}_redis_us_per_run"] > 0
+            assert enq[f"{phase}_commands_per_run"] > 0
+    # The bare floor's one-call enqueue is exactly its HSET + ZADD.
+    assert r["medians"]["enqueue"]["bare@50"]["one_commands_per_run"] == pytest.approx(2.0)
+    capsys.readouterr()
+    table([str(out)])
+    md = capsys.readouterr().out
+    assert "| drain: Redis CPU µs per run |" in md and "### 50" in md
+
+
+@pytest.mark.skipif(not available(), reason="needs root and a cgroup cpu controller")
+def test_cpu_cap_puts_a_process_in_a_capped_group_and_removes_it() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        cap = CpuCap(f"zsched-test-{os.getpid()}", p.pid, 5)
+        if cap.v1:
+            assert (cap.path / "cpu.cfs_quota_us").read_text().strip() == "5000"
+            assert str(p.pid) in (cap.path / "tasks").read_text().split()
+        else:
+            assert (cap.path / "cpu.max").read_text().split()[0] == "5000"
+        cap.remove()
+        assert not cap.path.exists()
+    finally:
+        p.kill()
+        p.wait()
