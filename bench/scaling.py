@@ -5,7 +5,8 @@ For each master count a fresh cluster (no replicas) starts on loopback; `n` runs
 into a queue of `partitions` partitions (the same queue layout for every master count, so only
 the number of shards changes), then one `zsched dispatcher` and `workers` `zsched worker`
 processes start and the clock runs until every run is acked. Also recorded: the enqueue rate
-and how the Redis commands spread over the masters. Results go to
+and how the Redis commands (those inside scripts included: INFO commandstats), the
+requests (total_commands_processed) and Redis's CPU spread over the masters. Results go to
 bench-results/scaling-<time>.json.
 
 Read the figures with the machine in mind: every Redis server and every zsched process share
@@ -68,15 +69,17 @@ def _acked(a: zsched.App) -> int:
     return sum(int(a.redis.hget(v.keys.stats, "acked") or 0) for v in a.partition_views())
 
 
-def _load(c: Cluster) -> dict[int, tuple[int, float]]:
-    """port -> (commands processed, CPU seconds used) of each master."""
+def _load(c: Cluster) -> dict[int, tuple[int, float, int]]:
+    """port -> (commands run, those inside scripts included; CPU seconds used; requests from
+    clients) of each master."""
     out = {}
     for port in c.master_ports():
         r = redis.Redis(port=port)
         try:
             cpu = r.info("cpu")
-            out[port] = (int(r.info("stats")["total_commands_processed"]),
-                         float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))  # fmt: skip
+            calls = sum(int(v["calls"]) for v in r.info("commandstats").values())
+            out[port] = (calls, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+                         int(r.info("stats")["total_commands_processed"]))  # fmt: skip
         finally:
             r.close()
     return out
@@ -143,6 +146,7 @@ def _measure(c: Cluster, masters: int, n: int, partitions: int, workers: int, co
     after = _load(c)
     spread = sorted(after[p][0] - before[p][0] for p in after)
     cpu = sorted(after[p][1] - before[p][1] for p in after)
+    requests = sorted(after[p][2] - before[p][2] for p in after)
     a.close()
     total = max(1, sum(spread))
     return {
@@ -151,6 +155,8 @@ def _measure(c: Cluster, masters: int, n: int, partitions: int, workers: int, co
         "e2e_runs_per_s": round(n / max(e2e_s, 1e-3)), "e2e_s": round(e2e_s, 2),
         "enqueue_runs_per_s": round(n / enqueue_s),
         "commands_share_per_master": [round(x / total, 3) for x in spread],
+        "requests_share_per_master": [round(x / max(1, sum(requests)), 3) for x in requests],
+        "redis_cpu_share_per_master": [round(x / max(1e-9, sum(cpu)), 3) for x in cpu],
         "redis_cpu_s_per_master": [round(x, 2) for x in cpu],
         "busiest_master_cpu_percent": round(100 * cpu[-1] / max(e2e_s, 1e-3)),
         "cap_percent": cap, "placed": place, "slot_moves": moves,
@@ -174,7 +180,8 @@ def run(masters: list[int], n: int, partitions: int, workers: int, concurrency: 
             print(f"  {m} masters: {r['e2e_runs_per_s']:,} runs/s, client CPU "
                   f"{r['client_cpu_percent']} %, busiest master CPU "
                   f"{r['busiest_master_cpu_percent']} %, commands "
-                  f"{r['commands_share_per_master']}", flush=True)  # fmt: skip
+                  f"{r['commands_share_per_master']}, Redis CPU "
+                  f"{r['redis_cpu_share_per_master']}", flush=True)  # fmt: skip
     best: dict[int, dict[str, Any]] = {}
     for m in masters:
         mine = sorted((r for r in runs if r["masters"] == m), key=lambda r: r["e2e_runs_per_s"])

@@ -96,6 +96,27 @@ class _AsyncCluster(aiocluster.RedisCluster):
             return super().pipeline(transaction, shard_hint)  # redis-py refuses it
         return _ClusterPipeline(self, transaction)  # type: ignore[abstract]
 
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        # XREADGROUP/XREAD have "movable keys": redis-py asks a node (COMMAND GETKEYS) where
+        # each call goes, a round trip before every worker read. Their keys follow STREAMS.
+        if command.upper() in ("XREADGROUP", "XREAD"):
+            slot = _stream_read_slot(self, args)
+            if slot is not None:
+                return slot
+        return int(await super()._determine_slot(command, *args))
+
+
+def _stream_read_slot(client: Any, args: tuple[Any, ...]) -> int | None:
+    """The slot of an XREADGROUP/XREAD's streams (None: let redis-py work it out)."""
+    words = [a.decode("latin-1") if isinstance(a, bytes) else a for a in args]
+    upper = [w.upper() if isinstance(w, str) else w for w in words]
+    if "STREAMS" not in upper:
+        return None
+    rest = args[upper.index("STREAMS") + 1 :]
+    keys = rest[: len(rest) // 2]
+    slots = {client.keyslot(k) for k in keys}
+    return slots.pop() if len(slots) == 1 else None
+
 
 class _SyncSentinelMaster(redis.Redis):
     """The master's client; closing it also closes its connections to the Sentinels and stops

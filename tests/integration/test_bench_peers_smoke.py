@@ -46,10 +46,11 @@ def test_cpu_cap_puts_a_process_in_a_capped_group_and_removes_it() -> None:
     try:
         cap = CpuCap(f"zsched-test-{os.getpid()}", p.pid, 5)
         if cap.v1:
-            assert (cap.path / "cpu.cfs_quota_us").read_text().strip() == "5000"
+            assert (cap.path / "cpu.cfs_quota_us").read_text().strip() == "1000"
+            assert (cap.path / "cpu.cfs_period_us").read_text().strip() == "20000"
             assert str(p.pid) in (cap.path / "tasks").read_text().split()
         else:
-            assert (cap.path / "cpu.max").read_text().split()[0] == "5000"
+            assert (cap.path / "cpu.max").read_text().split() == ["1000", "20000"]
         cap.remove()
         assert not cap.path.exists()
     finally:
