@@ -266,9 +266,16 @@ if (redis.call('HGET', rules, sid) or '') ~= ARGV[3]
   return {0, 0, 0, 0, 0}
 end
 
+-- Outcome counts of the rule, kept in `stats` as ledger:<outcome>:<reason>:<schedule_id>; the
+-- reason only for skipped slots and only its first word (grace_passed, overlap ...), so the
+-- collector's labels stay bounded.
+local counted = {}
 local function record(slot, outcome, reason, run_id)
   redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
     'reason', reason, 'run_id', run_id, 'at_ms', now_ms)
+  local why = outcome == 'skipped' and (string.match(reason, '^[%w_]+') or '') or ''
+  local f = 'ledger:' .. outcome .. ':' .. why .. ':' .. sid
+  counted[f] = (counted[f] or 0) + 1
 end
 
 local function live_or_done(run_id)
@@ -338,6 +345,7 @@ if catchup_head >= 0 then redis.call('ZADD', catchup, catchup_head, sid) else re
 if fired > 0 then redis.call('HINCRBY', stats, 'fired', fired) end
 if dups > 0 then redis.call('HINCRBY', stats, 'fire_duplicate', dups) end
 if skipped > 0 then redis.call('HINCRBY', stats, 'overlap_skip', skipped) end
+for f, n in pairs(counted) do redis.call('HINCRBY', stats, f, n) end
 if earliest then
   if bt_head(delayed) == earliest then redis.call('PUBLISH', wake, earliest) end
 end

@@ -282,7 +282,9 @@ class Worker(WorkerLoop):
         s, q = self.settings, self.app.queue
         attempts = env.max_attempts or task.max_attempts or s.max_attempts
         if env.attempt >= attempts:
-            why = failure_reason(exc, env.attempt) if exc else f"{reason} (attempt {env.attempt})"
+            # "failed after": the dead script counts it as exhausted (lua/dead.lua's kinds).
+            why = (failure_reason(exc, env.attempt) if exc
+                   else f"failed after {env.attempt} attempt(s): {reason}")  # fmt: skip
             return self._dead(d, why, "exhausted", task.name)
         if delay is None:
             delay = task.backoff_seconds(env.attempt, s.max_backoff_ms / 1000)
