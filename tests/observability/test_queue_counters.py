@@ -168,3 +168,40 @@ def test_the_dead_script_counts_each_reason_kind(real, queue, reason: str, kind:
     assert app.scripts.run(S.dead(k, "c", [(entry, "r", reason, b"e")], now_ms=None)) == [1]
     stats = {a.decode(): int(b) for a, b in real.sync.hgetall(k.stats).items()}
     assert stats == {"dead": 1, f"dead:{kind}": 1}
+
+
+async def test_backfill_counts_its_duplicates_and_its_ledger_records_per_rule(real, queue) -> None:
+    clock = FakeClock(NOW)
+    app = real.app(queue, clock=clock)
+    app.schedule("tick", "t", every=60, misfire="skip", misfire_grace=10)
+    d = app.dispatcher(redis=real.async_client())
+    try:
+        clock.advance(60_000)
+        await d.tick()
+        clock.advance(240_000)  # 3 slots skipped, the last one on time
+        await d.tick()
+    finally:
+        await d.close()
+    rows = history(app, "tick", 1000)
+    ran = sorted(r["slot_ms"] for r in rows if r["outcome"] == "ran")
+    assert len(ran) == 2
+    skipped = sorted(r["slot_ms"] for r in rows if r["outcome"] == "skipped"
+                     and ran[0] < r["slot_ms"] < ran[1])  # fmt: skip
+    assert len(skipped) == 3
+    live = skipped[1]
+    app.enqueue("t", None, run_id=f"tick@{zsched_slot(live)}", delay=3600)
+    lo, hi = ran[0] / 1000, ran[-1] / 1000
+
+    assert app.backfill("tick", lo, hi) == 2  # the two skipped slots that are not live
+    reg = scrape(real.sync, queue)
+    base = {"queue": queue, "partition": "", "schedule": "tick"}
+    dups = "zsched_queue_duplicates_total"
+    assert sample(reg, dups, **base, kind="backfill") == 3  # 2 ran + 1 live
+    assert app.backfill("tick", lo, hi) == 0
+    reg = scrape(real.sync, queue)
+    assert sample(reg, dups, **base, kind="backfill") == 3 + 5
+    assert sample(reg, "zsched_queue_rule_outcomes_total", **base, outcome="backfilled",
+                  reason="") == 2  # fmt: skip
+    backfilled = [r for r in history(app, "tick", 1000) if r["outcome"] == "backfilled"]
+    assert sorted(r["slot_ms"] for r in backfilled) == [skipped[0], skipped[2]]
+    assert sample(reg, "zsched_queue_runs_enqueued_total", queue=queue, partition="") == 1 + 2
