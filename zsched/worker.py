@@ -223,6 +223,7 @@ class Worker(WorkerLoop):
         tm = self._metrics_of(task.name)
         tm.lags.append(max(0.0, started - due / 1000))
         t0 = time.perf_counter()
+        set_current(info)  # this task's log lines about the run carry it too (zsched/logs.py)
         try:
             await self._call(task, env, info)
         except Retry as r:
