@@ -192,5 +192,5 @@ def test_every_dashboard_query_and_alert_evaluates_on_the_live_stack(stack) -> N
     for rule in alert_rules():
         query(base, rule["expr"])
     hb = panel_exprs(queue)["Heartbeat age by process"]
-    ages = query(base, hb)
-    assert len(ages) == 4 and all(float(a["value"][1]) < 60 for a in ages)
+    wait_for(lambda: len(query(base, hb)) == 4, 30, "a heartbeat from every process")
+    assert all(float(a["value"][1]) < 60 for a in query(base, hb))
