@@ -9,6 +9,7 @@
 -- Invariant: a run leaves the stream only in the call that adds it to `dead`, and only by the
 --   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed.
 -- Bound: 1000 groups per call.
+-- Counts in `stats`: dead, dead:<kind> (the kind read from the reason, see below), fenced.
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the

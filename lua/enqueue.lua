@@ -14,6 +14,7 @@
 -- Publishes the earliest new run_at_ms on `wake` when it is the new head of `delayed`.
 -- Invariant: a run id is live in `runs` at most once; a run enters `delayed` and `runs` together.
 -- Bound: 1000 runs per call.
+-- Counts in `stats`: enqueued, duplicate, duplicate:live, duplicate:done.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
 --   into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of

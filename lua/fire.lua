@@ -22,6 +22,7 @@
 -- Invariant: each slot gets exactly one ledger outcome and at most one run; a rule with
 --   overlap skip|queue has at most one run holding its lease and at most one fire waiting.
 -- Bound: 1000 fires and 1000 records per call.
+-- Counts in `stats`: fired, fire_duplicate, overlap_skip, ledger:<outcome>:<reason>:<schedule_id>.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
 --   into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
