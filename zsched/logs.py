@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from .config import log_format_from_env
 from .connection import redact_text
 from .tasks import _current
 
@@ -100,7 +100,7 @@ def configure_logging(
     """Log to stderr in `fmt` ("text" or "json"; None: $ZSCHED_LOG_FORMAT, else text), with
     the run fields on every line about a run. Like logging.basicConfig, it does nothing (and
     returns None) when the root logger already has a handler it did not install."""
-    fmt = (fmt or os.environ.get("ZSCHED_LOG_FORMAT") or "text").lower()
+    fmt = (fmt or log_format_from_env() or "text").lower()
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
     root = logging.getLogger()
