@@ -71,6 +71,10 @@ COLLECTED_COUNTERS: tuple[str, ...] = tuple(f"{name}_total" for name in _HELP)
 
 #: Duplicate kinds that always have a series (0 until one is caught).
 _QUEUE_KINDS = ("live", "done")
+#: Dead-letter reasons that always have a series, so that increase() sees the first one
+#: (a series that appears at 1 shows no increase). `other` appears when it happens.
+_DEAD_REASONS = ("exhausted", "failed", "unknown_task", "undecodable", "worker_error",
+                 "max_deliveries")  # fmt: skip
 
 
 def families() -> dict[str, CounterMetricFamily]:
@@ -103,8 +107,12 @@ def add(fams: Mapping[str, CounterMetricFamily], queue: str, partition: str,
         fams["zsched_queue_duplicates"].add_metric(
             [*base, kind, ""], stats.get(f"duplicate:{kind}", 0)
         )
+    dead = fams["zsched_queue_runs_dead_lettered"]
+    for reason in _DEAD_REASONS:
+        dead.add_metric([*base, reason], stats.get(f"dead:{reason}", 0))
     for field, n in sorted(stats.items()):
-        _add_keyed(fams, base, field, n)
+        if not (field.startswith("dead:") and field[5:] in _DEAD_REASONS):
+            _add_keyed(fams, base, field, n)
 
 
 def _add_keyed(
