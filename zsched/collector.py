@@ -231,7 +231,11 @@ class QueueCollector(Collector):
             dead_letters=int(dead_r),
             rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
             rule_last_fire=dict(_last_fires(keys.queue, state_r)),
-            counters={_partition(keys): queue_counters.decode(stats_r)},
+            counters={
+                _partition(keys): queue_counters.decode(
+                    stats_r, rules={_text(m) for m, _ in next_r} | {_text(k) for k in state_r}
+                )
+            },
         )
 
     def _fetch(self, keys: QueueKeys) -> list[Any]:

@@ -30,7 +30,7 @@ word of a skipped slot's reason), never a run id or an error message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -71,6 +71,9 @@ COLLECTED_COUNTERS: tuple[str, ...] = tuple(f"{name}_total" for name in _HELP)
 
 #: Duplicate kinds that always have a series (0 until one is caught).
 _QUEUE_KINDS = ("live", "done")
+#: Per-rule fields (the rule id follows) that have a series from the rule's creation.
+_RULE_ZEROS = ("duplicate:backfill:", "ledger:duplicate::", "ledger:skipped:grace_passed:",
+               "ledger:skipped:catch_up_cap:", "ledger:skipped:overlap:")  # fmt: skip
 #: Dead-letter reasons that always have a series, so that increase() sees the first one
 #: (a series that appears at 1 shows no increase). `other` appears when it happens.
 _DEAD_REASONS = ("exhausted", "failed", "unknown_task", "undecodable", "worker_error",
@@ -85,9 +88,14 @@ def families() -> dict[str, CounterMetricFamily]:
     }
 
 
-def decode(raw: Mapping[Any, Any]) -> dict[str, int]:
-    """A `stats` hash as read (bytes) -> {field: count}; fields that are not integers are left out."""
+def decode(raw: Mapping[Any, Any], rules: Iterable[str] = ()) -> dict[str, int]:
+    """A `stats` hash as read (bytes) -> {field: count}; fields that are not integers are left
+    out. Each of `rules` (the partition's rules) gets its duplicate and skipped-slot counts
+    at 0 until they happen, so that increase() and the rule alerts see the first one."""
     out: dict[str, int] = {}
+    for rule in rules:
+        for field in _RULE_ZEROS:
+            out[field + rule] = 0
     for k, v in raw.items():
         field = k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
         try:

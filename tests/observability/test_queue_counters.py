@@ -123,6 +123,12 @@ async def test_ledger_outcomes_and_rule_duplicates_are_counted_per_rule(real, qu
     rule_dups = sample(reg, "zsched_queue_duplicates_total", **base, kind="rule_fire",
                        schedule="tick")  # fmt: skip
     assert rule_dups == truth["duplicate", ""] == 1
+    # Counts that did not happen have a series at 0 from the rule's first state: increase()
+    # (and the rule alerts) see the first one.
+    assert sample(reg, "zsched_queue_rule_outcomes_total", **base, schedule="tick",
+                  outcome="skipped", reason="catch_up_cap") == 0  # fmt: skip
+    assert sample(reg, "zsched_queue_duplicates_total", **base, kind="backfill",
+                  schedule="tick") == 0  # fmt: skip
 
 
 def zsched_slot(ms: int) -> str:
