@@ -29,4 +29,6 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
         "status": S.status(k, now_ms=None),
         "migrate": S.migrate(k),
+        "backfill": S.backfill(k, "s", [], recorded=0, now_ms=None, dedupe_window_ms=1,
+                               ledger_maxlen=1),
     }  # fmt: skip

@@ -12,6 +12,7 @@ from . import durable as _durable
 from . import inspect as _inspect
 from . import partitions as _partitions
 from . import scripts as S
+from . import tracing as _tracing
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
@@ -157,8 +158,10 @@ class App(ScheduleMethods):
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
         run_id: str | None = None,
+        trace: dict[str, str] | None = None,
     ) -> tuple[str, int | str, str, bytes]:
-        """Validate one run and return its enqueue group (run_id, run_at, task, envelope)."""
+        """Validate one run and return its enqueue group (run_id, run_at, task, envelope).
+        `trace`: the W3C trace context to carry (zsched/tracing.py)."""
         check_names(task_name, run_id)
         if run_at is not None and delay is not None:
             raise ValueError("give run_at or delay, not both")
@@ -172,7 +175,7 @@ class App(ScheduleMethods):
             at = f"+{d}" if self.clock.now_ms() is None else due
         rid = run_id or fresh_run_id()
         try:
-            env = encode_first(task_name, payload, due, now)
+            env = encode_first(task_name, payload, due, now, trace)
         except PayloadError:
             check_payload(payload, self.settings.max_payload_bytes)  # raises, naming the type
             raise
@@ -192,8 +195,11 @@ class App(ScheduleMethods):
         run_id: str | None = None,
     ) -> EnqueuedId:
         """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
-        group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        (code,) = self._enqueue_groups([group])
+        with _tracing.enqueue_span(self.queue) as span:
+            group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id,
+                               trace=span.carrier)  # fmt: skip
+            (code,) = self._enqueue_groups([group])
+            span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
         self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
         return EnqueuedId(group[0], code != S.ENQUEUED)
 
@@ -203,17 +209,21 @@ class App(ScheduleMethods):
         """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
         (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
         groups: list[tuple[str, int | str, str, bytes]] = []
-        for item in items:
-            if isinstance(item, Mapping):
-                kw = dict(item)
-                if "task" not in kw:
-                    raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
-                groups.append(self.build(kw.pop("task"), kw.pop("payload", None), **kw))
-            else:
-                groups.append(self.build(*item))
-        if not groups:
-            return []
-        codes = self._enqueue_groups(groups)
+        items = list(items)
+        with _tracing.enqueue_span(self.queue, len(items)) as span:
+            for item in items:
+                if isinstance(item, Mapping):
+                    kw = dict(item)
+                    if "task" not in kw:
+                        raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
+                    groups.append(self.build(kw.pop("task"), kw.pop("payload", None),
+                                             trace=span.carrier, **kw))  # fmt: skip
+                else:
+                    groups.append(self.build(*item, trace=span.carrier))
+            if not groups:
+                return []
+            codes = self._enqueue_groups(groups)
+            span.enqueued([g[0] for g in groups], sum(1 for c in codes if c != S.ENQUEUED))
         added = sum(1 for c in codes if c == S.ENQUEUED)
         self._count(added, len(codes) - added)
         return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]

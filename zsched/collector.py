@@ -18,6 +18,7 @@ zsched_dead_letters                             XLEN dead
 zsched_rule_next_fire_timestamp_seconds         ZRANGE rule_next 0 -1 WITHSCORES  (+ schedule)
 zsched_rule_last_fire_timestamp_seconds         HGETALL rule_state -> last_fire_ms  (+ schedule)
 zsched_collector_up                             1 if the queue was read, 0 on a Redis error
+zsched_queue_*_total (counters, + partition)    HGETALL stats (zsched/queue_counters.py)
 =============================================== ==============================================
 
 Notes on the readings:
@@ -63,6 +64,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from zsched import queue_counters
 from zsched import scripts as S
 from zsched.clock import Clock
 from zsched.keys import GROUP, QueueKeys
@@ -84,6 +86,8 @@ COLLECTED_METRICS: tuple[str, ...] = (
     "zsched_rule_last_fire_timestamp_seconds",
     "zsched_collector_up",
 )
+#: The counters read from the `stats` hashes (sample names, with _total).
+COLLECTED_COUNTERS = queue_counters.COLLECTED_COUNTERS
 
 #: How many pending entries are read to find the oldest idle one.
 PENDING_SAMPLE = 100
@@ -159,6 +163,8 @@ class QueueSnapshot:
     dead_letters: int
     rule_next_fire: dict[str, float] = field(default_factory=dict)
     rule_last_fire: dict[str, float] = field(default_factory=dict)
+    #: The `stats` counts of each partition, by partition label ("" = not partitioned).
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class QueueCollector(Collector):
@@ -202,7 +208,9 @@ class QueueCollector(Collector):
     def _read_keys(self, keys: QueueKeys) -> QueueSnapshot:
         """One queue partition in one pipeline (on a cluster: the script, then a pipeline)."""
         replies = self._fetch(keys)
-        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r) = replies
+        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r, stats_r) = (
+            replies
+        )
         sec, usec, size, due, lowest, _exact = delayed_r
         now = int(sec) + int(usec) / 1_000_000
         stream_length = int(xlen_r)
@@ -223,6 +231,11 @@ class QueueCollector(Collector):
             dead_letters=int(dead_r),
             rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
             rule_last_fire=dict(_last_fires(keys.queue, state_r)),
+            counters={
+                _partition(keys): queue_counters.decode(
+                    stats_r, rules={_text(m) for m, _ in next_r} | {_text(k) for k in state_r}
+                )
+            },
         )
 
     def _fetch(self, keys: QueueKeys) -> list[Any]:
@@ -245,6 +258,7 @@ class QueueCollector(Collector):
         pipe.xlen(keys.dead)
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
+        pipe.hgetall(keys.stats)
         replies: list[Any] = pipe.execute(raise_on_error=False)
         if cluster:
             replies = [delayed_first, *replies]
@@ -257,10 +271,11 @@ class QueueCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         """Names only, so registering does not read Redis."""
-        return list(self._families().values())
+        return [*self._families().values(), *queue_counters.families().values()]
 
     def collect(self) -> Iterable[Metric]:
         fams = self._families()
+        counters = queue_counters.families()
         unreachable = False
         for keys in self._keys:
             q = keys.queue
@@ -289,7 +304,9 @@ class QueueCollector(Collector):
                 fams["zsched_rule_next_fire_timestamp_seconds"].add_metric([q, schedule], ts)
             for schedule, ts in sorted(snap.rule_last_fire.items()):
                 fams["zsched_rule_last_fire_timestamp_seconds"].add_metric([q, schedule], ts)
-        return list(fams.values())
+            for part, stats in sorted(snap.counters.items()):
+                queue_counters.add(counters, q, part, stats)
+        return [*fams.values(), *counters.values()]
 
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
@@ -315,7 +332,12 @@ def _merge(queue: str, parts: Sequence[QueueSnapshot]) -> QueueSnapshot:
         dead_letters=sum(p.dead_letters for p in parts),
         rule_next_fire={k: v for p in parts for k, v in p.rule_next_fire.items()},
         rule_last_fire={k: v for p in parts for k, v in p.rule_last_fire.items()},
+        counters={k: v for p in parts for k, v in p.counters.items()},
     )
+
+
+def _partition(keys: QueueKeys) -> str:
+    return "" if keys.partition is None else str(keys.partition)
 
 
 def _last_fires(queue: str, state: Mapping[bytes, bytes]) -> Iterator[tuple[str, float]]:

@@ -101,3 +101,9 @@ def redis_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     """ZSCHED_REDIS_URL, the one place a secret-bearing URL comes from besides the CLI."""
     env = os.environ if environ is None else environ
     return env.get("ZSCHED_REDIS_URL") or None
+
+
+def log_format_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """ZSCHED_LOG_FORMAT: "text" or "json" (zsched/logs.py checks it)."""
+    env = os.environ if environ is None else environ
+    return env.get("ZSCHED_LOG_FORMAT") or None

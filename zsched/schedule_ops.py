@@ -167,27 +167,21 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
            if row["outcome"] in ("ran", "ran_late", "backfilled")}  # fmt: skip
     now = server_now_ms(app)
     todo = [s for s in slots if s not in ran]
+    recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
     added = 0
-    for i in range(0, len(todo), S.MAX_BATCH):
+    for i in range(0, max(1, len(todo)), S.MAX_BATCH):
         chunk = todo[i : i + S.MAX_BATCH]
         groups = []
         for s in chunk:
             rid = slot_run_id(schedule_id, s)
             env = Envelope(rid, spec.task, spec.payload, now, s, now, schedule_id=schedule_id)
-            groups.append((rid, now, spec.task, env.encode()))
-        codes = app.scripts.run(S.enqueue(
-            app.keys, groups, now_ms=app.clock.now_ms(),
-            dedupe_window_ms=app.settings.dedupe_window_ms,
-            max_envelope_bytes=app.settings.max_payload_bytes + 4096,
+            groups.append((rid, s, env.encode()))
+        codes = app.scripts.run(S.backfill(
+            app.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
+            now_ms=app.clock.now_ms(), dedupe_window_ms=app.settings.dedupe_window_ms,
+            ledger_maxlen=LEDGER_MAXLEN,
         ))  # fmt: skip
-        pipe = app.redis.pipeline(transaction=False)
-        for s, (rid, *_), code in zip(chunk, groups, codes, strict=True):
-            if code == S.ENQUEUED:
-                added += 1
-                fields = {"slot_ms": s, "outcome": "backfilled", "reason": "backfill",
-                          "run_id": rid, "at_ms": now}  # fmt: skip
-                pipe.xadd(app.keys.ledger(schedule_id), fields, maxlen=LEDGER_MAXLEN)
-        pipe.execute()
+        added += sum(1 for c in codes if c == S.ENQUEUED)
     return added
 
 

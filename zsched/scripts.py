@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
-    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate",
+    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000
@@ -378,6 +378,27 @@ def unlease(
         [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
         [_now(now_ms), schedule_id, run_id, lease_ms],
         lambda r: (bool(int(r[0])), _s(r[1])),
+    )
+
+
+def backfill(
+    k: QueueKeys,
+    schedule_id: str,
+    slots: Sequence[tuple[str, int, bytes]],
+    *,
+    recorded: int,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    ledger_maxlen: int,
+) -> Call[list[int]]:
+    """slots: (run_id, slot_ms, envelope), enqueued due now with a ledger record each;
+    `recorded`: slots left out because the ledger shows them run. Reply: one code per slot
+    (ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE)."""
+    return Call(
+        "backfill",
+        [k.delayed, k.runs, k.done, k.stats, k.wake, k.ledger(schedule_id)],
+        [_now(now_ms), dedupe_window_ms, schedule_id, ledger_maxlen, recorded, *_flatten(slots)],
+        _int_list,
     )
 
 

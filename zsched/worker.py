@@ -8,6 +8,7 @@ write is fenced: a consumer that no longer owns an entry cannot ack, retry or re
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import secrets
@@ -23,6 +24,7 @@ import redis.exceptions
 
 from . import recovery
 from . import scripts as S
+from . import tracing as _tracing
 from .config import WorkerSettings, settings_from
 from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
@@ -223,6 +225,8 @@ class Worker(WorkerLoop):
         tm = self._metrics_of(task.name)
         tm.lags.append(max(0.0, started - due / 1000))
         t0 = time.perf_counter()
+        set_current(info)  # this task's log lines about the run carry it too (zsched/logs.py)
+        span = _tracing.start_attempt(env, q, d.deliveries, d.entry_id, due)
         try:
             await self._call(task, env, info)
         except Retry as r:
@@ -238,6 +242,7 @@ class Worker(WorkerLoop):
             tm.succeeded.inc()
         finally:
             tm.durations.append(time.perf_counter() - t0)
+            _tracing.end_attempt(span)
 
     def _metrics_of(self, task: str) -> TaskMetrics:
         tm = self._task_metrics.get(task)
@@ -261,8 +266,9 @@ class Worker(WorkerLoop):
             else:
                 await coro
             return
+        # In a copy of this context: the handler's thread sees the run span (zsched/tracing.py).
         fut = asyncio.get_running_loop().run_in_executor(
-            self._executor, _call_sync, task.fn, env.payload, info
+            self._executor, contextvars.copy_context().run, _call_sync, task.fn, env.payload, info
         )
         if task.timeout:
             await asyncio.wait_for(fut, task.timeout)
@@ -282,7 +288,9 @@ class Worker(WorkerLoop):
         s, q = self.settings, self.app.queue
         attempts = env.max_attempts or task.max_attempts or s.max_attempts
         if env.attempt >= attempts:
-            why = failure_reason(exc, env.attempt) if exc else f"{reason} (attempt {env.attempt})"
+            # "failed after": the dead script counts it as exhausted (lua/dead.lua's kinds).
+            why = (failure_reason(exc, env.attempt) if exc
+                   else f"failed after {env.attempt} attempt(s): {reason}")  # fmt: skip
             return self._dead(d, why, "exhausted", task.name)
         if delay is None:
             delay = task.backoff_seconds(env.attempt, s.max_backoff_ms / 1000)
@@ -291,6 +299,8 @@ class Worker(WorkerLoop):
         delay_ms = int(min(max(0.0, delay), MAX_RETRY_DELAY_S) * 1000)
         nxt = env.next_attempt(int(time.time() * 1000) + delay_ms)
         self._retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
+        _tracing.event("zsched.retry", failed=exc is not None, delay_s=delay_ms / 1000,
+                       reason=str(exc) if exc is not None else reason)  # fmt: skip
         self.metrics.completed.labels(q, task.name, outcome).inc()
         self.metrics.retried.labels(q, task.name).inc()
         if exc is not None:
@@ -299,6 +309,7 @@ class Worker(WorkerLoop):
 
     def _dead(self, d: Delivery, reason: str, kind: str, task: str = "") -> None:
         self._deads.append((d.entry_id, d.run_id, reason, d.raw))
+        _tracing.event("zsched.dead_letter", failed=True, reason=reason, kind=kind)
         self.metrics.dead_lettered.labels(self.app.queue, kind).inc()
         self.metrics.completed.labels(self.app.queue, task or "-", "dead").inc()
         log.warning("run %s dead-lettered: %s", d.run_id or d.entry_id, reason,

@@ -29,7 +29,9 @@ def render(st: Any) -> str:
         ("dead letters", st.dead),
         ("done records", st.done_records),
     ]
-    rows += [(f"count: {k}", v) for k, v in sorted(st.stats.items())]
+    # Per-rule counts (ledger:..., duplicate:backfill:...) are in --json and the metrics.
+    rows += [(f"count: {k}", v) for k, v in sorted(st.stats.items())
+             if not k.startswith(("ledger:", "duplicate:backfill:"))]  # fmt: skip
     return "\n".join(f"{k:<22} {v}" for k, v in rows)
 
 
