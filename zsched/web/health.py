@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Counters of the `stats` hash shown as rates per minute (names as the scripts write them).
-RATE_COUNTERS = ("enqueued", "dispatched", "acked", "dead", "fired")
+RATE_COUNTERS = ("enqueued", "dispatched", "acked", "retried", "dead", "fired")
 #: Samples kept per queue partition, and the longest window a rate looks back over.
 SAMPLES = 240
 RATE_WINDOW_MS = 5 * 60_000
