@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zsched import controls as C
 from zsched import scripts as S
 from zsched.keys import QueueKeys
 
@@ -29,4 +30,5 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
         "status": S.status(k, now_ms=None),
         "migrate": S.migrate(k),
+        "reschedule": C.reschedule(k, "r", 1, now_ms=None),
     }  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
 from .config import DispatcherSettings, QueueSettings, WorkerSettings
+from .controls import RescheduleOutcome, RescheduleResult
 from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
 from .errors import (
     ConfigError,
@@ -30,6 +31,8 @@ __all__ = [
     "DeadLetter",
     "DispatcherSettings",
     "EnqueuedId",
+    "RescheduleOutcome",
+    "RescheduleResult",
     "Envelope",
     "Fail",
     "FakeClock",

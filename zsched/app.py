@@ -15,6 +15,7 @@ from . import scripts as S
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
+from .control_api import ControlMethods
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
 from .errors import ConfigError, PayloadError, ZschedError
@@ -56,7 +57,7 @@ def _bytes_client(redis: Any) -> Any:
     return client
 
 
-class App(ScheduleMethods):
+class App(ScheduleMethods, ControlMethods):
     """One queue: register tasks, enqueue runs, inspect them; builds dispatchers and workers."""
 
     def __init__(

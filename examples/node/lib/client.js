@@ -32,6 +32,11 @@ export const CANCELLED = 1;
 export const NOT_FOUND = 0;
 export const NOT_CANCELLABLE = 2;
 
+/** Reply codes of reschedule.lua, by name (zsched.RescheduleOutcome). */
+export const RESCHEDULE_OUTCOMES = { 0: 'not_found', 1: 'moved', 2: 'ready', 3: 'running', 4: 'done', 5: 'dead' };
+/** Dead letters reschedule.lua reads to tell a dead run from an unknown one (as Python does). */
+export const RESCHEDULE_DEAD_SCAN = 1000;
+
 // Run ids as the Python client makes them (docs/protocol.md, "enqueue.lua"): 8 characters of
 // the epoch ms, then 12 of a 72-bit number that starts at random each millisecond and counts
 // up within it, both in base 64 with URL-safe characters in ASCII order, so ids sort by time.
@@ -132,6 +137,24 @@ export class Client {
   /** Cancel a run still waiting in the delayed set. Returns CANCELLED, NOT_FOUND or NOT_CANCELLABLE. */
   async cancel(runId) {
     return runScript(this.redis, 'cancel', [this.keys.delayed, this.keys.runs], [runId]);
+  }
+
+  /**
+   * Move a run still waiting in the delayed set to a new due time: `runAtMs` (epoch ms) or
+   * `delayMs` (after the Redis server's TIME). Returns {runId, code, outcome, moved, dueMs}.
+   */
+  async reschedule(runId, { runAtMs, delayMs } = {}) {
+    if ((runAtMs == null) === (delayMs == null)) throw new PayloadError('give exactly one of runAtMs or delayMs');
+    const value = runAtMs ?? delayMs;
+    if (!Number.isSafeInteger(value) || value < 0) throw new PayloadError(`${runAtMs != null ? 'runAtMs' : 'delayMs'} must be whole ms >= 0, got ${value}`);
+    const k = this.keys;
+    const [code, due] = await runScript(
+      this.redis,
+      'reschedule',
+      [k.delayed, k.runs, k.entries, k.ready, k.done, k.dead, k.wake],
+      ['', runId, runAtMs != null ? String(runAtMs) : `+${delayMs}`, RESCHEDULE_DEAD_SCAN, GROUP],
+    );
+    return { runId, code, outcome: RESCHEDULE_OUTCOMES[code], moved: code === 1, dueMs: code === 1 ? due : null };
   }
 
   /**

@@ -1,0 +1,80 @@
+"""Run controls as script calls: reschedule, and enqueue with a conflict mode (replace,
+debounce). Each wrapper builds a `scripts.Call` with its decoder, so the same call runs on
+the sync `Scripts` and the asyncio `AsyncScripts`; the App's thin methods live in
+zsched/control_api.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from .errors import ScriptError
+from .keys import GROUP, QueueKeys
+from .scripts import Call, _now
+
+#: Dead letters reschedule reads (newest first) to tell a dead run from an unknown one.
+DEAD_SCAN = 1000
+
+
+class RescheduleOutcome(Enum):
+    """What reschedule found (reschedule.lua's reply codes, named once here)."""
+
+    #: The run was waiting in the delayed set and now waits for the new due time.
+    MOVED = 1
+    #: No run with that id: never enqueued, cancelled, or gone past the dedupe window.
+    NOT_FOUND = 0
+    #: Dispatched: on the ready stream, not read by a worker yet.
+    READY = 2
+    #: Read by a worker (running, or held until its hold expires).
+    RUNNING = 3
+    #: Finished; its completion record is kept for the dedupe window.
+    DONE = 4
+    #: Dead-lettered (found among the newest dead letters).
+    DEAD = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RescheduleResult:
+    """The answer of reschedule: `.moved` is True when the run now waits for `due_ms`."""
+
+    run_id: str
+    outcome: RescheduleOutcome
+    #: The new due (epoch ms) when moved, else None.
+    due_ms: int | None
+
+    @property
+    def moved(self) -> bool:
+        return self.outcome is RescheduleOutcome.MOVED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "outcome": self.outcome.name.lower(), "moved": self.moved,
+                "due_ms": self.due_ms}  # fmt: skip
+
+
+def _pair(reply: Any) -> tuple[int, int]:
+    if not isinstance(reply, list) or len(reply) != 2:
+        raise ScriptError(f"expected a {{code, due_ms}} reply, got {reply!r}")
+    return int(reply[0]), int(reply[1])
+
+
+def reschedule(
+    k: QueueKeys, run_id: str, run_at: int | str, *, now_ms: int | None, dead_scan: int = DEAD_SCAN
+) -> Call[RescheduleResult]:
+    """Move a delayed run to `run_at` (epoch ms, or "+N": N ms after Redis TIME)."""
+
+    def decode(reply: Any) -> RescheduleResult:
+        code, due = _pair(reply)
+        try:
+            outcome = RescheduleOutcome(code)
+        except ValueError:
+            raise ScriptError(f"reschedule: unknown reply code {code}") from None
+        return RescheduleResult(run_id, outcome, due if code == 1 else None)
+
+    return Call(
+        "reschedule",
+        [k.delayed, k.runs, k.entries, k.ready, k.done, k.dead, k.wake],
+        [_now(now_ms), run_id, run_at, dead_scan, GROUP],
+        decode,
+    )
