@@ -31,4 +31,6 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "status": S.status(k, now_ms=None),
         "migrate": S.migrate(k),
         "reschedule": C.reschedule(k, "r", 1, now_ms=None),
+        "replace": C.replace(k, ("r", 1, "t", b"e"), now_ms=None, dedupe_window_ms=1,
+                             max_envelope_bytes=1),
     }  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
 from .config import DispatcherSettings, QueueSettings, WorkerSettings
-from .controls import RescheduleOutcome, RescheduleResult
+from .controls import EnqueueOutcome, RescheduleOutcome, RescheduleResult
 from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
 from .errors import (
     ConfigError,
@@ -31,6 +31,7 @@ __all__ = [
     "DeadLetter",
     "DispatcherSettings",
     "EnqueuedId",
+    "EnqueueOutcome",
     "RescheduleOutcome",
     "RescheduleResult",
     "Envelope",

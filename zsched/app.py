@@ -16,6 +16,7 @@ from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
 from .control_api import ControlMethods
+from .controls import EnqueueOutcome
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
 from .errors import ConfigError, PayloadError, ZschedError
@@ -34,15 +35,30 @@ ENQUEUE_BATCH = 100
 
 
 class EnqueuedId(str):
-    """A run id returned by enqueue; `.duplicate` says whether it was already live or done."""
+    """A run id returned by enqueue; `.duplicate` says whether it was already live or done,
+    `.replaced` whether a waiting run took the new payload (on_conflict="replace"/"debounce"),
+    `.outcome` which of these happened (a zsched.EnqueueOutcome)."""
 
     duplicate: bool = False
+    replaced: bool = False
 
-    def __new__(cls, value: str, duplicate: bool = False) -> EnqueuedId:
+    def __new__(
+        cls, value: str, duplicate: bool = False, outcome: EnqueueOutcome | None = None
+    ) -> EnqueuedId:
         obj = super().__new__(cls, value)
         if duplicate:  # the class default covers the common case without an instance dict
             obj.duplicate = True
+        if outcome is not None:
+            obj.__dict__["_outcome"] = outcome
+            obj.replaced = outcome in (EnqueueOutcome.REPLACED, EnqueueOutcome.DEBOUNCED)
         return obj
+
+    @property
+    def outcome(self) -> EnqueueOutcome:
+        got: EnqueueOutcome | None = self.__dict__.get("_outcome")
+        if got is not None:
+            return got
+        return EnqueueOutcome.DUPLICATE if self.duplicate else EnqueueOutcome.ENQUEUED
 
 
 def _bytes_client(redis: Any) -> Any:
@@ -191,12 +207,24 @@ class App(ScheduleMethods, ControlMethods):
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
         run_id: str | None = None,
+        on_conflict: str = "keep",
+        max_delay: timedelta | float | None = None,
     ) -> EnqueuedId:
-        """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
+        """Schedule one run; returns its id (`.duplicate` is True if it was already there).
+
+        `on_conflict`, when a run with this id is waiting in the delayed set: "keep" (leave
+        it, a duplicate), "replace" (it takes the new payload and due time) or "debounce"
+        (the new payload, and the due pushed back to the new one but never past `max_delay`
+        after its first enqueue). A run already dispatched or done is never replaced."""
         group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
+        if on_conflict != "keep" or max_delay is not None:
+            return self.enqueue_conflict(group, on_conflict, max_delay)
         (code,) = self._enqueue_groups([group])
         self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
-        return EnqueuedId(group[0], code != S.ENQUEUED)
+        if code == S.ENQUEUED:
+            return EnqueuedId(group[0])
+        done = code == S.DUPLICATE_DONE
+        return EnqueuedId(group[0], True, EnqueueOutcome.DUPLICATE_DONE if done else None)
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]

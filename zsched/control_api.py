@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import controls as C
+from . import durable as _durable
 from .runinput import check_names, delay_ms, to_ms
 from .scripts import Call
 
 if TYPE_CHECKING:
-    from .app import App
+    from .app import App, EnqueuedId
 
 
 def due_arg(
@@ -60,3 +61,60 @@ class ControlMethods:
         dispatchers."""
         app: App = self  # type: ignore[assignment]
         return app.scripts.run(self.reschedule_call(run_id, run_at=run_at, delay=delay))
+
+    def enqueue_conflict_call(
+        self,
+        group: tuple[str, int | str, str, bytes],
+        on_conflict: str,
+        max_delay: timedelta | float | None,
+    ) -> Call[C.ReplaceResult]:
+        """The replace.lua call of an enqueue with on_conflict="replace" or "debounce"."""
+        app: App = self  # type: ignore[assignment]
+        if on_conflict not in C.CONFLICT_MODES:
+            raise ValueError(
+                f"on_conflict must be one of {', '.join(C.CONFLICT_MODES)}, got {on_conflict!r}"
+            )
+        if on_conflict == "keep":
+            raise ValueError("max_delay is only for on_conflict='debounce'")
+        if (on_conflict == "debounce") != (max_delay is not None):
+            raise ValueError("on_conflict='debounce' needs max_delay (and only it takes one)")
+        cap = None if max_delay is None else delay_ms(max_delay)
+        return C.replace(
+            app.keys_for_run(group[0]),
+            group,
+            now_ms=app.clock.now_ms(),
+            dedupe_window_ms=app.settings.dedupe_window_ms,
+            max_envelope_bytes=app.settings.max_payload_bytes + 4096,
+            max_delay_ms=cap,
+        )
+
+    def enqueue_conflict(
+        self,
+        group: tuple[str, int | str, str, bytes],
+        on_conflict: str,
+        max_delay: timedelta | float | None,
+    ) -> EnqueuedId:
+        """Run an enqueue with a conflict mode; count its outcome; its EnqueuedId."""
+        app: App = self  # type: ignore[assignment]
+        call = self.enqueue_conflict_call(group, on_conflict, max_delay)
+        res: C.ReplaceResult = _durable.run_calls(app, [call])[0]  # WAITs when app.durable
+        count_conflict(app, res.outcome)
+        return enqueued_id(res)
+
+
+def enqueued_id(res: C.ReplaceResult) -> EnqueuedId:
+    """The EnqueuedId of a replace.lua answer."""
+    from .app import EnqueuedId
+
+    dup = res.outcome in (C.EnqueueOutcome.DUPLICATE, C.EnqueueOutcome.DUPLICATE_DONE)
+    return EnqueuedId(res.run_id, dup, res.outcome)
+
+
+def count_conflict(app: Any, outcome: C.EnqueueOutcome) -> None:
+    """Count an enqueue's outcome in the App's metrics (as enqueue counts its own)."""
+    if outcome is C.EnqueueOutcome.ENQUEUED:
+        app.metrics.enqueued.labels(app.queue).inc()
+    elif outcome in (C.EnqueueOutcome.REPLACED, C.EnqueueOutcome.DEBOUNCED):
+        app.metrics.replaced.labels(app.queue, outcome.value).inc()
+    else:
+        app.metrics.duplicates.labels(app.queue, "enqueue").inc()

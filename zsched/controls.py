@@ -78,3 +78,67 @@ def reschedule(
         [_now(now_ms), run_id, run_at, dead_scan, GROUP],
         decode,
     )
+
+
+class EnqueueOutcome(Enum):
+    """What an enqueue did with its run id (reported on the returned EnqueuedId)."""
+
+    #: A new run: no live run had the id.
+    ENQUEUED = "enqueued"
+    #: The id is live (delayed under "keep", or already on the ready stream): nothing changed.
+    DUPLICATE = "duplicate"
+    #: The id completed within the dedupe window: nothing changed.
+    DUPLICATE_DONE = "duplicate_done"
+    #: on_conflict="replace": the waiting run took the new payload and due time.
+    REPLACED = "replaced"
+    #: on_conflict="debounce": the waiting run took the new payload, its due pushed back (never
+    #: past max_delay after the first enqueue).
+    DEBOUNCED = "debounced"
+
+
+#: enqueue's conflict modes: what happens when the run id is already waiting.
+CONFLICT_MODES = ("keep", "replace", "debounce")
+#: replace.lua's reply codes.
+_REPLACE_CODES = {1: EnqueueOutcome.ENQUEUED, 3: EnqueueOutcome.REPLACED,
+                  0: EnqueueOutcome.DUPLICATE, 2: EnqueueOutcome.DUPLICATE_DONE}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceResult:
+    """The answer of replace.lua: the outcome and the due written (None when unchanged)."""
+
+    run_id: str
+    outcome: EnqueueOutcome
+    due_ms: int | None
+
+
+def replace(
+    k: QueueKeys,
+    group: tuple[str, int | str, str, bytes],
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    max_envelope_bytes: int,
+    max_delay_ms: int | None = None,
+) -> Call[ReplaceResult]:
+    """Enqueue one run (run_id, run_at, task, envelope), or replace the waiting run with that
+    id: as given (max_delay_ms None), or debounced (due never past max_delay_ms after the
+    waiting run's first enqueue)."""
+    run_id = group[0]
+
+    def decode(reply: Any) -> ReplaceResult:
+        code, due = _pair(reply)
+        if code not in _REPLACE_CODES:
+            raise ScriptError(f"replace: unknown reply code {code}")
+        outcome = _REPLACE_CODES[code]
+        if outcome is EnqueueOutcome.REPLACED and max_delay_ms is not None:
+            outcome = EnqueueOutcome.DEBOUNCED
+        return ReplaceResult(run_id, outcome, due if due >= 0 else None)
+
+    return Call(
+        "replace",
+        [k.delayed, k.runs, k.done, k.stats, k.wake, k.debounce],
+        [_now(now_ms), dedupe_window_ms, max_envelope_bytes, *group,
+         "" if max_delay_ms is None else max_delay_ms],
+        decode,
+    )  # fmt: skip

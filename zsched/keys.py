@@ -63,6 +63,8 @@ class QueueKeys:
     rule_catchup: str = field(init=False)
     #: STRING: a random marker set once (SET NX); gone or changed = Redis lost the data.
     epoch: str = field(init=False)
+    #: ZSET run_id -> latest due allowed (ms): the deadline of a debounced run (replace.lua).
+    debounce: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -84,6 +86,7 @@ class QueueKeys:
             "rule_waiting",
             "rule_catchup",
             "epoch",
+            "debounce",
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")
@@ -117,6 +120,7 @@ class QueueKeys:
             self.rule_waiting,
             self.rule_catchup,
             self.epoch,
+            self.debounce,
         ]
 
     def pattern(self) -> str:

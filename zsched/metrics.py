@@ -134,6 +134,11 @@ class Metrics:
             "Duplicate runs caught, by where: enqueue, fire, worker.",
             ["queue", "where"], registry=r,
         )  # fmt: skip
+        self.replaced = Counter(
+            "zsched_runs_replaced_total",
+            "Waiting runs given a new payload and due by enqueue, by outcome: replaced, debounced.",
+            ["queue", "outcome"], registry=r,
+        )  # fmt: skip
         self.missed_slots = Counter(
             "zsched_missed_slots_total",
             "Rule slots not run on time, by misfire policy.",

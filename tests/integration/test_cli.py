@@ -80,7 +80,7 @@ def test_enqueue_status_show_and_dead_letters_round_trip(redis_url, queue, capsy
     base = ["--redis", redis_url, "--queue", queue]
     out = run_json(capsys, "enqueue", "t", "--payload", '{"a": 1}', "--in", "60", "--id", "x",
                    *base)  # fmt: skip
-    assert out == {"run_id": "x", "duplicate": False}
+    assert out == {"run_id": "x", "duplicate": False, "replaced": False, "outcome": "enqueued"}
     assert run_json(capsys, "enqueue", "t", "--id", "x", *base)["duplicate"] is True
     st = run_json(capsys, "status", *base)
     assert (st["delayed"], st["stats"]["duplicate"]) == (1, 1)

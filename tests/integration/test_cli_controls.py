@@ -36,3 +36,29 @@ def test_runs_reschedule_needs_one_time_and_refuses_a_bad_one(redis_url, queue, 
         assert code == 2, argv
     err = capsys.readouterr().err
     assert "--in '-1'" in err and "not an ISO-8601 time" in err and "no UTC offset" in err
+
+
+def test_enqueue_on_conflict_replace_and_debounce(redis_url, queue, capsys):
+    base = ["--redis", redis_url, "--queue", queue, "--id", "d", "--json"]
+
+    def enqueue(*argv: str) -> dict:
+        assert main(["enqueue", "t", *argv, *base]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert enqueue("--in", "60")["outcome"] == "enqueued"
+    assert enqueue("--in", "60")["outcome"] == "duplicate"
+    out = enqueue("--in", "30", "--payload", "[2]", "--on-conflict", "replace")
+    assert (out["outcome"], out["replaced"], out["duplicate"]) == ("replaced", True, False)
+    out = enqueue("--in", "3600", "--on-conflict", "debounce", "--max-delay", "120")
+    assert out["outcome"] == "debounced"
+    app = zsched.App(redis_url, queue=queue)
+    st = app.get_run("d")
+    assert st.run_at is not None and st.state == "scheduled"
+    assert app.status().stats["debounced"] == 1 and app.status().stats["replaced"] == 1
+    app.close()
+    try:
+        code = main(["enqueue", "t", "--on-conflict", "debounce", *base])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    assert code == 2
+    assert "needs --max-delay" in capsys.readouterr().err
