@@ -33,4 +33,6 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "reschedule": C.reschedule(k, "r", 1, now_ms=None),
         "replace": C.replace(k, ("r", 1, "t", b"e"), now_ms=None, dedupe_window_ms=1,
                              max_envelope_bytes=1),
+        "revoke": C.revoke(k, "r", now_ms=None, dedupe_window_ms=1),
+        "discard": C.discard(k, "c", [], now_ms=None, dedupe_window_ms=1),
     }  # fmt: skip

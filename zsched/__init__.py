@@ -5,7 +5,13 @@ from __future__ import annotations
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
 from .config import DispatcherSettings, QueueSettings, WorkerSettings
-from .controls import EnqueueOutcome, RescheduleOutcome, RescheduleResult
+from .controls import (
+    CancelOutcome,
+    CancelResult,
+    EnqueueOutcome,
+    RescheduleOutcome,
+    RescheduleResult,
+)
 from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
 from .errors import (
     ConfigError,
@@ -30,6 +36,8 @@ __all__ = [
     "ConfigError",
     "DeadLetter",
     "DispatcherSettings",
+    "CancelOutcome",
+    "CancelResult",
     "EnqueuedId",
     "EnqueueOutcome",
     "RescheduleOutcome",

@@ -15,8 +15,8 @@ from . import scripts as S
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
-from .control_api import ControlMethods
-from .controls import EnqueueOutcome
+from .control_api import CancelMethods, ControlMethods
+from .controls import CancelResult, EnqueueOutcome
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
 from .errors import ConfigError, PayloadError, ZschedError
@@ -73,7 +73,7 @@ def _bytes_client(redis: Any) -> Any:
     return client
 
 
-class App(ScheduleMethods, ControlMethods):
+class App(ScheduleMethods, ControlMethods, CancelMethods):
     """One queue: register tasks, enqueue runs, inspect them; builds dispatchers and workers."""
 
     def __init__(
@@ -296,9 +296,10 @@ class App(ScheduleMethods, ControlMethods):
 
     # -- inspect -----------------------------------------------------------------------------
 
-    def cancel(self, run_id: str) -> bool:
-        """Remove a run that is still delayed. False if it is not delayed (or unknown)."""
-        return self.scripts.run(S.cancel(self.keys_for_run(run_id), run_id)) == S.CANCELLED
+    def cancel(self, run_id: str) -> CancelResult:
+        """Cancel a run wherever it is; the result tells what happened (true when removed
+        now; `.requested` for a running run). See ControlMethods.cancel_run."""
+        return self.cancel_run(run_id)
 
     def migrate(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Move delayed runs kept in key layout 2 (zsched 0.1: one ZSET) into key layout 3,

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import controls as C
 from . import durable as _durable
+from . import scripts as S
+from .envelope import decode
+from .errors import PayloadError
 from .runinput import check_names, delay_ms, to_ms
 from .scripts import Call
 
@@ -118,3 +121,44 @@ def count_conflict(app: Any, outcome: C.EnqueueOutcome) -> None:
         app.metrics.replaced.labels(app.queue, outcome.value).inc()
     else:
         app.metrics.duplicates.labels(app.queue, "enqueue").inc()
+
+
+def _lease_calls(app: Any, res: C.CancelResult) -> list[Call[Any]]:
+    """The unlease call that frees a removed rule fire's overlap lease (none for other runs);
+    run after the cancel (a crash in between: the lease ends with its TTL)."""
+    if res.envelope is None:
+        return []
+    try:
+        env = decode(res.envelope, res.run_id)
+    except PayloadError:
+        return []
+    if not (env.schedule_id and env.lease_ms):
+        return []
+    keys = app.keys_for_run(res.run_id)
+    return [S.unlease(keys, env.schedule_id, res.run_id, env.lease_ms, now_ms=app.clock.now_ms())]
+
+
+class CancelMethods:
+    """cancel of an App (mixed in with ControlMethods)."""
+
+    def cancel_calls(self, run_id: str) -> tuple[Call[C.CancelResult], Any]:
+        """The revoke call of `cancel`, and a function of its result giving the follow-up
+        calls (freeing a rule's lease), so an async App runs the same steps."""
+        app: App = self  # type: ignore[assignment]
+        check_names("cancel", run_id)
+        call = C.revoke(app.keys_for_run(run_id), run_id, now_ms=app.clock.now_ms(),
+                        dedupe_window_ms=app.settings.dedupe_window_ms)  # fmt: skip
+        return call, lambda res: _lease_calls(app, res)
+
+    def cancel_run(self, run_id: str) -> C.CancelResult:
+        """Cancel a run wherever it is: delayed or ready runs are removed at once (the result
+        is true); a running run is asked to stop (`.requested`): its worker learns within its
+        lease renewal interval, cancels an async handler's task or sets a sync handler's
+        `current_run().cancel_requested`, and the run ends `cancelled`. Otherwise the result
+        says not found, done or cancelled already. A rule fire's overlap lease is freed."""
+        app: App = self  # type: ignore[assignment]
+        call, then = self.cancel_calls(run_id)
+        res: C.CancelResult = app.scripts.run(call)
+        for follow in then(res):
+            app.scripts.run(follow)
+        return res

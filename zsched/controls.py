@@ -1,18 +1,19 @@
-"""Run controls as script calls: reschedule, and enqueue with a conflict mode (replace,
-debounce). Each wrapper builds a `scripts.Call` with its decoder, so the same call runs on
-the sync `Scripts` and the asyncio `AsyncScripts`; the App's thin methods live in
-zsched/control_api.py.
+"""Run controls as script calls: reschedule, enqueue with a conflict mode (replace,
+debounce), cancel anywhere (revoke) and the worker's end of a cancelled run (discard). Each
+wrapper builds a `scripts.Call` with its decoder, so the same call runs on the sync `Scripts`
+and the asyncio `AsyncScripts`; the App's thin methods live in zsched/control_api.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from .errors import ScriptError
 from .keys import GROUP, QueueKeys
-from .scripts import Call, _now
+from .scripts import Call, _int_list, _now
 
 #: Dead letters reschedule reads (newest first) to tell a dead run from an unknown one.
 DEAD_SCAN = 1000
@@ -142,3 +143,90 @@ def replace(
          "" if max_delay_ms is None else max_delay_ms],
         decode,
     )  # fmt: skip
+
+
+class CancelOutcome(Enum):
+    """What cancel found and did (revoke.lua's reply codes, named once here)."""
+
+    #: Removed from the delayed set before it was due.
+    CANCELLED_DELAYED = 1
+    #: Dispatched but not read by any worker: its stream entry was deleted.
+    CANCELLED_READY = 2
+    #: Running: the worker holding it was asked to stop; the run ends `cancelled` when the
+    #: handler stops (an async handler's task is cancelled; a sync one sees
+    #: `current_run().cancel_requested`).
+    REQUESTED = 3
+    #: No such run (never enqueued, or its records are gone).
+    NOT_FOUND = 0
+    #: It finished already (a completion record is kept).
+    DONE = 4
+    #: It was cancelled already.
+    ALREADY_CANCELLED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """The answer of cancel. True (as a bool) when the run was removed by this call; a running
+    run is `.requested` instead, and ends cancelled once its handler stops."""
+
+    run_id: str
+    outcome: CancelOutcome
+    #: The removed run's envelope (codes 1 and 2), to free a rule's overlap lease.
+    envelope: bytes | None = None
+
+    def __bool__(self) -> bool:
+        return self.cancelled
+
+    @property
+    def cancelled(self) -> bool:
+        return self.outcome in (CancelOutcome.CANCELLED_DELAYED, CancelOutcome.CANCELLED_READY)
+
+    @property
+    def requested(self) -> bool:
+        return self.outcome is CancelOutcome.REQUESTED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "outcome": self.outcome.name.lower(),
+                "cancelled": self.cancelled, "requested": self.requested}  # fmt: skip
+
+
+def revoke(
+    k: QueueKeys, run_id: str, *, now_ms: int | None, dedupe_window_ms: int
+) -> Call[CancelResult]:
+    """Cancel a run wherever it is (delayed, ready: removed; running: asked)."""
+
+    def decode(reply: Any) -> CancelResult:
+        if not isinstance(reply, list) or len(reply) != 2:
+            raise ScriptError(f"revoke: expected {{code, envelope}}, got {reply!r}")
+        try:
+            outcome = CancelOutcome(int(reply[0]))
+        except ValueError:
+            raise ScriptError(f"revoke: unknown reply code {reply[0]!r}") from None
+        env = bytes(reply[1]) if reply[1] else None
+        return CancelResult(run_id, outcome, env)
+
+    return Call(
+        "revoke",
+        [k.delayed, k.runs, k.entries, k.ready, k.done, k.cancelled, k.stats,
+         k.cancel_request(run_id)],
+        [_now(now_ms), run_id, GROUP, dedupe_window_ms],
+        decode,
+    )  # fmt: skip
+
+
+def discard(
+    k: QueueKeys,
+    consumer: str,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+) -> Call[list[int]]:
+    """End held runs whose cancel was requested. pairs: (entry_id, run_id). Reply: OK or
+    FENCED per pair."""
+    return Call(
+        "discard",
+        [k.ready, k.runs, k.entries, k.cancelled, k.stats],
+        [_now(now_ms), GROUP, consumer, dedupe_window_ms, *[x for p in pairs for x in p]],
+        _int_list,
+    )

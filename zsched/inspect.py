@@ -29,7 +29,9 @@ def _s(b: Any) -> str:
 
 @dataclass(frozen=True)
 class RunStatus:
-    """Where a run is and its times. state: scheduled, ready, running, done or dead."""
+    """Where a run is and its times. state: scheduled, ready, running, done, dead or
+    cancelled (`cancelled_at`; kept for the dedupe window). `cancel_requested`: a running
+    run was asked to stop and its worker has not ended it yet."""
 
     run_id: str
     state: str
@@ -42,6 +44,8 @@ class RunStatus:
     consumer: str | None = None
     idle_ms: int | None = None
     deliveries: int | None = None
+    cancelled_at: datetime | None = None
+    cancel_requested: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
@@ -72,7 +76,8 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
     pipe.hget(k.runs, run_id)
     pipe.hget(k.entries, run_id)
     pipe.zscore(k.done, run_id)
-    raw, entry, done_at = pipe.execute()
+    pipe.zscore(k.cancelled, run_id)
+    raw, entry, done_at, cancelled_at = pipe.execute()
     if raw is not None and entry is None:
         # Live and not on the stream: in the delayed set, due when its value's tag says.
         st = _from_envelope(run_id, "scheduled", raw)
@@ -87,13 +92,17 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
             pending = []  # no worker has joined yet
         if pending:
             p = pending[0]
+            asked = _s(r.get(k.cancel_request(run_id)) or b"") == _s(entry)
             return _from_envelope(
                 run_id, "running", raw, consumer=_s(p["consumer"]),
                 idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
+                cancel_requested=asked,
             )  # fmt: skip
         return _from_envelope(run_id, "ready", raw)
     if done_at is not None:
         return RunStatus(run_id, "done", done_at=ms_to_datetime(int(float(done_at))))
+    if cancelled_at is not None:
+        return RunStatus(run_id, "cancelled", cancelled_at=ms_to_datetime(int(float(cancelled_at))))
     for _entry_id, fields in _scan_dead(r, k):
         if _s(fields.get(b"run_id", b"")) == run_id:
             return _from_envelope(

@@ -65,6 +65,8 @@ class QueueKeys:
     epoch: str = field(init=False)
     #: ZSET run_id -> latest due allowed (ms): the deadline of a debounced run (replace.lua).
     debounce: str = field(init=False)
+    #: ZSET run_id -> cancelled_at_ms. Runs cancelled (revoke, discard), kept for the window.
+    cancelled: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -87,6 +89,7 @@ class QueueKeys:
             "rule_catchup",
             "epoch",
             "debounce",
+            "cancelled",
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")
@@ -102,6 +105,10 @@ class QueueKeys:
     def ledger(self, schedule_id: str) -> str:
         """STREAM, capped: the fire ledger of one rule (one outcome per slot)."""
         return f"{PREFIX}:{self.tag}:ledger:{schedule_id}"
+
+    def cancel_request(self, run_id: str) -> str:
+        """STRING with a TTL: a cancel request for a running run (value = its stream entry id)."""
+        return f"{PREFIX}:{self.tag}:cancel:{run_id}"
 
     def all_fixed(self) -> list[str]:
         """Every fixed key of the queue (not the per-rule ones), for cleanup and inspection."""
@@ -121,6 +128,7 @@ class QueueKeys:
             self.rule_catchup,
             self.epoch,
             self.debounce,
+            self.cancelled,
         ]
 
     def pattern(self) -> str:

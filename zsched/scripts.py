@@ -25,7 +25,7 @@ T = TypeVar("T")
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
     "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate",
-    "reschedule", "replace",
+    "reschedule", "replace", "revoke", "discard",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000

@@ -10,7 +10,7 @@ import contextvars
 import inspect
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -84,6 +84,14 @@ class RunInfo:
     deliveries: int = 1
     #: When the dispatcher put this attempt on the stream (Redis clock).
     dispatched_at: datetime | None = None
+    # Set by the worker when a cancel of this run was requested (a list: the info is frozen).
+    _cancel: list[bool] = field(default_factory=lambda: [False], repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once `app.cancel(run_id)` asked this run to stop: a sync handler checks it
+        and returns (or raises) at its next safe point; the run then ends `cancelled`."""
+        return self._cancel[0]
 
 
 _current: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(

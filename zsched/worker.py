@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio.connection
 import redis.exceptions
 
+from . import controls as C
 from . import recovery
 from . import scripts as S
 from .config import WorkerSettings, settings_from
@@ -55,6 +56,12 @@ class Delivery:
     raw: bytes
     due_ms: int | None
     deliveries: int = 1
+    #: Cancel support (zsched/worker_cancel.py): the asyncio task executing it, its RunInfo,
+    #: whether its handler is async, and whether a cancel request was seen.
+    exec_task: Any = None
+    info: RunInfo | None = None
+    is_async: bool = False
+    cancel_seen: bool = False
 
 
 def _s(b: Any) -> str:
@@ -105,6 +112,7 @@ class Worker(WorkerLoop):
         self._acks: list[tuple[str, str]] = []
         self._retries: list[tuple[str, str, int, bytes]] = []
         self._deads: list[tuple[str, str, str, bytes]] = []
+        self._discards: list[tuple[str, str]] = []
         self._flushing: set[str] = set()
         self._lost: set[str] = set()
         # Held by flush and by lease renewal: a renewal racing an ack would read the acked
@@ -126,6 +134,7 @@ class Worker(WorkerLoop):
 
     def held_entry_ids(self) -> list[str]:
         pending = [a[0] for a in self._acks] + [r[0] for r in self._retries]
+        pending += [d[0] for d in self._discards]
         return list(self.running) + pending + [d[0] for d in self._deads] + list(self._flushing)
 
     def leases(self) -> dict[str, tuple[str, str, int]]:
@@ -181,7 +190,7 @@ class Worker(WorkerLoop):
 
     def _start(self, d: Delivery) -> None:
         self.running[d.entry_id] = d
-        t = asyncio.get_running_loop().create_task(self._execute(d))
+        t = d.exec_task = asyncio.get_running_loop().create_task(self._execute(d))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
@@ -193,7 +202,8 @@ class Worker(WorkerLoop):
         except Exception as exc:
             # A fault of the worker itself (a handler's is an outcome): dead-letter the run
             # with the reason rather than leave its entry pending, unrenewed, until reclaim.
-            if not any(d.entry_id == o[0] for o in (*self._acks, *self._retries, *self._deads)):
+            outcomes = (*self._acks, *self._retries, *self._deads, *self._discards)
+            if not any(d.entry_id == o[0] for o in outcomes):
                 log.exception("worker error on run %s", d.run_id, extra={"queue": self.app.queue})
                 self._dead(d, f"worker error: {type(exc).__name__}: {exc}"[:2000], "worker_error")
         finally:
@@ -201,23 +211,35 @@ class Worker(WorkerLoop):
             self._slot_free.set()
             self._wake_flush.set()
 
-    async def _execute_inner(self, d: Delivery) -> None:
-        q = self.app.queue
+    def _prepare(self, d: Delivery) -> tuple[Envelope, Task, RunInfo] | None:
+        """Decode the run and find its task; None when it was dead-lettered instead."""
         try:
             env = decode(d.raw, d.run_id)
         except PayloadError as exc:
-            return self._dead(d, f"undecodable envelope: {exc}", "undecodable")
+            self._dead(d, f"undecodable envelope: {exc}", "undecodable")
+            return None
         if env.lease_ms and env.schedule_id:
             self._leases[d.entry_id] = (env.schedule_id, env.run_id, env.lease_ms)
         task = self.app.tasks.get(env.task)
         if task is None:
-            return self._dead(
+            self._dead(
                 d, f"unknown task {env.task!r}: not registered with this worker", "unknown_task"
             )
+            return None
         stream_ms = d.entry_id.split("-", 1)[0]
         dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
-        info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms), q,
-                       env.schedule_id, d.deliveries, dispatched)  # fmt: skip
+        info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms),
+                       self.app.queue, env.schedule_id, d.deliveries, dispatched)  # fmt: skip
+        d.info, d.is_async = info, task.is_async
+        return env, task, info
+
+    async def _execute_inner(self, d: Delivery) -> None:
+        prepared = self._prepare(d)
+        if prepared is None:
+            return
+        env, task, info = prepared
+        if d.cancel_seen:  # asked to stop before its handler started
+            return self._discard(d, task.name)
         started = time.time()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
         tm = self._metrics_of(task.name)
@@ -225,19 +247,42 @@ class Worker(WorkerLoop):
         t0 = time.perf_counter()
         try:
             await self._call(task, env, info)
-        except Retry as r:
-            self._retry(d, env, task, r.delay, r.reason, outcome="retried")
-        except Fail as f:
-            self._dead(d, f"failed: {f.reason}"[:2000], "failed", task.name)
+        except asyncio.CancelledError:
+            if not d.cancel_seen:  # the worker is shutting down: not a cancel of this run
+                raise
+            me = asyncio.current_task()
+            if me is not None:
+                me.uncancel()  # ours: the run goes on to its outcome
+            self._discard(d, task.name)
         except Exception as exc:  # noqa: BLE001 - any handler error is an outcome, not a crash
+            self._failed(d, env, task, exc)
+        else:
+            if d.cancel_seen:  # it returned after it was asked to stop
+                self._discard(d, task.name)
+            else:
+                self._acks.append((d.entry_id, d.run_id))
+                tm.succeeded.inc()
+        finally:
+            tm.durations.append(time.perf_counter() - t0)
+
+    def _failed(self, d: Delivery, env: Envelope, task: Task, exc: Exception) -> None:
+        """A handler raised: a run asked to stop ends cancelled, else it retries or dies."""
+        if d.cancel_seen:
+            self._discard(d, task.name)
+        elif isinstance(exc, Retry):
+            self._retry(d, env, task, exc.delay, exc.reason, outcome="retried")
+        elif isinstance(exc, Fail):
+            self._dead(d, f"failed: {exc.reason}"[:2000], "failed", task.name)
+        else:
             if isinstance(exc, TimeoutError):
                 exc = TimeoutError(f"timed out after {task.timeout}s")
             self._retry(d, env, task, None, None, exc=exc)
-        else:
-            self._acks.append((d.entry_id, d.run_id))
-            tm.succeeded.inc()
-        finally:
-            tm.durations.append(time.perf_counter() - t0)
+
+    def _discard(self, d: Delivery, task: str) -> None:
+        """The run was asked to stop and did: it ends cancelled (discard.lua at the flush)."""
+        self._discards.append((d.entry_id, d.run_id))
+        self.metrics.completed.labels(self.app.queue, task, "cancelled").inc()
+        log.info("run %s cancelled", d.run_id, extra={"queue": self.app.queue, "run_id": d.run_id})
 
     def _metrics_of(self, task: str) -> TaskMetrics:
         tm = self._task_metrics.get(task)
@@ -315,6 +360,8 @@ class Worker(WorkerLoop):
     async def _flush(self) -> None:
         """Write buffered outcomes: one script call per kind per FLUSH_BATCH runs."""
         k, now, s = self.app.keys, self.app.clock.now_ms(), self.app.settings
+        if self._discards:
+            await self._flush_discards()
         while self._acks or self._retries or self._deads:
             b = FLUSH_BATCH
             acks, self._acks = self._acks[:b], self._acks[b:]
@@ -349,6 +396,20 @@ class Worker(WorkerLoop):
             finally:
                 self._flushing.difference_update(acked)
                 self._slot_free.set()
+
+    async def _flush_discards(self) -> None:
+        """End the runs that stopped after a cancel request (discard.lua), freeing leases."""
+        k, s = self.app.keys, self.app.settings
+        while self._discards:
+            batch, self._discards = self._discards[:FLUSH_BATCH], self._discards[FLUSH_BATCH:]
+            try:
+                codes = await self.scripts.run(C.discard(k, self.consumer, batch,
+                    now_ms=self.app.clock.now_ms(), dedupe_window_ms=s.dedupe_window_ms))  # fmt: skip
+            except _FLUSH_ERRORS:
+                self._discards[:0] = batch
+                raise
+            self._fenced("discard", batch, codes)
+            await self._unlease(batch, codes)
 
     async def _unlease(self, items: list[Any], codes: list[int]) -> None:
         """A rule's run finished: free its overlap lease (and start a fire that waited)."""

@@ -87,8 +87,9 @@ def test_enqueue_status_show_and_dead_letters_round_trip(redis_url, queue, capsy
     shown = run_json(capsys, "runs", "show", "x", *base)
     assert (shown["state"], shown["task"]) == ("scheduled", "t")
     assert run_json(capsys, "runs", "cancel", "x", *base)["cancelled"] is True
-    assert main(["runs", "show", "x", *base]) == 1
-    assert "no run 'x'" in capsys.readouterr().err
+    assert run_json(capsys, "runs", "show", "x", *base)["state"] == "cancelled"
+    assert main(["runs", "show", "nobody", *base]) == 1
+    assert "no run 'nobody'" in capsys.readouterr().err
     # A dead letter to list, replay and purge.
     app = zsched.App(redis_url, queue=queue)
     app.enqueue("nobody-has-this", None, run_id="d")

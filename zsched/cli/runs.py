@@ -18,7 +18,8 @@ def register(sub: Any) -> None:
     add_connection(s)
     add_json(s)
     s.set_defaults(func=cmd_show)
-    c = rs.add_parser("cancel", help="remove a run that is still delayed")
+    c = rs.add_parser("cancel", help="cancel a run: delayed or ready runs go now, a running "
+                      "run is asked to stop")  # fmt: skip
     c.add_argument("run_id")
     add_connection(c)
     add_json(c)
@@ -44,10 +45,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    ok = make_app(args).cancel(args.run_id)
-    emit(args, {"run_id": args.run_id, "cancelled": ok},
-         "cancelled" if ok else "not cancelled: the run is not waiting in the delayed set")  # fmt: skip
-    return 0 if ok else 1
+    res = make_app(args).cancel(args.run_id)
+    emit(args, res.as_dict(), _CANCEL_TEXT[res.outcome.name.lower()])
+    return 0 if res.cancelled or res.requested else 1
+
+
+_CANCEL_TEXT = {
+    "cancelled_delayed": "cancelled (it was waiting in the delayed set)",
+    "cancelled_ready": "cancelled (it was dispatched, no worker had read it)",
+    "requested": "cancel requested: the worker running it stops it and it ends cancelled",
+    "not_found": "not cancelled: no such run",
+    "done": "not cancelled: it is done already",
+    "already_cancelled": "not cancelled: it was cancelled already",
+}
 
 
 def cmd_reschedule(args: argparse.Namespace) -> int:
