@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zsched import controls as C
+from zsched import outcomes as O
 from zsched import scripts as S
 from zsched.keys import QueueKeys
 
@@ -35,4 +36,5 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
                              max_envelope_bytes=1),
         "revoke": C.revoke(k, "r", now_ms=None, dedupe_window_ms=1),
         "discard": C.discard(k, "c", [], now_ms=None, dedupe_window_ms=1),
+        "record": O.record(k, [], now_ms=None, dedupe_window_ms=1),
     }  # fmt: skip

@@ -139,10 +139,14 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         max_attempts: int | None = None,
         backoff: Backoff = 1.0,
         timeout: float | None = None,
+        keep_result: bool = False,
+        max_result_bytes: int = 16 * 1024,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
-        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`."""
+        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`.
+        `keep_result=True`: keep each run's outcome (attempts, duration, return value up to
+        `max_result_bytes` of msgpack) for the dedupe window, read by `get_run`."""
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             t = make_task(f, **options)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
+from . import outcomes as _outcomes
 from . import scripts as S
 from .delayed import untag
 from .envelope import Envelope, decode
@@ -46,6 +47,14 @@ class RunStatus:
     deliveries: int | None = None
     cancelled_at: datetime | None = None
     cancel_requested: bool | None = None
+    #: A finished run (done, dead, cancelled): when it finished.
+    finished_at: datetime | None = None
+    #: Kept for tasks with keep_result=True (zsched/outcomes.py): attempts made, the last
+    #: attempt's duration, the handler's return value, or why it was not kept.
+    attempts: int | None = None
+    duration_ms: int | None = None
+    result: Any = None
+    result_error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
@@ -77,7 +86,8 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
     pipe.hget(k.entries, run_id)
     pipe.zscore(k.done, run_id)
     pipe.zscore(k.cancelled, run_id)
-    raw, entry, done_at, cancelled_at = pipe.execute()
+    pipe.hget(k.outcomes, run_id)
+    raw, entry, done_at, cancelled_at, outcome = pipe.execute()
     if raw is not None and entry is None:
         # Live and not on the stream: in the delayed set, due when its value's tag says.
         st = _from_envelope(run_id, "scheduled", raw)
@@ -99,16 +109,38 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
                 cancel_requested=asked,
             )  # fmt: skip
         return _from_envelope(run_id, "ready", raw)
+    finished = _finished(r, k, run_id, done_at, cancelled_at)
+    if finished is None:
+        raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+    return _with_outcome(finished, outcome)
+
+
+def _finished(
+    r: Any, k: QueueKeys, run_id: str, done_at: Any, cancelled_at: Any
+) -> RunStatus | None:
     if done_at is not None:
-        return RunStatus(run_id, "done", done_at=ms_to_datetime(int(float(done_at))))
+        at = ms_to_datetime(int(float(done_at)))
+        return RunStatus(run_id, "done", done_at=at, finished_at=at)
     if cancelled_at is not None:
-        return RunStatus(run_id, "cancelled", cancelled_at=ms_to_datetime(int(float(cancelled_at))))
+        at = ms_to_datetime(int(float(cancelled_at)))
+        return RunStatus(run_id, "cancelled", cancelled_at=at, finished_at=at)
     for _entry_id, fields in _scan_dead(r, k):
         if _s(fields.get(b"run_id", b"")) == run_id:
+            dead_ms = fields.get(b"dead_at_ms")
             return _from_envelope(
-                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b""))
-            )
-    raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b"")),
+                finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
+            )  # fmt: skip
+    return None
+
+
+def _with_outcome(st: RunStatus, raw: bytes | None) -> RunStatus:
+    """A finished run's status with its kept outcome (keep_result tasks), if any."""
+    o = _outcomes.decode(raw) if raw else None
+    if o is None:
+        return st
+    return replace(st, attempts=o.attempts, duration_ms=o.duration_ms, result=o.result,
+                   result_error=o.result_error)  # fmt: skip
 
 
 def _scan_dead(r: Any, k: QueueKeys) -> Iterable[tuple[bytes, dict[bytes, bytes]]]:

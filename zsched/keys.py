@@ -67,6 +67,10 @@ class QueueKeys:
     debounce: str = field(init=False)
     #: ZSET run_id -> cancelled_at_ms. Runs cancelled (revoke, discard), kept for the window.
     cancelled: str = field(init=False)
+    #: HASH run_id -> outcome (msgpack: attempts, duration, return value) of finished runs.
+    outcomes: str = field(init=False)
+    #: ZSET run_id -> recorded_at_ms: when each outcome was kept (trimmed after the window).
+    outcome_times: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -90,6 +94,8 @@ class QueueKeys:
             "epoch",
             "debounce",
             "cancelled",
+            "outcomes",
+            "outcome_times",
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")
@@ -129,6 +135,8 @@ class QueueKeys:
             self.epoch,
             self.debounce,
             self.cancelled,
+            self.outcomes,
+            self.outcome_times,
         ]
 
     def pattern(self) -> str:

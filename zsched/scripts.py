@@ -25,7 +25,7 @@ T = TypeVar("T")
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
     "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate",
-    "reschedule", "replace", "revoke", "discard",
+    "reschedule", "replace", "revoke", "discard", "record",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000

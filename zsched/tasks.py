@@ -38,6 +38,10 @@ class Task:
     max_attempts: int | None = None
     backoff: Backoff = 1.0
     timeout: float | None = None
+    #: Keep each run's outcome (attempts, duration, return value) for the dedupe window.
+    keep_result: bool = False
+    #: Largest return value kept (msgpack bytes); a larger one is recorded as an error.
+    max_result_bytes: int = 16 * 1024
 
     def backoff_seconds(self, attempt: int, max_seconds: float) -> float:
         """Delay before attempt `attempt + 1`: base * 2^(attempt-1), with full jitter."""
@@ -56,6 +60,8 @@ def make_task(
     max_attempts: int | None = None,
     backoff: Backoff = 1.0,
     timeout: float | None = None,
+    keep_result: bool = False,
+    max_result_bytes: int = 16 * 1024,
 ) -> Task:
     task_name = name or f"{fn.__module__}.{fn.__qualname__}"
     if not task_name or len(task_name.encode()) > 256:
@@ -66,8 +72,11 @@ def make_task(
         raise ZschedError(f"task {task_name}: timeout must be > 0 seconds, got {timeout}")
     if not callable(backoff) and not float(backoff) >= 0:
         raise ZschedError(f"task {task_name}: backoff must be >= 0 seconds, got {backoff}")
+    if not (isinstance(max_result_bytes, int) and max_result_bytes >= 0):
+        raise ZschedError(f"task {task_name}: max_result_bytes must be a whole number >= 0")
     is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
-    return Task(task_name, fn, is_async, max_attempts, backoff, timeout)
+    return Task(task_name, fn, is_async, max_attempts, backoff, timeout, bool(keep_result),
+                max_result_bytes)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import redis.asyncio.connection
 import redis.exceptions
 
 from . import controls as C
+from . import outcomes as _outcomes
 from . import recovery
 from . import scripts as S
 from .config import WorkerSettings, settings_from
@@ -113,6 +114,8 @@ class Worker(WorkerLoop):
         self._retries: list[tuple[str, str, int, bytes]] = []
         self._deads: list[tuple[str, str, str, bytes]] = []
         self._discards: list[tuple[str, str]] = []
+        #: entry_id -> (run_id, encoded outcome) of keep_result runs, recorded once written.
+        self._kept: dict[str, tuple[str, bytes]] = {}
         self._flushing: set[str] = set()
         self._lost: set[str] = set()
         # Held by flush and by lease renewal: a renewal racing an ack would read the acked
@@ -245,8 +248,9 @@ class Worker(WorkerLoop):
         tm = self._metrics_of(task.name)
         tm.lags.append(max(0.0, started - due / 1000))
         t0 = time.perf_counter()
+        value: Any = None
         try:
-            await self._call(task, env, info)
+            value = await self._call(task, env, info)
         except asyncio.CancelledError:
             if not d.cancel_seen:  # the worker is shutting down: not a cancel of this run
                 raise
@@ -264,6 +268,10 @@ class Worker(WorkerLoop):
                 tm.succeeded.inc()
         finally:
             tm.durations.append(time.perf_counter() - t0)
+            if task.keep_result:  # written with the run's outcome, dropped for a retry
+                kept = _outcomes.build(env.attempt, time.perf_counter() - t0, value,
+                                       task.max_result_bytes)  # fmt: skip
+                self._kept[d.entry_id] = (d.run_id, kept.encode())
 
     def _failed(self, d: Delivery, env: Envelope, task: Task, exc: Exception) -> None:
         """A handler raised: a run asked to stop ends cancelled, else it retries or dies."""
@@ -297,22 +305,20 @@ class Worker(WorkerLoop):
         for tm in self._task_metrics.values():
             tm.observe()
 
-    async def _call(self, task: Task, env: Envelope, info: RunInfo) -> None:
+    async def _call(self, task: Task, env: Envelope, info: RunInfo) -> Any:
+        """Run the handler; its return value."""
         if task.is_async:
             set_current(info)
             coro = task.fn(env.payload)
             if task.timeout:
-                await asyncio.wait_for(coro, task.timeout)
-            else:
-                await coro
-            return
+                return await asyncio.wait_for(coro, task.timeout)
+            return await coro
         fut = asyncio.get_running_loop().run_in_executor(
             self._executor, _call_sync, task.fn, env.payload, info
         )
         if task.timeout:
-            await asyncio.wait_for(fut, task.timeout)
-        else:
-            await fut
+            return await asyncio.wait_for(fut, task.timeout)
+        return await fut
 
     def _retry(
         self,
@@ -378,17 +384,20 @@ class Worker(WorkerLoop):
                     written, acks = acks, []
                     self._fenced("ack", written, codes)
                     await self._unlease(written, codes)
+                    await self._record(written, codes)
                 if retries:
                     codes = await self.scripts.run(S.retry(k, self.consumer, retries, now_ms=now))
                     done_r, retries = retries, []
                     self._fenced("retry", done_r, codes)
                     for r in done_r:  # the run is not finished: its rule lease stays held
                         self._leases.pop(r[0], None)
+                        self._kept.pop(r[0], None)
                 if deads:
                     codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
                     done_d, deads = deads, []
                     self._fenced("dead", done_d, codes)
                     await self._unlease(done_d, codes)
+                    await self._record(done_d, codes)
             except _FLUSH_ERRORS:
                 # Keep the outcomes; the leases keep the entries ours until Redis is back.
                 self._acks[:0], self._retries[:0], self._deads[:0] = acks, retries, deads
@@ -410,6 +419,23 @@ class Worker(WorkerLoop):
                 raise
             self._fenced("discard", batch, codes)
             await self._unlease(batch, codes)
+            await self._record(batch, codes)
+
+    async def _record(self, items: list[Any], codes: list[int]) -> None:
+        """Keep the outcomes of keep_result runs just finished (record.lua); none: no call.
+        Written after the run's own outcome: a crash in between loses only the details."""
+        if not self._kept:
+            return
+        pairs = []
+        for it, code in zip(items, codes, strict=True):
+            kept = self._kept.pop(it[0], None)
+            if kept is not None and code == S.OK:
+                pairs.append(kept)
+        if pairs:
+            s = self.app.settings
+            call = _outcomes.record(self.app.keys, pairs, now_ms=self.app.clock.now_ms(),
+                                    dedupe_window_ms=s.dedupe_window_ms)  # fmt: skip
+            await self.scripts.run(call)
 
     async def _unlease(self, items: list[Any], codes: list[int]) -> None:
         """A rule's run finished: free its overlap lease (and start a fire that waited)."""

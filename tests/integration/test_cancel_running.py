@@ -76,7 +76,7 @@ async def test_a_sync_handler_sees_cancel_requested_and_stops(backend, queue) ->
     app = backend.app(queue, metrics=Metrics())
     started, checks = threading.Event(), []
 
-    @app.task(name="loop")
+    @app.task(name="loop", keep_result=True)
     def loop(payload: Any) -> str:
         started.set()
         deadline = time.monotonic() + 60
@@ -94,6 +94,8 @@ async def test_a_sync_handler_sees_cancel_requested_and_stops(backend, queue) ->
         assert app.cancel("s").requested
         await until(lambda: app.get_run("s").state == "cancelled", "the run to end cancelled")
     assert checks == ["stopped"]
+    st = app.get_run("s")  # keep_result: the outcome is kept for a cancelled run too
+    assert (st.state, st.attempts, st.result) == ("cancelled", 1, "stopped early")
 
 
 async def test_a_cancelled_rule_run_frees_the_overlap_lease(real, queue) -> None:
