@@ -28,6 +28,7 @@ from .errors import (
     ZschedError,
 )
 from .inspect import DeadLetter, QueueStatus, RunStatus
+from .rule_controls import ManualFire, ManualOutcome
 from .tasks import RunInfo, current_run
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "CancelOutcome",
     "CancelResult",
     "EnqueuedId",
+    "ManualFire",
+    "ManualOutcome",
     "EnqueueOutcome",
     "RescheduleOutcome",
     "RescheduleResult",

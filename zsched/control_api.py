@@ -19,6 +19,7 @@ from .scripts import Call
 
 if TYPE_CHECKING:
     from .app import App, EnqueuedId
+    from .rule_controls import ManualFire
 
 
 def due_arg(
@@ -64,6 +65,15 @@ class ControlMethods:
         dispatchers."""
         app: App = self  # type: ignore[assignment]
         return app.scripts.run(self.reschedule_call(run_id, run_at=run_at, delay=delay))
+
+    def run_schedule_now(self, schedule_id: str, force: bool = False) -> ManualFire:
+        """Fire a recurring rule once now: run id `<id>@manual:<instant>`, ledger outcome
+        `manual`, the rule's slots unchanged. The overlap policy holds (a run still holding
+        the lease: skipped, or queued behind it) unless `force=True`."""
+        from .rule_controls import run_now
+
+        app: App = self  # type: ignore[assignment]
+        return run_now(app.rule_home(schedule_id), schedule_id, force)
 
     def enqueue_conflict_call(
         self,
