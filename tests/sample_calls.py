@@ -37,4 +37,6 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "revoke": C.revoke(k, "r", now_ms=None, dedupe_window_ms=1),
         "discard": C.discard(k, "c", [], now_ms=None, dedupe_window_ms=1),
         "record": O.record(k, [], now_ms=None, dedupe_window_ms=1),
+        "pause": C.pause(k, None, now_ms=None),
+        "resume": C.resume(k, now_ms=None),
     }  # fmt: skip

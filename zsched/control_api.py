@@ -66,6 +66,49 @@ class ControlMethods:
         app: App = self  # type: ignore[assignment]
         return app.scripts.run(self.reschedule_call(run_id, run_at=run_at, delay=delay))
 
+    def pause_queue(self, note: str | None = None) -> bool:
+        """Pause the queue (every partition): dispatchers move nothing onto the ready stream
+        until resume_queue. Delayed runs wait; rule slots are still fired into the delayed
+        set and recorded; workers finish what is on the stream. False if already paused."""
+        app: App = self  # type: ignore[assignment]
+        if note is not None and len(note.encode()) > 500:
+            raise ValueError("a pause note is at most 500 bytes")
+        now = app.clock.now_ms()
+        return any(
+            [v.scripts.run(C.pause(v.keys, note, now_ms=now)) for v in app.partition_views()]
+        )
+
+    def resume_queue(self) -> bool:
+        """End the pause (every partition) and wake the dispatchers. False if not paused."""
+        app: App = self  # type: ignore[assignment]
+        now = app.clock.now_ms()
+        return any([v.scripts.run(C.resume(v.keys, now_ms=now)) for v in app.partition_views()])
+
+    def drain(
+        self,
+        timeout: float | None = None,
+        progress: Any = None,
+        poll: float = 0.5,
+    ) -> bool:
+        """Pause the queue, then wait until its ready stream is empty (every run dispatched
+        before the pause finished) or `timeout` seconds pass. `progress(status)` is called
+        at each poll. True when drained. The queue stays paused: resume_queue after the
+        deploy."""
+        import time as _time
+
+        app: App = self  # type: ignore[assignment]
+        self.pause_queue("drain")
+        deadline = None if timeout is None else _time.monotonic() + timeout
+        while True:
+            st = app.status()
+            if progress is not None:
+                progress(st)
+            if st.stream_length == 0:
+                return True
+            if deadline is not None and _time.monotonic() >= deadline:
+                return False
+            _time.sleep(poll)
+
     def run_schedule_now(self, schedule_id: str, force: bool = False) -> ManualFire:
         """Fire a recurring rule once now: run id `<id>@manual:<instant>`, ledger outcome
         `manual`, the rule's slots unchanged. The overlap policy holds (a run still holding

@@ -230,3 +230,13 @@ def discard(
         [_now(now_ms), GROUP, consumer, dedupe_window_ms, *[x for p in pairs for x in p]],
         _int_list,
     )
+
+
+def pause(k: QueueKeys, note: str | None, *, now_ms: int | None) -> Call[bool]:
+    """Pause a queue (partition). Reply: True paused now, False already paused."""
+    return Call("pause", [k.control], [_now(now_ms), note or ""], lambda r: int(r) == 1)
+
+
+def resume(k: QueueKeys, *, now_ms: int | None) -> Call[bool]:
+    """Resume a paused queue (partition), waking its dispatchers. Reply: True resumed."""
+    return Call("resume", [k.control, k.wake], [_now(now_ms)], lambda r: int(r) == 1)

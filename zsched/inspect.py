@@ -171,6 +171,10 @@ class QueueStatus:
     dead: int
     done_records: int
     stats: dict[str, int] = field(default_factory=dict)
+    #: Paused by pause_queue (dispatchers move nothing): since when, and the note.
+    paused: bool = False
+    paused_ms: int | None = None
+    pause_note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -186,7 +190,8 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
     pipe.xlen(k.dead)
     pipe.zcard(k.done)
     pipe.hgetall(k.stats)
-    xlen, dead, done, stats = pipe.execute()
+    pipe.hmget(k.control, "paused_ms", "pause_note")
+    xlen, dead, done, stats, (paused_ms, note) = pipe.execute()
     now_ms = int(sec) * 1000 + int(usec) // 1000
     oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
     pending, oldest_idle = 0, 0
@@ -203,6 +208,8 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
     return QueueStatus(
         k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
         int(dead), int(done), {_s(a): int(b) for a, b in stats.items()},
+        paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
+        _s(note) if note else None,
     )  # fmt: skip
 
 

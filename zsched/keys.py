@@ -71,6 +71,8 @@ class QueueKeys:
     outcomes: str = field(init=False)
     #: ZSET run_id -> recorded_at_ms: when each outcome was kept (trimmed after the window).
     outcome_times: str = field(init=False)
+    #: HASH paused_ms, pause_note: present while the queue (partition) is paused (pause.lua).
+    control: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -96,6 +98,7 @@ class QueueKeys:
             "cancelled",
             "outcomes",
             "outcome_times",
+            "control",
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")
@@ -137,6 +140,7 @@ class QueueKeys:
             self.cancelled,
             self.outcomes,
             self.outcome_times,
+            self.control,
         ]
 
     def pattern(self) -> str:
