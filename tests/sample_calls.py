@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zsched import controls as C
+from zsched import limits as L
 from zsched import outcomes as O
 from zsched import scripts as S
 from zsched.keys import QueueKeys
@@ -39,4 +40,5 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "record": O.record(k, [], now_ms=None, dedupe_window_ms=1),
         "pause": C.pause(k, None, now_ms=None),
         "resume": C.resume(k, now_ms=None),
+        "acquire": L.acquire(k, "t", None, "1-1", "r", L.Limits(1), hold_ms=1, now_ms=None),
     }  # fmt: skip

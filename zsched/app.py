@@ -141,12 +141,18 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         timeout: float | None = None,
         keep_result: bool = False,
         max_result_bytes: int = 16 * 1024,
+        max_concurrency: int | None = None,
+        rate: str | float | None = None,
+        burst: int | None = None,
+        limit_key: Callable[[Any], Any] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
         """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`.
         `keep_result=True`: keep each run's outcome (attempts, duration, return value up to
-        `max_result_bytes` of msgpack) for the dedupe window, read by `get_run`."""
+        `max_result_bytes` of msgpack) for the dedupe window, read by `get_run`.
+        `max_concurrency=N`, `rate="10/s"` (+ `burst=`), `limit_key=fn(payload)`: limits
+        shared by every worker in Redis (zsched/limits.py, docs/policies.md)."""
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             t = make_task(f, **options)

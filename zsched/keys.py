@@ -119,6 +119,20 @@ class QueueKeys:
         """STRING with a TTL: a cancel request for a running run (value = its stream entry id)."""
         return f"{PREFIX}:{self.tag}:cancel:{run_id}"
 
+    def limit_holders(self, limit: str) -> str:
+        """ZSET entry_id -> hold expiry ms: the concurrency semaphore of one limit (a task, or
+        `<task>#<limit key>`)."""
+        return f"{PREFIX}:{self.tag}:limit:{limit}:holders"
+
+    def limit_bucket(self, limit: str) -> str:
+        """HASH tokens, ts_ms: the rate limit's token bucket of one limit (task or task#key)."""
+        return f"{PREFIX}:{self.tag}:limit:{limit}:bucket"
+
+    def limit_waiting(self, limit: str) -> str:
+        """ZSET run_id -> retry ms: runs of a task deferred by its limits, not started since
+        (`limit` is the task name)."""
+        return f"{PREFIX}:{self.tag}:limit:{limit}:waiting"
+
     def all_fixed(self) -> list[str]:
         """Every fixed key of the queue (not the per-rule ones), for cleanup and inspection."""
         return [

@@ -26,6 +26,7 @@ NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
     "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate",
     "reschedule", "replace", "revoke", "discard", "record", "pause", "resume",
+    "acquire",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000

@@ -42,6 +42,8 @@ class Task:
     keep_result: bool = False
     #: Largest return value kept (msgpack bytes); a larger one is recorded as an error.
     max_result_bytes: int = 16 * 1024
+    #: Concurrency and rate limits shared by all workers (zsched/limits.py); None = none.
+    limits: Any = None
 
     def backoff_seconds(self, attempt: int, max_seconds: float) -> float:
         """Delay before attempt `attempt + 1`: base * 2^(attempt-1), with full jitter."""
@@ -62,6 +64,10 @@ def make_task(
     timeout: float | None = None,
     keep_result: bool = False,
     max_result_bytes: int = 16 * 1024,
+    max_concurrency: int | None = None,
+    rate: str | float | None = None,
+    burst: int | None = None,
+    limit_key: Callable[[Any], Any] | None = None,
 ) -> Task:
     task_name = name or f"{fn.__module__}.{fn.__qualname__}"
     if not task_name or len(task_name.encode()) > 256:
@@ -75,8 +81,11 @@ def make_task(
     if not (isinstance(max_result_bytes, int) and max_result_bytes >= 0):
         raise ZschedError(f"task {task_name}: max_result_bytes must be a whole number >= 0")
     is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
+    from .limits import make_limits
+
+    limits = make_limits(task_name, max_concurrency, rate, burst, limit_key)
     return Task(task_name, fn, is_async, max_attempts, backoff, timeout, bool(keep_result),
-                max_result_bytes)  # fmt: skip
+                max_result_bytes, limits)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import redis.asyncio.connection
 import redis.exceptions
 
 from . import controls as C
+from . import limits as _limits
 from . import outcomes as _outcomes
 from . import recovery
 from . import scripts as S
@@ -63,6 +64,10 @@ class Delivery:
     info: RunInfo | None = None
     is_async: bool = False
     cancel_seen: bool = False
+    #: Limits (zsched/limits.py): the task, the run's limit key, whether it holds a share.
+    task_name: str | None = None
+    limit_key: str | None = None
+    limited: bool = False
 
 
 def _s(b: Any) -> str:
@@ -233,7 +238,7 @@ class Worker(WorkerLoop):
         dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
         info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms),
                        self.app.queue, env.schedule_id, d.deliveries, dispatched)  # fmt: skip
-        d.info, d.is_async = info, task.is_async
+        d.info, d.is_async, d.task_name = info, task.is_async, task.name
         return env, task, info
 
     async def _execute_inner(self, d: Delivery) -> None:
@@ -243,6 +248,18 @@ class Worker(WorkerLoop):
         env, task, info = prepared
         if d.cancel_seen:  # asked to stop before its handler started
             return self._discard(d, task.name)
+        if task.limits is None:
+            return await self._run(d, env, task, info)
+        if not await _limits.admit(self, d, env, task):
+            return None  # deferred (or dead: its limit_key failed)
+        try:
+            await self._run(d, env, task, info)
+        finally:
+            await _limits.vacate(self, d, task)
+        return None
+
+    async def _run(self, d: Delivery, env: Envelope, task: Task, info: RunInfo) -> None:
+        """Run the handler and buffer its outcome."""
         started = time.time()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
         tm = self._metrics_of(task.name)

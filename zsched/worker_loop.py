@@ -14,7 +14,7 @@ from typing import Any
 
 import redis.exceptions
 
-from . import recovery, worker_cancel
+from . import limits, recovery, worker_cancel
 from . import scripts as S
 from .connection import RETRYABLE_ERRORS, redact_text
 from .errors import ScriptError
@@ -139,6 +139,7 @@ class WorkerLoop:
                 self._observe_metrics()  # also while every slot holds a long handler
                 await recovery.renew_leases(self)
                 await worker_cancel.check_cancels(self)
+                await limits.renew(self)
 
     async def shutdown(self: Any, loops: list[asyncio.Task[None]]) -> None:
         """Stop reading, let running handlers finish within the grace, hand back the rest."""
