@@ -55,6 +55,8 @@ class RunStatus:
     duration_ms: int | None = None
     result: Any = None
     result_error: str | None = None
+    #: A scheduled run deferred by its task's limits: the task whose limit it waits for.
+    waiting_for_limit: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
@@ -92,7 +94,11 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
         # Live and not on the stream: in the delayed set, due when its value's tag says.
         st = _from_envelope(run_id, "scheduled", raw)
         due = untag(raw)[0]
-        return st if due is None else RunStatus(**{**vars(st), "run_at": ms_to_datetime(due)})
+        if due is not None:
+            st = replace(st, run_at=ms_to_datetime(due))
+        if st.task and r.zscore(k.limit_waiting(st.task), run_id) is not None:
+            st = replace(st, waiting_for_limit=st.task)
+        return st
     if raw is not None and entry is not None:
         try:
             pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)

@@ -93,3 +93,14 @@ def test_bad_limit_options_are_refused_when_the_task_is_registered(kw, needle) -
 def test_rates_parse_in_their_units() -> None:
     assert [L.parse_rate(r) for r in ("10/s", "600/m", "5/10s", "36/h", 2.5)] == \
         [10.0, 10.0, 0.5, 0.01, 2.5]  # fmt: skip
+
+
+def test_get_run_tells_a_deferred_run_waits_for_its_tasks_limit(backend, queue) -> None:
+    app = backend.app(queue)
+    app.enqueue("t", None, run_id="r", delay=60)
+    assert app.get_run("r").waiting_for_limit is None
+    one = L.Limits(max_concurrency=1)
+    assert take(app, "1-1", one, run="other").granted
+    assert not take(app, "1-2", one, run="r").granted
+    st = app.get_run("r")
+    assert (st.state, st.waiting_for_limit) == ("scheduled", "t")
