@@ -17,6 +17,7 @@ zsched_pending_oldest_idle_seconds              XPENDING ready GROUP - + 100 -> 
 zsched_dead_letters                             XLEN dead
 zsched_rule_next_fire_timestamp_seconds         ZRANGE rule_next 0 -1 WITHSCORES  (+ schedule)
 zsched_rule_last_fire_timestamp_seconds         HGETALL rule_state -> last_fire_ms  (+ schedule)
+zsched_queue_paused                             HEXISTS control paused_ms (pause_queue): 1 or 0
 zsched_collector_up                             1 if the queue was read, 0 on a Redis error
 =============================================== ==============================================
 
@@ -82,6 +83,7 @@ COLLECTED_METRICS: tuple[str, ...] = (
     "zsched_dead_letters",
     "zsched_rule_next_fire_timestamp_seconds",
     "zsched_rule_last_fire_timestamp_seconds",
+    "zsched_queue_paused",
     "zsched_collector_up",
 )
 
@@ -103,6 +105,7 @@ _HELP: dict[str, str] = {
     "zsched_dead_letters": "Entries on the dead-letter stream.",
     "zsched_rule_next_fire_timestamp_seconds": "Unix time of a recurring rule's next fire.",
     "zsched_rule_last_fire_timestamp_seconds": "Unix time of a recurring rule's last fire.",
+    "zsched_queue_paused": "1 while the queue is paused (pause_queue, zsched pause): nothing is dispatched.",
     "zsched_collector_up": "1 if the last scrape read the queue from Redis, 0 if it failed.",
 }
 
@@ -159,6 +162,7 @@ class QueueSnapshot:
     dead_letters: int
     rule_next_fire: dict[str, float] = field(default_factory=dict)
     rule_last_fire: dict[str, float] = field(default_factory=dict)
+    paused: bool = False
 
 
 class QueueCollector(Collector):
@@ -202,7 +206,8 @@ class QueueCollector(Collector):
     def _read_keys(self, keys: QueueKeys) -> QueueSnapshot:
         """One queue partition in one pipeline (on a cluster: the script, then a pipeline)."""
         replies = self._fetch(keys)
-        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r) = replies
+        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r,
+         paused_r) = replies  # fmt: skip
         sec, usec, size, due, lowest, _exact = delayed_r
         now = int(sec) + int(usec) / 1_000_000
         stream_length = int(xlen_r)
@@ -223,6 +228,7 @@ class QueueCollector(Collector):
             dead_letters=int(dead_r),
             rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
             rule_last_fire=dict(_last_fires(keys.queue, state_r)),
+            paused=bool(paused_r),
         )
 
     def _fetch(self, keys: QueueKeys) -> list[Any]:
@@ -245,6 +251,7 @@ class QueueCollector(Collector):
         pipe.xlen(keys.dead)
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
+        pipe.hexists(keys.control, "paused_ms")
         replies: list[Any] = pipe.execute(raise_on_error=False)
         if cluster:
             replies = [delayed_first, *replies]
@@ -285,6 +292,7 @@ class QueueCollector(Collector):
             fams["zsched_pending_runs"].add_metric([q], snap.pending)
             fams["zsched_pending_oldest_idle_seconds"].add_metric([q], snap.pending_oldest_idle)
             fams["zsched_dead_letters"].add_metric([q], snap.dead_letters)
+            fams["zsched_queue_paused"].add_metric([q], 1.0 if snap.paused else 0.0)
             for schedule, ts in sorted(snap.rule_next_fire.items()):
                 fams["zsched_rule_next_fire_timestamp_seconds"].add_metric([q, schedule], ts)
             for schedule, ts in sorted(snap.rule_last_fire.items()):
@@ -315,6 +323,7 @@ def _merge(queue: str, parts: Sequence[QueueSnapshot]) -> QueueSnapshot:
         dead_letters=sum(p.dead_letters for p in parts),
         rule_next_fire={k: v for p in parts for k, v in p.rule_next_fire.items()},
         rule_last_fire={k: v for p in parts for k, v in p.rule_last_fire.items()},
+        paused=any(p.paused for p in parts),
     )
 
 

@@ -195,3 +195,18 @@ def test_the_cli_pauses_resumes_shows_and_drains(redis_url, queue, capsys) -> No
     assert main(["drain", "--timeout", "0.2", "--every", "0.05", *base]) == 1
     assert "timed out: 1 runs still on the stream" in capsys.readouterr().out
     app.close()
+
+
+def test_the_collector_shows_the_pause(backend, queue) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from zsched.collector import QueueCollector
+
+    app = backend.app(queue, clock=FakeClock(NOW))
+    reg = CollectorRegistry()
+    QueueCollector(backend.sync, [queue], reg, clock=FakeClock(NOW))
+    assert reg.get_sample_value("zsched_queue_paused", {"queue": queue}) == 0
+    app.pause_queue()
+    assert reg.get_sample_value("zsched_queue_paused", {"queue": queue}) == 1
+    app.resume_queue()
+    assert reg.get_sample_value("zsched_queue_paused", {"queue": queue}) == 0
