@@ -240,22 +240,42 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
     ) -> list[EnqueuedId]:
         """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
-        (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
+        (`task`, `payload`, `run_at`, `delay`, `run_id`, `on_conflict`, `max_delay`) or
+        (task, payload) tuples. Runs with a conflict mode go in calls of their own."""
         groups: list[tuple[str, int | str, str, bytes]] = []
+        modes: dict[int, tuple[str, Any]] = {}
         for item in items:
             if isinstance(item, Mapping):
                 kw = dict(item)
                 if "task" not in kw:
                     raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
+                mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
+                if mode != "keep" or cap is not None:
+                    modes[len(groups)] = (mode, cap)
                 groups.append(self.build(kw.pop("task"), kw.pop("payload", None), **kw))
             else:
                 groups.append(self.build(*item))
         if not groups:
             return []
-        codes = self._enqueue_groups(groups)
+        if not modes:  # the common case, as before: one pass, no index lists
+            codes = self._enqueue_groups(groups)
+            added = sum(1 for c in codes if c == S.ENQUEUED)
+            self._count(added, len(codes) - added)
+            return [EnqueuedId(g[0], c != S.ENQUEUED,
+                               EnqueueOutcome.DUPLICATE_DONE if c == S.DUPLICATE_DONE else None)
+                    for g, c in zip(groups, codes, strict=True)]  # fmt: skip
+        out: list[EnqueuedId | None] = [None] * len(groups)
+        conflicts = self.enqueue_conflicts([(groups[i], *modes[i]) for i in modes])
+        for i, rid in zip(modes, conflicts, strict=True):
+            out[i] = rid
+        keep = [i for i in range(len(groups)) if i not in modes]
+        codes = self._enqueue_groups([groups[i] for i in keep]) if keep else []
         added = sum(1 for c in codes if c == S.ENQUEUED)
         self._count(added, len(codes) - added)
-        return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]
+        for i, c in zip(keep, codes, strict=True):
+            done = EnqueueOutcome.DUPLICATE_DONE if c == S.DUPLICATE_DONE else None
+            out[i] = EnqueuedId(groups[i][0], c != S.ENQUEUED, done)
+        return [r for r in out if r is not None]
 
     def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably

@@ -157,6 +157,17 @@ class ControlMethods:
         count_conflict(app, res.outcome)
         return enqueued_id(res)
 
+    def enqueue_conflicts(self, items: list[tuple[Any, str, Any]]) -> list[EnqueuedId]:
+        """enqueue_many's runs with a conflict mode: (group, on_conflict, max_delay) each,
+        one replace.lua call per run, streamed on one connection."""
+        app: App = self  # type: ignore[assignment]
+        calls = [self.enqueue_conflict_call(g, mode, cap) for g, mode, cap in items]
+        out = []
+        for res in _durable.run_calls(app, calls):
+            count_conflict(app, res.outcome)
+            out.append(enqueued_id(res))
+        return out
+
 
 def enqueued_id(res: C.ReplaceResult) -> EnqueuedId:
     """The EnqueuedId of a replace.lua answer."""

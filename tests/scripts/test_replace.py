@@ -183,3 +183,24 @@ def test_the_script_refuses_bad_arguments_and_writes_nothing(backend, queue, ind
     with pytest.raises(Exception, match=message):
         app.scripts.run(C.Call(call.name, call.keys, args, call.decode))
     assert not backend.sync.exists(*app.keys.all_fixed())
+
+
+def test_enqueue_many_takes_a_conflict_mode_per_item(backend, queue) -> None:
+    app = fake_app(backend, queue)
+    app.enqueue("t", 1, run_id="a", delay=60)
+    app.enqueue("t", 1, run_id="b", delay=60)
+    out = app.enqueue_many([
+        {"task": "t", "payload": 2, "run_id": "a", "delay": 5, "on_conflict": "replace"},
+        {"task": "t", "payload": 2, "run_id": "b", "delay": 5},
+        ("t", 3),
+        {"task": "t", "payload": 4, "run_id": "c", "delay": 9, "on_conflict": "debounce",
+         "max_delay": 30},
+    ])  # fmt: skip
+    assert [r.outcome for r in out] == [EnqueueOutcome.REPLACED, EnqueueOutcome.DUPLICATE,
+                                        EnqueueOutcome.ENQUEUED, EnqueueOutcome.ENQUEUED]  # fmt: skip
+    assert out[0] == "a" and out[1] == "b" and out[3] == "c"
+    assert delayed_due(backend.sync, app.keys, "a") == NOW + 5_000
+    assert delayed_due(backend.sync, app.keys, "b") == NOW + 60_000
+    assert payload_of(backend, app, "a") == 2 and payload_of(backend, app, "b") == 1
+    with pytest.raises(ValueError, match="on_conflict must be one of"):
+        app.enqueue_many([{"task": "t", "run_id": "x", "on_conflict": "nope"}])
