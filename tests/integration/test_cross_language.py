@@ -499,3 +499,25 @@ def test_node_reschedules_python_runs_with_the_same_outcomes(real, queue, node_d
     (missing,) = node(node_dir, "runs.js", "reschedule", *base, "--delay-ms", "5")
     assert (missing["outcome"], missing["moved"], missing["due_ms"]) == ("not_found", False, None)
     assert app.reschedule("nobody", delay=5).outcome.name.lower() == missing["outcome"]
+
+
+def test_node_cancels_anywhere_with_the_python_outcomes(real, queue, node_dir):
+    app = real.app(queue)
+    app.enqueue("echo", None, delay=3600, run_id="later")
+    base = ("--redis", real.url, "--queue", queue, "--run-id", "later")
+    (first,) = node(node_dir, "runs.js", "cancel-run", *base)
+    assert first == {"run_id": "later", "code": 1, "outcome": "cancelled_delayed"}
+    assert app.get_run("later").state == "cancelled"
+    (again,) = node(node_dir, "runs.js", "cancel-run", *base)
+    assert again["outcome"] == "already_cancelled" == app.cancel("later").outcome.name.lower()
+
+
+def test_node_cancelling_a_delayed_rule_fire_frees_its_lease(real, queue, node_dir):
+    app = real.app(queue, clock=zsched.FakeClock(1_800_000_000_000))
+    app.schedule("nightly", "echo", every=3600, overlap="skip")
+    res = app.run_schedule_now("nightly")
+    assert real.sync.get(app.keys.lease("nightly")) == res.run_id.encode()
+    base = ("--redis", real.url, "--queue", queue, "--run-id", res.run_id)
+    (out,) = node(node_dir, "runs.js", "cancel-run", *base)
+    assert out["outcome"] == "cancelled_delayed"
+    assert not real.sync.exists(app.keys.lease("nightly"))
