@@ -134,3 +134,34 @@ def test_a_sigkilled_worker_does_not_leave_the_limit_short(redis_url, queue, tra
     assert int(t.get(f"{queue}:hang:max")) == 1
     assert int(app.redis.zcard(app.keys.limit_holders("hang"))) == 0
     app.close()
+
+
+async def test_a_long_handler_keeps_its_share_past_the_hold(backend, queue) -> None:
+    app = backend.app(queue, metrics=Metrics())
+    events: list[str] = []
+
+    @app.task(name="long", max_concurrency=1)
+    async def long(payload: Any) -> None:
+        events.append(f"start {payload}")
+        await asyncio.sleep(1.5 if payload == 1 else 0)  # 1.5 s: past a 0.6 s hold, renewed
+        events.append(f"end {payload}")
+
+    app.enqueue("long", 1, run_id="one")
+    stop_ev = asyncio.Event()
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client(), concurrency=4, visibility_timeout_ms=600,
+                   block_ms=100)  # fmt: skip
+    loops = [asyncio.create_task(d.run(stop_ev)), asyncio.create_task(w.run(stop_ev))]
+    deadline = time.monotonic() + 60
+    while "start 1" not in events:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    app.enqueue("long", 2, run_id="two")
+    while "end 2" not in events:
+        assert time.monotonic() < deadline, events
+        await asyncio.sleep(0.02)
+    stop_ev.set()
+    await asyncio.wait_for(asyncio.gather(*loops), 30)
+    await d.close()
+    await w.close()
+    assert events == ["start 1", "end 1", "start 2", "end 2"]
