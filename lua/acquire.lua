@@ -1,7 +1,7 @@
 -- acquire: take a share of a task's limits before its handler starts: a place in its
---   concurrency semaphore and a token of its rate bucket, both or neither.
+--   concurrency semaphore and a token of its rate bucket.
 -- KEYS[1] limit_holders (zset: entry_id -> hold expiry ms, the semaphore of one limit key)
--- KEYS[2] limit_bucket (hash: tokens, ts_ms: the token bucket of one limit key)
+-- KEYS[2] limit_bucket (hash: tokens, ts_ms, and r:<run_id> -> when a reserved token is due)
 -- KEYS[3] limit_waiting (zset: run_id -> when it tries again, ms: the task's deferred runs)
 -- ARGV[1] now_ms   "" = server TIME
 -- ARGV[2] entry_id   the stream entry of the attempt (the semaphore's member)
@@ -10,19 +10,26 @@
 -- ARGV[5] hold_ms   how long a share lasts unless renewed (a crashed holder's share ends then)
 -- ARGV[6] rate_per_s   tokens added per second; 0 = no bucket (a renewal passes 0)
 -- ARGV[7] burst   the bucket's capacity (tokens)
--- ARGV[8] defer_ms   how long a run waits when the semaphore is full
+-- ARGV[8] defer_ms   the shortest wait when the semaphore is full
+-- ARGV[9] max_defer_ms   the longest wait when the semaphore is full
 -- Returns {granted, wait_ms, waiting}: granted 1 = the run may start (its share is held, or
 --   renewed: a holder's entry id already in the semaphore is granted again); 0 = it must wait
---   wait_ms (the time until the next token, or defer_ms); waiting = runs of the task
---   deferred by a limit and not started since (entries over a minute past due dropped).
--- Invariant: the semaphore holds at most max_concurrency unexpired entries; the bucket never
---   holds more than burst tokens; a denied call takes nothing.
+--   wait_ms; waiting = runs of the task deferred by a limit and not started since (entries a
+--   minute past their time dropped).
+--   Semaphore full: wait defer_ms x (runs waiting / max_concurrency), at most max_defer_ms, so
+--   many waiting runs do not poll faster than the slots free up.
+--   No token: the run reserves the next free one (the bucket goes below zero) and waits until
+--   it is due; back at that time it starts with the token it reserved, so a queue of rated
+--   runs is deferred once each, in order, instead of all retrying for every token.
+-- Invariant: the semaphore holds at most max_concurrency unexpired entries; starts with a
+--   token (taken or reserved) never outrun burst + rate x time; a semaphore denial takes
+--   nothing.
 -- Bound: O(log n) plus the expired holders and stale waiting entries removed.
 local holders, bucket, waiting = KEYS[1], KEYS[2], KEYS[3]
 local now_ms, entry, run_id = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local max_c, hold_ms, rate, burst, defer_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-if not (max_c and hold_ms and rate and burst and defer_ms) or max_c < 0 or hold_ms < 1 or rate < 0 or burst < 0 or defer_ms < 0 then
-  return redis.error_reply('ERR zsched acquire: max_concurrency, hold_ms, rate_per_s, burst and defer_ms must be numbers >= 0 (hold_ms >= 1)')
+local max_c, hold_ms, rate, burst, defer_ms, max_defer = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+if not (max_c and hold_ms and rate and burst and defer_ms and max_defer) or max_c < 0 or hold_ms < 1 or rate < 0 or burst < 0 or defer_ms < 0 or max_defer < defer_ms then
+  return redis.error_reply('ERR zsched acquire: max_concurrency, hold_ms, rate_per_s, burst, defer_ms and max_defer_ms must be numbers >= 0 (hold_ms >= 1, max_defer_ms >= defer_ms)')
 end
 for key, want in pairs({[holders] = 'zset', [bucket] = 'hash', [waiting] = 'zset'}) do
   local got = redis.call('TYPE', key)['ok']
@@ -43,24 +50,34 @@ if max_c > 0 then
   -- A crashed holder's share ends with its hold; a reclaimed run keeps its entry id (reused).
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
   if not redis.call('ZSCORE', holders, entry) and redis.call('ZCARD', holders) >= max_c then
-    return wait(defer_ms)
+    local ahead = redis.call('ZCARD', waiting) - (redis.call('ZSCORE', waiting, run_id) and 1 or 0)
+    return wait(math.min(max_defer, defer_ms * math.ceil((ahead + 1) / max_c)))
   end
 end
+local reserved = nil
 if rate > 0 then
-  local b = redis.call('HMGET', bucket, 'tokens', 'ts_ms')
-  local tokens, ts = tonumber(b[1]) or burst, tonumber(b[2]) or now_ms
-  tokens = math.min(burst, tokens + math.max(0, now_ms - ts) * rate / 1000)
-  if tokens < 1 then
+  local field = 'r:' .. run_id
+  reserved = tonumber(redis.call('HGET', bucket, field))
+  if reserved and reserved > now_ms then return wait(reserved - now_ms) end
+  if not reserved then
+    local b = redis.call('HMGET', bucket, 'tokens', 'ts_ms')
+    local tokens, ts = tonumber(b[1]) or burst, tonumber(b[2]) or now_ms
+    tokens = math.min(burst, tokens + math.max(0, now_ms - ts) * rate / 1000) - 1
     redis.call('HSET', bucket, 'tokens', tostring(tokens), 'ts_ms', now_ms)
-    return wait((1 - tokens) * 1000 / rate)
+    -- Until it is full again (and a minute more for the reservations' runs to come back).
+    redis.call('PEXPIRE', bucket, math.ceil((burst - tokens) * 1000 / rate) + 60000)
+    if tokens < 0 then
+      -- No token now: this run reserves the next one and comes back when it is due.
+      local due = now_ms + math.ceil(-tokens * 1000 / rate)
+      redis.call('HSET', bucket, field, due)
+      return wait(due - now_ms)
+    end
   end
-  redis.call('HSET', bucket, 'tokens', tostring(tokens - 1), 'ts_ms', now_ms)
-  -- An idle bucket refills to full in burst / rate seconds; the key may go after that.
-  redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
 end
 if max_c > 0 then
   redis.call('ZADD', holders, now_ms + hold_ms, entry)
   redis.call('PEXPIRE', holders, hold_ms * 2)
 end
+if reserved then redis.call('HDEL', bucket, 'r:' .. run_id) end
 redis.call('ZREM', waiting, run_id)
 return {1, 0, redis.call('ZCARD', waiting)}

@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from .worker import Delivery, Worker
 
 log = logging.getLogger(__name__)
-#: How long a run waits when the task's semaphore is full (ms), before jitter.
+#: How long a run waits when the task's semaphore is full (ms), before jitter: this times
+#: the runs waiting per slot, at most MAX_DEFER_MS (acquire.lua).
 DEFER_MS = 200
+MAX_DEFER_MS = 30_000
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*)\s*([a-z]+)\s*$")
 
@@ -112,7 +114,7 @@ def acquire(k: QueueKeys, task: str, key: str | None, entry_id: str, run_id: str
         [k.limit_holders(limit_id(task, key)), k.limit_bucket(limit_id(task, key)),
          k.limit_waiting(task)],
         [_now(now_ms), entry_id, run_id, limits.max_concurrency, hold_ms, repr(float(rate)),
-         limits.burst, DEFER_MS],
+         limits.burst, DEFER_MS, MAX_DEFER_MS],
         decode,
     )  # fmt: skip
 
@@ -137,8 +139,8 @@ async def admit(w: Worker, d: Delivery, env: Envelope, task: Task) -> bool:
         d.limited = True
         return True
     wait = got.wait_ms
-    if limits.max_concurrency and wait == DEFER_MS:
-        wait += random.randint(0, DEFER_MS)  # full semaphore: spread the retries
+    if limits.max_concurrency and not limits.rate_per_s:
+        wait += random.randint(0, min(wait, DEFER_MS))  # full semaphore: spread the retries
     w._retries.append((d.entry_id, d.run_id, wait, d.raw))
     w.metrics.limit_deferred.labels(q, task.name).inc()
     return False

@@ -104,3 +104,24 @@ def test_get_run_tells_a_deferred_run_waits_for_its_tasks_limit(backend, queue) 
     assert not take(app, "1-2", one, run="r").granted
     st = app.get_run("r")
     assert (st.state, st.waiting_for_limit) == ("scheduled", "t")
+
+
+def test_a_queue_of_rated_runs_reserves_tokens_in_order_and_is_deferred_once(backend, queue):
+    app = backend.app(queue)
+    rated = L.Limits(rate_per_s=10.0, burst=1)
+    got = [take(app, f"1-{i}", rated) for i in range(5)]
+    assert [g.granted for g in got] == [True, False, False, False, False]
+    assert [g.wait_ms for g in got[1:]] == [100, 200, 300, 400]  # each its own next token
+    for i, g in enumerate(got[1:], start=1):  # each back at its time: started, no new wait
+        assert take(app, f"1-{i}", rated, now=NOW + g.wait_ms).granted
+    assert not take(app, "1-9", rated, now=NOW + 400).granted  # the next token is after those
+
+
+def test_many_runs_waiting_for_few_slots_poll_less_often(backend, queue) -> None:
+    app = backend.app(queue)
+    one = L.Limits(max_concurrency=1)
+    assert take(app, "1-0", one).granted
+    waits = [take(app, f"1-{i}", one).wait_ms for i in range(1, 6)]
+    assert waits == [L.DEFER_MS * n for n in range(1, 6)]
+    many = [take(app, f"2-{i}", one).wait_ms for i in range(300)]
+    assert max(many) == L.MAX_DEFER_MS
