@@ -5,6 +5,13 @@ from __future__ import annotations
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
 from .config import DispatcherSettings, QueueSettings, WorkerSettings
+from .controls import (
+    CancelOutcome,
+    CancelResult,
+    EnqueueOutcome,
+    RescheduleOutcome,
+    RescheduleResult,
+)
 from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
 from .errors import (
     ConfigError,
@@ -21,6 +28,7 @@ from .errors import (
     ZschedError,
 )
 from .inspect import DeadLetter, QueueStatus, RunStatus
+from .rule_controls import ManualFire, ManualOutcome
 from .tasks import RunInfo, current_run
 
 __all__ = [
@@ -29,7 +37,14 @@ __all__ = [
     "ConfigError",
     "DeadLetter",
     "DispatcherSettings",
+    "CancelOutcome",
+    "CancelResult",
     "EnqueuedId",
+    "ManualFire",
+    "ManualOutcome",
+    "EnqueueOutcome",
+    "RescheduleOutcome",
+    "RescheduleResult",
     "Envelope",
     "Fail",
     "FakeClock",

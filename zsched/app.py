@@ -16,6 +16,8 @@ from . import tracing as _tracing
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
+from .control_api import CancelMethods, ControlMethods
+from .controls import CancelResult, EnqueueOutcome
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
 from .errors import ConfigError, PayloadError, ZschedError
@@ -34,15 +36,30 @@ ENQUEUE_BATCH = 100
 
 
 class EnqueuedId(str):
-    """A run id returned by enqueue; `.duplicate` says whether it was already live or done."""
+    """A run id returned by enqueue; `.duplicate` says whether it was already live or done,
+    `.replaced` whether a waiting run took the new payload (on_conflict="replace"/"debounce"),
+    `.outcome` which of these happened (a zsched.EnqueueOutcome)."""
 
     duplicate: bool = False
+    replaced: bool = False
 
-    def __new__(cls, value: str, duplicate: bool = False) -> EnqueuedId:
+    def __new__(
+        cls, value: str, duplicate: bool = False, outcome: EnqueueOutcome | None = None
+    ) -> EnqueuedId:
         obj = super().__new__(cls, value)
         if duplicate:  # the class default covers the common case without an instance dict
             obj.duplicate = True
+        if outcome is not None:
+            obj.__dict__["_outcome"] = outcome
+            obj.replaced = outcome in (EnqueueOutcome.REPLACED, EnqueueOutcome.DEBOUNCED)
         return obj
+
+    @property
+    def outcome(self) -> EnqueueOutcome:
+        got: EnqueueOutcome | None = self.__dict__.get("_outcome")
+        if got is not None:
+            return got
+        return EnqueueOutcome.DUPLICATE if self.duplicate else EnqueueOutcome.ENQUEUED
 
 
 def _bytes_client(redis: Any) -> Any:
@@ -57,7 +74,7 @@ def _bytes_client(redis: Any) -> Any:
     return client
 
 
-class App(ScheduleMethods):
+class App(ScheduleMethods, ControlMethods, CancelMethods):
     """One queue: register tasks, enqueue runs, inspect them; builds dispatchers and workers."""
 
     def __init__(
@@ -123,10 +140,20 @@ class App(ScheduleMethods):
         max_attempts: int | None = None,
         backoff: Backoff = 1.0,
         timeout: float | None = None,
+        keep_result: bool = False,
+        max_result_bytes: int = 16 * 1024,
+        max_concurrency: int | None = None,
+        rate: str | float | None = None,
+        burst: int | None = None,
+        limit_key: Callable[[Any], Any] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
-        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`."""
+        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`.
+        `keep_result=True`: keep each run's outcome (attempts, duration, return value up to
+        `max_result_bytes` of msgpack) for the dedupe window, read by `get_run`.
+        `max_concurrency=N`, `rate="10/s"` (+ `burst=`), `limit_key=fn(payload)`: limits
+        shared by every worker in Redis (zsched/limits.py, docs/policies.md)."""
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             t = make_task(f, **options)
@@ -193,40 +220,81 @@ class App(ScheduleMethods):
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
         run_id: str | None = None,
+        on_conflict: str = "keep",
+        max_delay: timedelta | float | None = None,
     ) -> EnqueuedId:
-        """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
+        """Schedule one run; returns its id (`.duplicate` is True if it was already there).
+
+        `on_conflict`, when a run with this id is waiting in the delayed set: "keep" (leave
+        it, a duplicate), "replace" (it takes the new payload and due time) or "debounce"
+        (the new payload, and the due pushed back to the new one but never past `max_delay`
+        after its first enqueue). A run already dispatched or done is never replaced."""
         with _tracing.enqueue_span(self.queue) as span:
             group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id,
                                trace=span.carrier)  # fmt: skip
+            if on_conflict != "keep" or max_delay is not None:
+                return self.enqueue_conflict(group, on_conflict, max_delay)
             (code,) = self._enqueue_groups([group])
             span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
         self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
-        return EnqueuedId(group[0], code != S.ENQUEUED)
+        if code == S.ENQUEUED:
+            return EnqueuedId(group[0])
+        done = code == S.DUPLICATE_DONE
+        return EnqueuedId(group[0], True, EnqueueOutcome.DUPLICATE_DONE if done else None)
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
     ) -> list[EnqueuedId]:
         """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
-        (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
-        groups: list[tuple[str, int | str, str, bytes]] = []
+        (`task`, `payload`, `run_at`, `delay`, `run_id`, `on_conflict`, `max_delay`) or
+        (task, payload) tuples. Runs with a conflict mode go in calls of their own."""
         items = list(items)
         with _tracing.enqueue_span(self.queue, len(items)) as span:
-            for item in items:
-                if isinstance(item, Mapping):
-                    kw = dict(item)
-                    if "task" not in kw:
-                        raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
-                    groups.append(self.build(kw.pop("task"), kw.pop("payload", None),
-                                             trace=span.carrier, **kw))  # fmt: skip
-                else:
-                    groups.append(self.build(*item, trace=span.carrier))
+            groups, modes = self._build_items(items, span.carrier)
             if not groups:
                 return []
-            codes = self._enqueue_groups(groups)
-            span.enqueued([g[0] for g in groups], sum(1 for c in codes if c != S.ENQUEUED))
+            if not modes:  # the common case, as before: one pass, no index lists
+                codes = self._enqueue_groups(groups)
+                span.enqueued([g[0] for g in groups], sum(1 for c in codes if c != S.ENQUEUED))
+                added = sum(1 for c in codes if c == S.ENQUEUED)
+                self._count(added, len(codes) - added)
+                return [EnqueuedId(g[0], c != S.ENQUEUED,
+                                   EnqueueOutcome.DUPLICATE_DONE if c == S.DUPLICATE_DONE else None)
+                        for g, c in zip(groups, codes, strict=True)]  # fmt: skip
+            out: list[EnqueuedId | None] = [None] * len(groups)
+            conflicts = self.enqueue_conflicts([(groups[i], *modes[i]) for i in modes])
+            for i, rid in zip(modes, conflicts, strict=True):
+                out[i] = rid
+            keep = [i for i in range(len(groups)) if i not in modes]
+            codes = self._enqueue_groups([groups[i] for i in keep]) if keep else []
+            span.enqueued([groups[i][0] for i in keep], sum(1 for c in codes if c != S.ENQUEUED))
         added = sum(1 for c in codes if c == S.ENQUEUED)
         self._count(added, len(codes) - added)
-        return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]
+        for i, c in zip(keep, codes, strict=True):
+            done = EnqueueOutcome.DUPLICATE_DONE if c == S.DUPLICATE_DONE else None
+            out[i] = EnqueuedId(groups[i][0], c != S.ENQUEUED, done)
+        return [r for r in out if r is not None]
+
+    def _build_items(
+        self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
+    ) -> tuple[list[tuple[str, int | str, str, bytes]], dict[int, tuple[str, Any]]]:
+        """enqueue_many's items checked and packed, and the conflict mode of those that set one."""
+        groups: list[tuple[str, int | str, str, bytes]] = []
+        modes: dict[int, tuple[str, Any]] = {}
+        for item in items:
+            if isinstance(item, Mapping):
+                kw = dict(item)
+                if "task" not in kw:
+                    raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
+                mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
+                if mode != "keep" or cap is not None:
+                    modes[len(groups)] = (mode, cap)
+                groups.append(
+                    self.build(kw.pop("task"), kw.pop("payload", None), trace=trace, **kw)
+                )
+            else:
+                groups.append(self.build(*item, trace=trace))
+        return groups, modes
 
     def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
@@ -277,9 +345,10 @@ class App(ScheduleMethods):
 
     # -- inspect -----------------------------------------------------------------------------
 
-    def cancel(self, run_id: str) -> bool:
-        """Remove a run that is still delayed. False if it is not delayed (or unknown)."""
-        return self.scripts.run(S.cancel(self.keys_for_run(run_id), run_id)) == S.CANCELLED
+    def cancel(self, run_id: str) -> CancelResult:
+        """Cancel a run wherever it is; the result tells what happened (true when removed
+        now; `.requested` for a running run). See ControlMethods.cancel_run."""
+        return self.cancel_run(run_id)
 
     def migrate(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Move delayed runs kept in key layout 2 (zsched 0.1: one ZSET) into key layout 3,

@@ -17,6 +17,7 @@ zsched_pending_oldest_idle_seconds              XPENDING ready GROUP - + 100 -> 
 zsched_dead_letters                             XLEN dead
 zsched_rule_next_fire_timestamp_seconds         ZRANGE rule_next 0 -1 WITHSCORES  (+ schedule)
 zsched_rule_last_fire_timestamp_seconds         HGETALL rule_state -> last_fire_ms  (+ schedule)
+zsched_queue_paused                             HEXISTS control paused_ms (pause_queue): 1 or 0
 zsched_collector_up                             1 if the queue was read, 0 on a Redis error
 zsched_queue_*_total (counters, + partition)    HGETALL stats (zsched/queue_counters.py)
 =============================================== ==============================================
@@ -84,6 +85,7 @@ COLLECTED_METRICS: tuple[str, ...] = (
     "zsched_dead_letters",
     "zsched_rule_next_fire_timestamp_seconds",
     "zsched_rule_last_fire_timestamp_seconds",
+    "zsched_queue_paused",
     "zsched_collector_up",
 )
 #: The counters read from the `stats` hashes (sample names, with _total).
@@ -107,6 +109,7 @@ _HELP: dict[str, str] = {
     "zsched_dead_letters": "Entries on the dead-letter stream.",
     "zsched_rule_next_fire_timestamp_seconds": "Unix time of a recurring rule's next fire.",
     "zsched_rule_last_fire_timestamp_seconds": "Unix time of a recurring rule's last fire.",
+    "zsched_queue_paused": "1 while the queue is paused (pause_queue, zsched pause): nothing is dispatched.",
     "zsched_collector_up": "1 if the last scrape read the queue from Redis, 0 if it failed.",
 }
 
@@ -165,6 +168,7 @@ class QueueSnapshot:
     rule_last_fire: dict[str, float] = field(default_factory=dict)
     #: The `stats` counts of each partition, by partition label ("" = not partitioned).
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    paused: bool = False
 
 
 class QueueCollector(Collector):
@@ -208,9 +212,8 @@ class QueueCollector(Collector):
     def _read_keys(self, keys: QueueKeys) -> QueueSnapshot:
         """One queue partition in one pipeline (on a cluster: the script, then a pipeline)."""
         replies = self._fetch(keys)
-        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r, stats_r) = (
-            replies
-        )
+        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r, stats_r,
+         paused_r) = replies  # fmt: skip
         sec, usec, size, due, lowest, _exact = delayed_r
         now = int(sec) + int(usec) / 1_000_000
         stream_length = int(xlen_r)
@@ -236,6 +239,7 @@ class QueueCollector(Collector):
                     stats_r, rules={_text(m) for m, _ in next_r} | {_text(k) for k in state_r}
                 )
             },
+            paused=bool(paused_r),
         )
 
     def _fetch(self, keys: QueueKeys) -> list[Any]:
@@ -259,6 +263,7 @@ class QueueCollector(Collector):
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
         pipe.hgetall(keys.stats)
+        pipe.hexists(keys.control, "paused_ms")
         replies: list[Any] = pipe.execute(raise_on_error=False)
         if cluster:
             replies = [delayed_first, *replies]
@@ -300,6 +305,7 @@ class QueueCollector(Collector):
             fams["zsched_pending_runs"].add_metric([q], snap.pending)
             fams["zsched_pending_oldest_idle_seconds"].add_metric([q], snap.pending_oldest_idle)
             fams["zsched_dead_letters"].add_metric([q], snap.dead_letters)
+            fams["zsched_queue_paused"].add_metric([q], 1.0 if snap.paused else 0.0)
             for schedule, ts in sorted(snap.rule_next_fire.items()):
                 fams["zsched_rule_next_fire_timestamp_seconds"].add_metric([q, schedule], ts)
             for schedule, ts in sorted(snap.rule_last_fire.items()):
@@ -333,6 +339,7 @@ def _merge(queue: str, parts: Sequence[QueueSnapshot]) -> QueueSnapshot:
         rule_next_fire={k: v for p in parts for k, v in p.rule_next_fire.items()},
         rule_last_fire={k: v for p in parts for k, v in p.rule_last_fire.items()},
         counters={k: v for p in parts for k, v in p.counters.items()},
+        paused=any(p.paused for p in parts),
     )
 
 

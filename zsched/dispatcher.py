@@ -96,11 +96,13 @@ class Dispatcher:
             if due is not None and (part_due is None or due < part_due):
                 part_due = due
         moved, more, r, sent_at = await self._dispatch()
-        next_due = r.next_due_ms
+        # Paused: the head of the delayed set is not a reason to wake (resume publishes on
+        # wake); rule slots still are, as they are fired into the delayed set.
+        next_due = None if r.paused else r.next_due_ms
         if part_due is not None and (next_due is None or part_due < next_due):
             next_due = part_due
         self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
-        return TickResult(moved, next_due, r.now_ms, r.held, more, sent_at)
+        return TickResult(moved, next_due, r.now_ms, r.held and not r.paused, more, sent_at)
 
     async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
         """Dispatch calls until one moves less than a full batch or the pass's bound is

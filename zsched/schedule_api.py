@@ -71,11 +71,13 @@ class ScheduleMethods:
 
         return schedule_ops.remove(self.rule_home(schedule_id), schedule_id)
 
-    def pause_schedule(self, schedule_id: str) -> bool:
-        """Stop firing; the slots until resume are recorded as skipped (paused)."""
+    def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
+        """Stop firing; the slots until resume are recorded as skipped (paused). `note` (why,
+        who) is kept with the pause time: `schedules()` shows both, and the ledger's skipped
+        entries read `paused: <note>`."""
         from . import schedule_ops
 
-        return schedule_ops.pause(self.rule_home(schedule_id), schedule_id)
+        return schedule_ops.pause(self.rule_home(schedule_id), schedule_id, note)
 
     def resume_schedule(self, schedule_id: str) -> bool:
         """Fire again from the next slot after now."""

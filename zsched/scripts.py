@@ -25,6 +25,8 @@ T = TypeVar("T")
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
     "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill",
+    "reschedule", "replace", "revoke", "discard", "record", "pause", "resume",
+    "acquire",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000
@@ -123,11 +125,14 @@ class DispatchResult:
     run_at_ms: list[int]
     #: How long the call ran in Redis (us); 0 on the idle pass.
     busy_us: int = 0
+    #: The queue is paused (pause.lua): nothing moved (held is True too).
+    paused: bool = False
 
 
 def _decode_dispatch(reply: Any) -> DispatchResult:
     r = _int_list(reply)
-    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[5:], r[4])
+    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[5:], r[4],
+                          r[3] == 2)  # fmt: skip
 
 
 def dispatch(
@@ -135,7 +140,7 @@ def dispatch(
 ) -> Call[DispatchResult]:
     return Call(
         "dispatch",
-        [k.delayed, k.runs, k.ready, k.entries, k.stats],
+        [k.delayed, k.runs, k.ready, k.entries, k.stats, k.control],
         [_now(now_ms), limit, max_backlog],
         _decode_dispatch,
     )

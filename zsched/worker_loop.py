@@ -14,7 +14,7 @@ from typing import Any
 
 import redis.exceptions
 
-from . import recovery
+from . import limits, recovery, worker_cancel
 from . import scripts as S
 from .connection import RETRYABLE_ERRORS, redact_text
 from .errors import ScriptError
@@ -110,6 +110,7 @@ class WorkerLoop:
         counting it keeps reading from outpacing the writes, else (1M runs draining) the
         backlog outlived the visibility timeout and this worker reclaimed its own entries."""
         unwritten = len(self._acks) + len(self._retries) + len(self._deads) + len(self._flushing)
+        unwritten += len(self._discards)
         return int(self.settings.concurrency) - len(self.running) - unwritten
 
     async def _reclaimable(self: Any) -> bool:
@@ -124,7 +125,7 @@ class WorkerLoop:
 
     async def _flush_loop(self: Any, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            if not (self._acks or self._retries or self._deads):  # else: left by a failed flush
+            if not (self._acks or self._retries or self._deads or self._discards):  # a failed flush
                 await self._wake_flush.wait()
             self._wake_flush.clear()
             await self.flush()
@@ -137,6 +138,8 @@ class WorkerLoop:
             if not stop.is_set():
                 self._observe_metrics()  # also while every slot holds a long handler
                 await recovery.renew_leases(self)
+                await worker_cancel.check_cancels(self)
+                await limits.renew(self)
 
     async def shutdown(self: Any, loops: list[asyncio.Task[None]]) -> None:
         """Stop reading, let running handlers finish within the grace, hand back the rest."""
