@@ -8,10 +8,12 @@ from .config import DispatcherSettings, QueueSettings, WorkerSettings
 from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
 from .errors import (
     ConfigError,
+    EvictionPolicyError,
     Fail,
     NotFound,
     NotReplicated,
     PayloadError,
+    RedisUnavailable,
     Retry,
     RuleError,
     RunNotFound,
@@ -31,6 +33,7 @@ __all__ = [
     "DispatcherSettings",
     "EnqueuedId",
     "Envelope",
+    "EvictionPolicyError",
     "Fail",
     "FakeClock",
     "NotFound",
@@ -40,6 +43,7 @@ __all__ = [
     "QueueName",
     "QueueSettings",
     "QueueStatus",
+    "RedisUnavailable",
     "Retry",
     "RuleError",
     "RunId",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from .envelope import Payload, check_payload, encode_first
 from .errors import ConfigError, PayloadError, ZschedError
 from .keys import QueueKeys
 from .metrics import Metrics
+from .retrying import ride_through
 from .runids import fresh_run_id
 from .runinput import check_names, delay_ms, to_ms
 from .schedule_api import ScheduleMethods
@@ -30,6 +32,7 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: ~2.5 ms into one of 1M runs due at random instants (ZADD into a big skiplist misses cache),
 #: under the 5 ms any script may hold Redis (1000, the scripts' bound, took 5+ ms).
 ENQUEUE_BATCH = 100
+log = logging.getLogger(__name__)
 
 
 class EnqueuedId(str):
@@ -193,9 +196,11 @@ class App(ScheduleMethods):
     ) -> EnqueuedId:
         """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
         group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        (code,) = self._enqueue_groups([group])
-        self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
-        return EnqueuedId(group[0], code != S.ENQUEUED)
+        (code,) = self.ride("enqueue", lambda attempt: self._enqueue_groups([group], attempt))
+        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
+        dup = code != S.ENQUEUED and run_id is not None
+        self._count(0 if dup else 1, 1 if dup else 0)
+        return EnqueuedId(group[0], dup)
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -203,24 +208,35 @@ class App(ScheduleMethods):
         """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
         (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
         groups: list[tuple[str, int | str, str, bytes]] = []
+        given: list[bool] = []  # whether the caller named the run id
         for item in items:
             if isinstance(item, Mapping):
                 kw = dict(item)
                 if "task" not in kw:
                     raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
+                given.append(kw.get("run_id") is not None)
                 groups.append(self.build(kw.pop("task"), kw.pop("payload", None), **kw))
             else:
+                given.append(False)  # (task, payload): the id is generated
                 groups.append(self.build(*item))
         if not groups:
             return []
-        codes = self._enqueue_groups(groups)
-        added = sum(1 for c in codes if c == S.ENQUEUED)
-        self._count(added, len(codes) - added)
-        return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]
+        codes = self.ride("enqueue", lambda attempt: self._enqueue_groups(groups, attempt))
+        dups = [c != S.ENQUEUED and g for c, g in zip(codes, given, strict=True)]
+        self._count(len(dups) - sum(dups), sum(dups))
+        return [EnqueuedId(g[0], d) for g, d in zip(groups, dups, strict=True)]
 
-    def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
+    def ride(self, what: str, call: Callable[[int], Any]) -> Any:
+        """`call(attempt)`, retried through a failover or a lost connection for at most
+        `settings.outage_retry_ms` (zsched/retrying.py); then RedisUnavailable."""
+        return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
+                            queue=self.queue, logger=log)  # fmt: skip
+
+    def _enqueue_groups(
+        self, groups: list[tuple[str, int | str, str, bytes]], attempt: int = 1
+    ) -> list[int]:
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
-        if asked), and return one reply code per run, in order."""
+        if asked), and return one reply code per run, in order. `attempt` > 1: a retry."""
         _partitions.claim_layout(self)
         if self.partitions == 1 and not self.durable and len(groups) == 1:
             # One call, the common case (every enqueue()): no routing, no pipeline.
@@ -236,7 +252,8 @@ class App(ScheduleMethods):
                 batches.append(idx[j : j + ENQUEUE_BATCH])
                 calls.append(self._enqueue_call([groups[i] for i in batches[-1]], keys))
         codes = [0] * len(groups)
-        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
+        replies = _durable.run_calls(self, calls, retry=attempt > 1)
+        for batch, reply in zip(batches, replies, strict=True):
             for i, code in zip(batch, reply, strict=True):
                 codes[i] = code
         return codes

@@ -21,6 +21,7 @@ from .config import DispatcherSettings, settings_from
 from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, open_pubsub, redact_text
 from .errors import ScriptError
 from .metrics import observe_many
+from .retrying import Backoff, Outage
 from .watch import DataWatch
 
 if TYPE_CHECKING:
@@ -201,7 +202,8 @@ class Dispatcher:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""
         stop = stop or asyncio.Event()
-        backoff = 0.1
+        backoff = Backoff()
+        outage = Outage(log, "dispatcher", self._q)
         log.info("dispatcher started", extra={"queue": self._q})
         synced = not self.app.declared
         migrated = False
@@ -215,27 +217,27 @@ class Dispatcher:
                 await self.watch.check(force=True)
                 while not stop.is_set():
                     t = await self.tick()
-                    backoff = 0.1
+                    backoff.reset()
+                    outage.ok()
                     await self.watch.check()
                     await self._wait(pubsub, self._sleep_s(t), stop)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
-                log.warning("dispatcher lost Redis (%s); retrying in %.1fs", type(exc).__name__,
-                            backoff, extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                delay = backoff.next()
+                outage.failed(exc, delay)  # one WARNING per outage, not one per attempt
+                await _sleep_or_stop(stop, delay)
             except REFUSALS as exc:
                 self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
                 why = redact_text(str(exc))[:500]
+                delay = backoff.next()
                 log.error("dispatcher: Redis refused a command: %s; retrying in %.1fs", why,
-                          backoff, extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                          delay, extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, delay)
             except Exception:  # noqa: BLE001 - keep dispatching other work; say so loudly
-                log.exception("dispatcher pass failed; retrying in %.1fs", backoff,
+                delay = backoff.next()
+                log.exception("dispatcher pass failed; retrying in %.1fs", delay,
                               extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                await _sleep_or_stop(stop, delay)
             finally:
                 try:
                     await pubsub.aclose()

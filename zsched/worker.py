@@ -29,6 +29,7 @@ from .envelope import Envelope, decode
 from .errors import Fail, PayloadError, Retry
 from .keys import GROUP
 from .metrics import TaskMetrics
+from .retrying import Outage
 from .tasks import RunInfo, Task, ms_to_datetime, set_current
 from .worker_loop import REDIS_ERRORS, REFUSALS, WorkerLoop
 
@@ -114,6 +115,8 @@ class Worker(WorkerLoop):
         self._leases: dict[str, tuple[str, str, int]] = {}
         self._wake_flush = asyncio.Event()
         self._slot_free = asyncio.Event()
+        #: The worker's loops wait out a Redis outage together and log it once.
+        self.outage = Outage(logging.getLogger("zsched.worker"), "worker", app.queue)
         self._executor = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="zsched")
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.

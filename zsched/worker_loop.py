@@ -19,6 +19,7 @@ from . import scripts as S
 from .connection import RETRYABLE_ERRORS, redact_text
 from .errors import ScriptError
 from .keys import GROUP
+from .retrying import Backoff
 
 log = logging.getLogger("zsched.worker")
 # Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
@@ -47,34 +48,38 @@ class WorkerLoop:
         log.info("worker %s stopped", self.consumer, extra={"queue": q})
 
     async def _guard(self: Any, loop: Any, stop: asyncio.Event) -> None:
-        """Run one loop, retrying with backoff while Redis is unreachable."""
-        backoff = 0.1
+        """Run one loop, retrying with backoff while Redis is unreachable. The worker's loops
+        share one Outage (`self.outage`): an outage is one WARNING per worker, not per loop."""
+        backoff = Backoff()
+        q = self.app.queue
         while not stop.is_set():
             started = time.monotonic()
             try:
                 await loop(stop)
             except REDIS_ERRORS as exc:
                 # A loop that ran well for a while starts over from a short backoff.
-                backoff = 0.1 if time.monotonic() - started > 10 else backoff
-                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
-                log.warning("worker lost Redis (%s); retrying in %.1fs", type(exc).__name__,
-                            backoff, extra={"queue": self.app.queue})  # fmt: skip
+                if time.monotonic() - started > 10:
+                    backoff.reset()
+                self.metrics.redis_errors.labels(q, "worker").inc()
+                delay = backoff.next()
+                self.outage.failed(exc, delay)
             except REFUSALS as exc:
-                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
+                self.metrics.redis_errors.labels(q, "worker").inc()
                 if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
                     self._group_ready = False
                 why = redact_text(str(exc))[:500]
+                delay = backoff.next()
                 log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
-                          backoff, extra={"queue": self.app.queue})  # fmt: skip
+                          delay, extra={"queue": q})  # fmt: skip
             except Exception:  # noqa: BLE001 - a loop must never die silently in a live process
+                delay = backoff.next()
                 log.exception("worker loop %s failed; restarting it in %.1fs",
-                              getattr(loop, "__name__", loop), backoff,
-                              extra={"queue": self.app.queue})  # fmt: skip
+                              getattr(loop, "__name__", loop), delay,
+                              extra={"queue": q})  # fmt: skip
             else:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff)
-            backoff = min(backoff * 2, 5.0)
+                await asyncio.wait_for(stop.wait(), delay)
 
     async def _read_loop(self: Any, stop: asyncio.Event) -> None:
         s = self.settings
@@ -103,6 +108,7 @@ class WorkerLoop:
             for d in await self._read(min(free, s.read_batch), block):
                 self._start(d)
             self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
+            self.outage.ok()
             self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
 
     def _free_slots(self: Any) -> int:

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import zsched
 
-from ..connection import RETRYABLE_ERRORS, redact_text
+from ..connection import RETRYABLE_ERRORS
+from ..retrying import Backoff, Outage
 from .common import PROG, UsageError, add_connection, make_app, partitions_arg
 
 T = TypeVar("T")
@@ -112,16 +113,19 @@ async def _until_signal(main: Any) -> None:
 
 def _at_start(build: Callable[[], T], role: str) -> T:
     """Build the process's App (it may read the queue's layout from Redis), waiting while
-    Redis is unreachable at start-up, as the loops do later: one line per attempt."""
-    backoff = 0.1
+    Redis is unreachable at start-up, as the loops do later: one WARNING per outage."""
+    backoff = Backoff()
+    outage = Outage(log, f"{role} at start-up", "")
     while True:
         try:
-            return build()
+            app = build()
         except RETRYABLE_ERRORS as exc:
-            log.warning("%s cannot reach Redis at start-up (%s: %s); retrying in %.1fs", role,
-                        type(exc).__name__, redact_text(str(exc)), backoff)  # fmt: skip
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            delay = backoff.next()
+            outage.failed(exc, delay)
+            time.sleep(delay)
+        else:
+            outage.ok()
+            return app
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
