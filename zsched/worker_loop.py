@@ -17,7 +17,7 @@ import redis.exceptions
 from . import recovery
 from . import scripts as S
 from .connection import RETRYABLE_ERRORS, redact_text
-from .errors import ScriptError
+from .errors import EvictionPolicyError, ScriptError
 from .keys import GROUP
 from .retrying import Backoff
 
@@ -33,6 +33,9 @@ class WorkerLoop:
     """run(), its loops and shutdown; mixed into Worker (`self` is the Worker: typed Any here
     because a mixin cannot name its subclass as its self type)."""
 
+    #: Set when the worker refused to start (zsched/eviction.py); run() raises it.
+    refused: EvictionPolicyError | None = None
+
     async def run(self: Any, stop: asyncio.Event | None = None) -> None:
         """Consume until `stop` is set (or SIGTERM via the CLI), then shut down cleanly."""
         stop = stop or asyncio.Event()
@@ -46,6 +49,8 @@ class WorkerLoop:
         await stop.wait()
         await self.shutdown(loops)
         log.info("worker %s stopped", self.consumer, extra={"queue": q})
+        if self.refused is not None:
+            raise self.refused
 
     async def _guard(self: Any, loop: Any, stop: asyncio.Event) -> None:
         """Run one loop, retrying with backoff while Redis is unreachable. The worker's loops
@@ -56,6 +61,10 @@ class WorkerLoop:
             started = time.monotonic()
             try:
                 await loop(stop)
+            except EvictionPolicyError as exc:  # refused to start: stop, and run() raises it
+                self.refused = exc
+                stop.set()
+                return
             except REDIS_ERRORS as exc:
                 # A loop that ran well for a while starts over from a short backoff.
                 if time.monotonic() - started > 10:
@@ -83,6 +92,7 @@ class WorkerLoop:
 
     async def _read_loop(self: Any, stop: asyncio.Event) -> None:
         s = self.settings
+        await self.eviction.check(force=not self.eviction.checked)
         await self.setup()
         next_reclaim = 0.0
         # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
@@ -109,6 +119,7 @@ class WorkerLoop:
                 self._start(d)
             self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
             self.outage.ok()
+            await self.eviction.check()
             self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
 
     def _free_slots(self: Any) -> int:
@@ -168,6 +179,8 @@ class WorkerLoop:
 
     async def _hand_back(self: Any) -> None:
         """Release every entry still pending for this consumer (unfinished or never started)."""
+        if not self._group_ready:  # never read (e.g. refused to start): nothing is held
+            return
         k = self.app.keys
         mine = await recovery.own_pending(self)
         gone = [eid for eid, run_id in mine if not run_id]

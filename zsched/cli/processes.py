@@ -35,6 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=500, help="runs per dispatch call (1..1000)")
     p.add_argument("--max-backlog", type=int, default=50_000,
                    help="hold back while the stream holds this many entries (0 = no limit)")  # fmt: skip
+    _allow_eviction(p)
     p.set_defaults(func=cmd_dispatcher)
 
     w = sub.add_parser("worker", help="run registered tasks from the ready stream",
@@ -48,7 +49,14 @@ def register(sub: Any) -> None:
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
     w.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM, wait this long for running handlers (default 10)")  # fmt: skip
+    _allow_eviction(w)
     w.set_defaults(func=cmd_worker)
+
+
+def _allow_eviction(p: Any) -> None:
+    p.add_argument("--allow-eviction", action="store_true",
+                   help="run even if Redis's maxmemory-policy may evict zsched's keys (the "
+                        "metric zsched_redis_eviction_risk says so; docs/reliability.md)")  # fmt: skip
 
 
 def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
@@ -133,7 +141,8 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
                     "dispatcher")  # fmt: skip
     if not 1 <= args.batch_size <= 1000:
         raise UsageError(f"--batch-size must be 1..1000, got {args.batch_size}")
-    d = app.dispatcher(batch_size=args.batch_size, max_backlog=args.max_backlog)
+    d = app.dispatcher(batch_size=args.batch_size, max_backlog=args.max_backlog,
+                       allow_eviction=args.allow_eviction)  # fmt: skip
     _serve_metrics(app, args.metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
@@ -156,6 +165,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         visibility_timeout_ms=int(args.visibility_timeout * 1000),
         shutdown_grace_ms=int(args.shutdown_grace * 1000),
+        allow_eviction=args.allow_eviction,
     )
     _serve_metrics(app, args.metrics_port)
 
