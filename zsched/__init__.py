@@ -8,6 +8,7 @@ from .config import DispatcherSettings, QueueSettings, WorkerSettings
 from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
 from .errors import (
     ConfigError,
+    DurabilityUnsupported,
     EvictionPolicyError,
     Fail,
     NotFound,
@@ -31,6 +32,7 @@ __all__ = [
     "ConfigError",
     "DeadLetter",
     "DispatcherSettings",
+    "DurabilityUnsupported",
     "EnqueuedId",
     "Envelope",
     "EvictionPolicyError",

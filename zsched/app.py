@@ -71,15 +71,17 @@ class App(ScheduleMethods):
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         partitions: int | str = 1,
-        durable: bool = False,
+        durable: bool | str = False,
         durable_timeout: float = 1.0,
         spin_us: int = DEFAULT_SPIN_US,
     ) -> None:
         """`partitions`: split the queue over N hash tags (docs/scaling.md); "auto" reads the
         count recorded in Redis (the CLI does). `durable`: enqueue returns only once a replica
-        acknowledged the write (WAIT 1), waiting at most `durable_timeout` seconds, else it
-        raises NotReplicated. `spin_us`: how long a sync call polls its socket for the reply
-        before it sleeps (0: never; zsched/direct.py says why)."""
+        acknowledged the write (True or "replica": WAIT 1), once the master fsynced it to its
+        AOF ("fsync": WAITAOF 1 0), or both the master and a replica did ("replica+fsync":
+        WAITAOF 1 1; Redis 7.2+ or Valkey), waiting at most `durable_timeout` seconds per
+        attempt, else it raises NotReplicated (zsched/durable.py). `spin_us`: how long a sync
+        call polls its socket for the reply before it sleeps (0: never; zsched/direct.py says why)."""
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
         self.url: str | None = redis if isinstance(redis, str) else None
@@ -109,7 +111,10 @@ class App(ScheduleMethods):
             raise ValueError(
                 f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}"
             )
-        self.durable = bool(durable)
+        #: The durability level (zsched/durable.py LEVELS), None when not durable.
+        self.durability = _durable.level_of(durable)
+        self.durable = self.durability is not None
+        self._level_checked = [False]  # WAITAOF exists on the server: shared with the views
         self.durable_timeout_ms = max(1, int(durable_timeout * 1000))
         self.spin_us = spin_us
 

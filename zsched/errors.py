@@ -4,7 +4,7 @@ ZschedError ─┬ ConfigError · RuleError · PayloadError · UnknownTask
              ├ ScriptError  (unexpected reply, missing script, protocol mismatch)
              ├ NotFound     (RunNotFound, ScheduleNotFound)
              ├ NotReplicated · RedisUnavailable (also a redis ConnectionError)
-             └ EvictionPolicyError (also a ConfigError)
+             └ EvictionPolicyError, DurabilityUnsupported (ConfigErrors)
 
 Raised by handlers, outside the tree: Retry(delay=None), Fail(reason).
 """
@@ -77,7 +77,12 @@ class Fail(Exception):  # noqa: N818 - a control-flow signal raised by handlers
 
 
 class NotReplicated(ZschedError):
-    """A durable enqueue was written on the master but no replica acknowledged it in time."""
+    """A durable enqueue was written on the master but not acknowledged at its durability level
+    in time (no replica held it, or it was not fsynced: the message says which)."""
+
+
+class DurabilityUnsupported(ConfigError):
+    """The durability level asked for needs a command the server lacks (WAITAOF before 7.2)."""
 
 
 class RedisUnavailable(ZschedError, redis.exceptions.ConnectionError):

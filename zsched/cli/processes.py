@@ -76,7 +76,7 @@ def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
     if args.redis or args.queue != app.queue or wanted != app.partitions:
         parts = wanted or partitions_arg(args)
         fresh = zsched.App(args.redis or app.url, queue=args.queue, partitions=parts,
-                           durable=app.durable,
+                           durable=app.durability or False,
                            durable_timeout=app.durable_timeout_ms / 1000)  # fmt: skip
         fresh.tasks.update(app.tasks)
         fresh.declared.update(app.declared)
