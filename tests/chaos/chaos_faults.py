@@ -147,6 +147,13 @@ def apply_fault(
         srv.kill()
         time.sleep(f.arg)  # the outage itself is the fault
         srv.start()
+    elif f.kind == "redis_stop":
+        assert srv.proc is not None
+        srv.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(f.arg)  # hung: every client's call waits for its socket timeout
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
     elif f.kind == "script_flush":
         retrying(lambda: ctl.script_flush())
     elif f.kind == "client_kill":

@@ -141,8 +141,11 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
                     "dispatcher")  # fmt: skip
     if not 1 <= args.batch_size <= 1000:
         raise UsageError(f"--batch-size must be 1..1000, got {args.batch_size}")
-    d = app.dispatcher(batch_size=args.batch_size, max_backlog=args.max_backlog,
-                       allow_eviction=args.allow_eviction)  # fmt: skip
+    # Building it reads the queue's layout from Redis, which may have gone away meanwhile.
+    d = _at_start(lambda: app.dispatcher(batch_size=args.batch_size,
+                                         max_backlog=args.max_backlog,
+                                         allow_eviction=args.allow_eviction),
+                  "dispatcher")  # fmt: skip
     _serve_metrics(app, args.metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
@@ -161,11 +164,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not args.visibility_timeout > 0:
         raise UsageError(f"--visibility-timeout must be > 0, got {args.visibility_timeout}")
     app = _at_start(lambda: load_app(args.app_ref, args), "worker")
-    w = app.worker(
-        concurrency=args.concurrency,
-        visibility_timeout_ms=int(args.visibility_timeout * 1000),
-        shutdown_grace_ms=int(args.shutdown_grace * 1000),
-        allow_eviction=args.allow_eviction,
+    w = _at_start(
+        lambda: app.worker(
+            concurrency=args.concurrency,
+            visibility_timeout_ms=int(args.visibility_timeout * 1000),
+            shutdown_grace_ms=int(args.shutdown_grace * 1000),
+            allow_eviction=args.allow_eviction,
+        ),
+        "worker",
     )
     _serve_metrics(app, args.metrics_port)
 
