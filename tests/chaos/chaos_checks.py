@@ -119,7 +119,7 @@ def _logged_once(obs: Observed) -> list[str]:
     """A process logs a Redis outage once (one WARNING), not once per attempt: no process log
     has more "lost Redis" warnings than there were faults that cut or stalled Redis."""
     fl = obs.faults
-    bound = fl["redis_kill"] + fl["redis_stop"] + fl["client_kill"]
+    bound = fl["redis_kill"] + fl["redis_stop"] + fl["master_kill"] + fl["client_kill"]
     out = []
     for name, text in obs.logs.items():
         n = sum(1 for x in text.splitlines() if " WARNING " in x and "lost Redis" in x)
@@ -179,6 +179,7 @@ def report(
         ("faults: zombie worker (SIGSTOP/CONT)", fl["stop"]),
         ("faults: redis-server SIGKILL + AOF", fl["redis_kill"]),
         ("faults: redis-server SIGSTOP (hung)", fl["redis_stop"]),
+        ("faults: cluster master SIGKILL (failover)", fl["master_kill"]),
         ("faults: SCRIPT FLUSH", fl["script_flush"]),
         ("faults: CLIENT KILL", f"{fl['client_kill']} ({fl['connections_killed']} connections)"),
         ("duplicates: extra executions (X)", extra),
