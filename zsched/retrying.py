@@ -60,9 +60,9 @@ class Outage:
         self.failures += 1
         if self.since is None:
             self.since = time.monotonic()
-            self.log.warning("%s lost Redis (%s); retrying in %.1fs with backoff up to %.0fs "
-                             "(further attempts are logged at DEBUG)", self.who, why,
-                             retry_in_s, CAP_S, extra=extra)  # fmt: skip
+            self.log.warning("%s lost Redis (%s); retrying in %.1fs with backoff (further "
+                             "attempts are logged at DEBUG)", self.who, why, retry_in_s,
+                             extra=extra)  # fmt: skip
         else:
             self.log.debug("%s: Redis still unreachable (%s); retrying in %.1fs", self.who,
                            why, retry_in_s, extra=extra)  # fmt: skip
