@@ -179,7 +179,7 @@ def report(
         ("faults: zombie worker (SIGSTOP/CONT)", fl["stop"]),
         ("faults: redis-server SIGKILL + AOF", fl["redis_kill"]),
         ("faults: redis-server SIGSTOP (hung)", fl["redis_stop"]),
-        ("faults: cluster master SIGKILL (failover)", fl["master_kill"]),
+        ("faults: master SIGKILL (failover)", fl["master_kill"]),
         ("faults: SCRIPT FLUSH", fl["script_flush"]),
         ("faults: CLIENT KILL", f"{fl['client_kill']} ({fl['connections_killed']} connections)"),
         ("duplicates: extra executions (X)", extra),

@@ -148,6 +148,8 @@ def apply_fault(
         time.sleep(f.arg)  # the outage itself is the fault
         srv.start()
     elif f.kind == "redis_stop":
+        # The harness waits out the hang too: the faults planned meanwhile come after it (a
+        # kill of the hung server would cut the hang short).
         assert srv.proc is not None
         srv.proc.send_signal(signal.SIGSTOP)
         try:
