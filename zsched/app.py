@@ -201,7 +201,7 @@ class App(ScheduleMethods):
     ) -> EnqueuedId:
         """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
         group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        (code,) = self.ride("enqueue", lambda attempt: self._enqueue_groups([group], attempt))
+        (code,) = self.ride("enqueue", lambda _attempt: self._enqueue_groups([group]))
         # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
         dup = code != S.ENQUEUED and run_id is not None
         self._count(0 if dup else 1, 1 if dup else 0)
@@ -226,7 +226,7 @@ class App(ScheduleMethods):
                 groups.append(self.build(*item))
         if not groups:
             return []
-        codes = self.ride("enqueue", lambda attempt: self._enqueue_groups(groups, attempt))
+        codes = self.ride("enqueue", lambda _attempt: self._enqueue_groups(groups))
         dups = [c != S.ENQUEUED and g for c, g in zip(codes, given, strict=True)]
         self._count(len(dups) - sum(dups), sum(dups))
         return [EnqueuedId(g[0], d) for g, d in zip(groups, dups, strict=True)]
@@ -237,11 +237,9 @@ class App(ScheduleMethods):
         return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
                             queue=self.queue, logger=log)  # fmt: skip
 
-    def _enqueue_groups(
-        self, groups: list[tuple[str, int | str, str, bytes]], attempt: int = 1
-    ) -> list[int]:
+    def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
-        if asked), and return one reply code per run, in order. `attempt` > 1: a retry."""
+        if asked), and return one reply code per run, in order."""
         _partitions.claim_layout(self)
         if self.partitions == 1 and not self.durable and len(groups) == 1:
             # One call, the common case (every enqueue()): no routing, no pipeline.
@@ -257,8 +255,7 @@ class App(ScheduleMethods):
                 batches.append(idx[j : j + ENQUEUE_BATCH])
                 calls.append(self._enqueue_call([groups[i] for i in batches[-1]], keys))
         codes = [0] * len(groups)
-        replies = _durable.run_calls(self, calls, retry=attempt > 1)
-        for batch, reply in zip(batches, replies, strict=True):
+        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
             for i, code in zip(batch, reply, strict=True):
                 codes[i] = code
         return codes

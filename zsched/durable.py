@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 #: Redirect retries of one node group before the MOVED error is raised to the caller.
 MOVED_RETRIES = 3
-#: Index of the stats hash among an enqueue call's KEYS (scripts.enqueue).
-STATS_KEY = 3
 
 
 #: Durability levels: what App(durable=...) accepts, and the command each one sends.
@@ -95,45 +93,37 @@ def _server_version(client: Any) -> str:
     return f"Redis {info.get('redis_version', '?')}"
 
 
-def run_calls(app: App, calls: list[S.Call[Any]], retry: bool = False) -> list[Any]:
-    """Run `calls` (in any order) and return their decoded replies in the order given.
-    `retry`: an earlier attempt may have written them (see _send's fence)."""
+def run_calls(app: App, calls: list[S.Call[Any]]) -> list[Any]:
+    """Run `calls` (in any order) and return their decoded replies in the order given."""
     if not calls:
         return []
     check_level(app)
     if is_cluster(app.redis) and (app.durable or len(calls) > 1):
-        return _per_node(app, calls, retry)
+        return _per_node(app, calls)
     if not app.durable and len(calls) == 1:
         return [app.scripts.run(calls[0])]
     if not app.durable and len({c.name for c in calls}) == 1:
         return app.scripts.run_many(calls)
     pipe = app.redis.pipeline(transaction=False)
-    replies = _send(app, pipe, calls, retry)
+    replies = _send(app, pipe, calls)
     for r in replies:
         if isinstance(r, Exception):
             raise r
     return [call.decode(r) for call, r in zip(calls, replies, strict=True)]
 
 
-def _send(app: App, pipe: Any, calls: list[S.Call[Any]], retry: bool = False) -> list[Any]:
+def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
     """Execute `calls` (+ WAIT when durable) on `pipe`; raw replies, errors as values."""
     for call in calls:
         app.scripts.queue(call, pipe)
-    fence = app.durable and retry and calls[0].name == "enqueue"
-    if fence:
-        # WAIT waits for this connection's last write. A retry whose runs an earlier attempt
-        # already wrote (a lost reply; or written on the old master and replicated to the
-        # new one) writes nothing, and WAIT would then vouch for an older write or none.
-        # A no-op write to the stats hash (same slot as the calls) moves the connection's
-        # offset past everything the master holds, runs included.
-        pipe.execute_command("HINCRBY", calls[0].keys[STATS_KEY], "enqueued", 0)
+    # A retry whose runs an earlier attempt already wrote still writes: enqueue.lua counts
+    # the duplicates (HINCRBY), so WAIT covers everything the master held before, runs
+    # included, and never vouches for an older write of the connection (or none).
     if app.durable:
         pipe.execute_command(*_wait_command(app))
     replies = pipe.execute(raise_on_error=False)
     if app.durable:
         acked = replies.pop()
-        if fence:
-            replies.pop()
         # WAIT matters only if a call wrote something: when every call failed (all MOVED on a
         # master demoted to replica, where WAIT itself fails too), the caller retries them.
         wrote = any(not isinstance(r, Exception) for r in replies)
@@ -172,7 +162,7 @@ def _acknowledged(app: App, reply: Any) -> bool:
     return local >= wanted[1] and replicas >= wanted[2]
 
 
-def _per_node(app: App, calls: list[S.Call[Any]], retry: bool) -> list[Any]:
+def _per_node(app: App, calls: list[S.Call[Any]]) -> list[Any]:
     rc = app.redis
     out: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))
@@ -184,7 +174,7 @@ def _per_node(app: App, calls: list[S.Call[Any]], retry: bool) -> list[Any]:
         for node, idx in groups.items():
             pipe = rc.get_redis_connection(node).pipeline(transaction=False)
             try:
-                replies = _send(app, pipe, [calls[i] for i in idx], retry or attempt > 0)
+                replies = _send(app, pipe, [calls[i] for i in idx])
             except rex.ConnectionError:
                 # The node is gone: learn the new slot owners for the caller's next attempt.
                 _refresh(rc)

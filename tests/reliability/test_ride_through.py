@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import threading
 import time
 
@@ -140,3 +141,36 @@ def test_the_backoff_doubles_to_its_cap_and_starts_over() -> None:
     assert [b.next() for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     b.reset()
     assert b.next() == 0.1
+
+
+def test_a_durable_retry_does_not_take_an_older_write_for_its_own(queue) -> None:
+    """The first attempt's reply is lost; the retry, on a fresh connection, finds its runs
+    there. WAIT waits for the connection's last write: had the retry written nothing, WAIT
+    would count a replica that never got the runs. It does write (the duplicate count), so
+    with the replica stopped the retry is not acknowledged either."""
+    from cluster_harness import FAST, wait_until
+
+    with RedisServer(*FAST) as master, RedisServer("--replicaof", "127.0.0.1",
+                                                   str(master.port)) as rep:  # fmt: skip
+        r = redis.Redis(port=rep.port)
+        wait_until(lambda: r.info("replication")["master_link_status"] == "up", 30, "the link")
+        r.close()
+        m = redis.Redis(port=master.port)
+        m.script_load(source("enqueue"))
+        proxy = Proxy(master.port)
+        app = zsched.App(proxy.url, queue=queue, durable=True, durable_timeout=0.1,
+                         settings=zsched.QueueSettings(outage_retry_ms=1000),
+                         metrics=Metrics())  # fmt: skip
+        assert rep.proc is not None
+        rep.proc.send_signal(signal.SIGSTOP)  # connected, but acknowledges nothing
+        try:
+            proxy.lose_reply_to(b"EVALSHA")
+            with pytest.raises(zsched.NotReplicated, match="no replica acknowledged"):
+                app.enqueue("t", run_id="r1")
+            assert proxy.lost == 1
+        finally:
+            rep.proc.send_signal(signal.SIGCONT)
+        assert m.hexists(app.keys.runs, "r1")  # written on the master all along
+        m.close()
+        app.close()
+        proxy.close()
