@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from .envelope import Payload, check_payload, encode_first
 from .errors import ConfigError, PayloadError, ZschedError
 from .keys import QueueKeys
 from .metrics import Metrics
+from .retrying import ride_through
 from .runids import fresh_run_id
 from .runinput import check_names, delay_ms, to_ms
 from .schedule_api import ScheduleMethods
@@ -33,6 +35,7 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: ~2.5 ms into one of 1M runs due at random instants (ZADD into a big skiplist misses cache),
 #: under the 5 ms any script may hold Redis (1000, the scripts' bound, took 5+ ms).
 ENQUEUE_BATCH = 100
+log = logging.getLogger(__name__)
 
 
 class EnqueuedId(str):
@@ -86,15 +89,17 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         partitions: int | str = 1,
-        durable: bool = False,
+        durable: bool | str = False,
         durable_timeout: float = 1.0,
         spin_us: int = DEFAULT_SPIN_US,
     ) -> None:
         """`partitions`: split the queue over N hash tags (docs/scaling.md); "auto" reads the
         count recorded in Redis (the CLI does). `durable`: enqueue returns only once a replica
-        acknowledged the write (WAIT 1), waiting at most `durable_timeout` seconds, else it
-        raises NotReplicated. `spin_us`: how long a sync call polls its socket for the reply
-        before it sleeps (0: never; zsched/direct.py says why)."""
+        acknowledged the write (True or "replica": WAIT 1), once the master fsynced it to its
+        AOF ("fsync": WAITAOF 1 0), or both the master and a replica did ("replica+fsync":
+        WAITAOF 1 1; Redis 7.2+ or Valkey), waiting at most `durable_timeout` seconds per
+        attempt, else it raises NotReplicated (zsched/durable.py). `spin_us`: how long a sync
+        call polls its socket for the reply before it sleeps (0: never; zsched/direct.py says why)."""
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
         self.url: str | None = redis if isinstance(redis, str) else None
@@ -124,7 +129,10 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             raise ValueError(
                 f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}"
             )
-        self.durable = bool(durable)
+        #: The durability level (zsched/durable.py LEVELS), None when not durable.
+        self.durability = _durable.level_of(durable)
+        self.durable = self.durability is not None
+        self._level_checked = [False]  # WAITAOF exists on the server: shared with the views
         self.durable_timeout_ms = max(1, int(durable_timeout * 1000))
         self.spin_us = spin_us
 
@@ -228,19 +236,21 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         `on_conflict`, when a run with this id is waiting in the delayed set: "keep" (leave
         it, a duplicate), "replace" (it takes the new payload and due time) or "debounce"
         (the new payload, and the due pushed back to the new one but never past `max_delay`
-        after its first enqueue). A run already dispatched or done is never replaced."""
+        after its first enqueue). A run already dispatched or done is never replaced.
+        Rides through a failover for `settings.outage_retry_ms` (docs/reliability.md)."""
         with _tracing.enqueue_span(self.queue) as span:
             group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id,
                                trace=span.carrier)  # fmt: skip
             if on_conflict != "keep" or max_delay is not None:
-                return self.enqueue_conflict(group, on_conflict, max_delay)
-            (code,) = self._enqueue_groups([group])
+                return self.ride(  # type: ignore[no-any-return]
+                    "enqueue", lambda _: self.enqueue_conflict(group, on_conflict, max_delay)
+                )
+            (code,) = self.ride("enqueue", lambda _attempt: self._enqueue_groups([group]))
             span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
-        self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
-        if code == S.ENQUEUED:
-            return EnqueuedId(group[0])
-        done = code == S.DUPLICATE_DONE
-        return EnqueuedId(group[0], True, EnqueueOutcome.DUPLICATE_DONE if done else None)
+        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
+        dup = code != S.ENQUEUED and run_id is not None
+        self._count(0 if dup else 1, 1 if dup else 0)
+        return _enqueued(group[0], dup, code)
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -250,37 +260,33 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         (task, payload) tuples. Runs with a conflict mode go in calls of their own."""
         items = list(items)
         with _tracing.enqueue_span(self.queue, len(items)) as span:
-            groups, modes = self._build_items(items, span.carrier)
+            groups, modes, given = self._build_items(items, span.carrier)
             if not groups:
                 return []
-            if not modes:  # the common case, as before: one pass, no index lists
-                codes = self._enqueue_groups(groups)
-                span.enqueued([g[0] for g in groups], sum(1 for c in codes if c != S.ENQUEUED))
-                added = sum(1 for c in codes if c == S.ENQUEUED)
-                self._count(added, len(codes) - added)
-                return [EnqueuedId(g[0], c != S.ENQUEUED,
-                                   EnqueueOutcome.DUPLICATE_DONE if c == S.DUPLICATE_DONE else None)
-                        for g, c in zip(groups, codes, strict=True)]  # fmt: skip
             out: list[EnqueuedId | None] = [None] * len(groups)
-            conflicts = self.enqueue_conflicts([(groups[i], *modes[i]) for i in modes])
-            for i, rid in zip(modes, conflicts, strict=True):
-                out[i] = rid
+            if modes:
+                batch = [(groups[i], *modes[i]) for i in modes]
+                conflicts = self.ride("enqueue", lambda _: self.enqueue_conflicts(batch))
+                for i, rid in zip(modes, conflicts, strict=True):
+                    out[i] = rid
             keep = [i for i in range(len(groups)) if i not in modes]
-            codes = self._enqueue_groups([groups[i] for i in keep]) if keep else []
-            span.enqueued([groups[i][0] for i in keep], sum(1 for c in codes if c != S.ENQUEUED))
-        added = sum(1 for c in codes if c == S.ENQUEUED)
-        self._count(added, len(codes) - added)
-        for i, c in zip(keep, codes, strict=True):
-            done = EnqueueOutcome.DUPLICATE_DONE if c == S.DUPLICATE_DONE else None
-            out[i] = EnqueuedId(groups[i][0], c != S.ENQUEUED, done)
+            plain = [groups[i] for i in keep]
+            codes = self.ride("enqueue", lambda _: self._enqueue_groups(plain)) if plain else []
+            span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != S.ENQUEUED))
+        dups = [c != S.ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
+        self._count(len(dups) - sum(dups), sum(dups))
+        for i, c, d in zip(keep, codes, dups, strict=True):
+            out[i] = _enqueued(groups[i][0], d, c)
         return [r for r in out if r is not None]
 
     def _build_items(
         self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
-    ) -> tuple[list[tuple[str, int | str, str, bytes]], dict[int, tuple[str, Any]]]:
-        """enqueue_many's items checked and packed, and the conflict mode of those that set one."""
+    ) -> tuple[list[tuple[str, int | str, str, bytes]], dict[int, tuple[str, Any]], list[bool]]:
+        """enqueue_many's items checked and packed; the conflict mode of those that set one;
+        whether the caller named each run id (a generated one is never a duplicate)."""
         groups: list[tuple[str, int | str, str, bytes]] = []
         modes: dict[int, tuple[str, Any]] = {}
+        given: list[bool] = []
         for item in items:
             if isinstance(item, Mapping):
                 kw = dict(item)
@@ -289,12 +295,20 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
                 mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
                 if mode != "keep" or cap is not None:
                     modes[len(groups)] = (mode, cap)
+                given.append(kw.get("run_id") is not None)
                 groups.append(
                     self.build(kw.pop("task"), kw.pop("payload", None), trace=trace, **kw)
                 )
             else:
+                given.append(False)  # (task, payload): the id is generated
                 groups.append(self.build(*item, trace=trace))
-        return groups, modes
+        return groups, modes, given
+
+    def ride(self, what: str, call: Callable[[int], Any]) -> Any:
+        """`call(attempt)`, retried through a failover or a lost connection for at most
+        `settings.outage_retry_ms` (zsched/retrying.py); then RedisUnavailable."""
+        return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
+                            queue=self.queue, logger=log)  # fmt: skip
 
     def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
@@ -454,3 +468,11 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             if app._scripts is not None:
                 app._scripts.close()
         self.redis.close()
+
+
+def _enqueued(run_id: str, duplicate: bool, code: int) -> EnqueuedId:
+    """The id enqueue returns: a duplicate says whether it met a live or a recently done run."""
+    if not duplicate:
+        return EnqueuedId(run_id)
+    done = EnqueueOutcome.DUPLICATE_DONE if code == S.DUPLICATE_DONE else None
+    return EnqueuedId(run_id, True, done)

@@ -26,6 +26,9 @@ class QueueSettings:
     dedupe_window_ms: int = 3_600_000
     #: Largest accepted payload (bytes, msgpack-encoded).
     max_payload_bytes: int = 512 * 1024
+    #: How long enqueue and rule operations retry, with backoff, through a failover or a
+    #: lost connection before they raise RedisUnavailable (ms); 0 = raise at once.
+    outage_retry_ms: int = 10_000
 
 
 @dataclass(frozen=True)

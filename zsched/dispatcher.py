@@ -19,8 +19,10 @@ import redis.exceptions
 from . import scripts as S
 from .config import DispatcherSettings, settings_from
 from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, open_pubsub, redact_text
-from .errors import ScriptError
+from .errors import EvictionPolicyError, ScriptError
+from .eviction import EvictionWatch
 from .metrics import observe_many
+from .retrying import Backoff, Outage
 from .watch import DataWatch
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class Dispatcher:
 
     def __init__(self, app: App, redis: Any = None, rules: bool = True, **settings: Any) -> None:
         self.app = app
+        allow_eviction = bool(settings.pop("allow_eviction", False))  # zsched/eviction.py
         self.settings = settings_from(DispatcherSettings, settings)
         if redis is None:
             redis = async_client(app.url) if app.url else async_from_sync(app.redis)
@@ -82,6 +85,8 @@ class Dispatcher:
         self.metrics = app.metrics
         self._q = app.queue
         self.watch = DataWatch(redis, app.keys, app.queue)
+        self.eviction = EvictionWatch(redis, app.keys.ready, app.queue, "dispatcher",
+                                      app.metrics, allow_eviction)  # fmt: skip
         # Runs per dispatch call: batch_size, less while full calls take longer than
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
         self._limit = self.settings.batch_size
@@ -203,7 +208,8 @@ class Dispatcher:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""
         stop = stop or asyncio.Event()
-        backoff = 0.1
+        backoff = Backoff()
+        outage = Outage(log, "dispatcher", self._q)
         log.info("dispatcher started", extra={"queue": self._q})
         synced = not self.app.declared
         migrated = False
@@ -215,29 +221,33 @@ class Dispatcher:
                 await pubsub.subscribe(self.app.keys.wake)
                 self._woken()  # what was published while not subscribed is not heard
                 await self.watch.check(force=True)
+                await self.eviction.check(force=not self.eviction.checked)
                 while not stop.is_set():
                     t = await self.tick()
-                    backoff = 0.1
+                    backoff.reset()
+                    outage.ok()
                     await self.watch.check()
+                    await self.eviction.check()
                     await self._wait(pubsub, self._sleep_s(t), stop)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
-                log.warning("dispatcher lost Redis (%s); retrying in %.1fs", type(exc).__name__,
-                            backoff, extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                delay = backoff.next()
+                outage.failed(exc, delay)  # one WARNING per outage, not one per attempt
+                await _sleep_or_stop(stop, delay)
+            except EvictionPolicyError:
+                raise  # refused to start: a setting to change, not a fault to wait out
             except REFUSALS as exc:
                 self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
                 why = redact_text(str(exc))[:500]
+                delay = backoff.next()
                 log.error("dispatcher: Redis refused a command: %s; retrying in %.1fs", why,
-                          backoff, extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                          delay, extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, delay)
             except Exception:  # noqa: BLE001 - keep dispatching other work; say so loudly
-                log.exception("dispatcher pass failed; retrying in %.1fs", backoff,
+                delay = backoff.next()
+                log.exception("dispatcher pass failed; retrying in %.1fs", delay,
                               extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                await _sleep_or_stop(stop, delay)
             finally:
                 try:
                     await pubsub.aclose()

@@ -182,3 +182,9 @@ class Metrics:
             "zsched_redis_errors_total", "Redis connection errors seen by a loop, by role.",
             ["queue", "role"], registry=r,
         )  # fmt: skip
+        self.eviction_risk = Gauge(
+            "zsched_redis_eviction_risk",
+            "1 while Redis's maxmemory-policy may evict zsched's keys (the process was started "
+            "with --allow-eviction, or the policy changed after start), else 0.",
+            ["queue", "role"], registry=r,
+        )  # fmt: skip

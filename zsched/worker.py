@@ -32,8 +32,10 @@ from .config import WorkerSettings, settings_from
 from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
 from .errors import Fail, PayloadError, Retry
+from .eviction import EvictionWatch
 from .keys import GROUP
 from .metrics import TaskMetrics
+from .retrying import Outage
 from .tasks import RunInfo, Task, ms_to_datetime, set_current
 from .worker_loop import REDIS_ERRORS, REFUSALS, WorkerLoop
 
@@ -102,6 +104,7 @@ class Worker(WorkerLoop):
         self, app: App, redis: Any = None, consumer: str | None = None, **settings: Any
     ) -> None:
         self.app = app
+        allow_eviction = bool(settings.pop("allow_eviction", False))  # zsched/eviction.py
         self.settings = s = settings_from(WorkerSettings, settings)
         url = app.url
 
@@ -132,6 +135,10 @@ class Worker(WorkerLoop):
         self._leases: dict[str, tuple[str, str, int]] = {}
         self._wake_flush = asyncio.Event()
         self._slot_free = asyncio.Event()
+        #: The worker's loops wait out a Redis outage together and log it once.
+        self.outage = Outage(logging.getLogger("zsched.worker"), "worker", app.queue)
+        self.eviction = EvictionWatch(self.redis, app.keys.ready, app.queue, "worker",
+                                      app.metrics, allow_eviction)  # fmt: skip
         self._executor = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="zsched")
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.

@@ -465,6 +465,7 @@ def feed(metrics: Metrics, queue: str, stop: threading.Event) -> None:
         metrics.overlap_skips.labels(queue=queue, schedule="nightly").inc()
         metrics.fires.labels(queue=queue, schedule="nightly").inc()
         metrics.redis_errors.labels(queue=queue, role="worker").inc()
+        metrics.eviction_risk.labels(queue=queue, role="worker").set(1)  # --allow-eviction
         stop.wait(0.2)
 
 
@@ -511,7 +512,7 @@ def test_alert_rules_evaluate_cleanly_and_fire_on_trouble(live_stack: dict[str, 
         "ZschedDispatchLagHigh", "ZschedDueBacklogStale", "ZschedStartLagHigh",
         "ZschedMissedSlots", "ZschedDuplicateRuns", "ZschedOverlapSkips", "ZschedPendingStuck",
         "ZschedDeadLettersGrowing", "ZschedRuleOverdue", "ZschedNoDispatcher",
-        "ZschedRedisErrors", "ZschedRuleDuplicates", "ZschedRuleSlotsSkipped",
+        "ZschedRedisErrors", "ZschedRedisMayEvict", "ZschedRuleDuplicates", "ZschedRuleSlotsSkipped",
         "ZschedHeartbeatStale",
     }  # fmt: skip
     quiet = {"ZschedNoWorker", "ZschedWorkersNotConsuming", "ZschedCollectorDown"}

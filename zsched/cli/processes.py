@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import zsched
 
-from ..connection import RETRYABLE_ERRORS, redact_text
+from ..connection import RETRYABLE_ERRORS
+from ..retrying import Backoff, Outage
 from .common import PROG, UsageError, add_connection, make_app, partitions_arg
 
 T = TypeVar("T")
@@ -34,6 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=500, help="runs per dispatch call (1..1000)")
     p.add_argument("--max-backlog", type=int, default=50_000,
                    help="hold back while the stream holds this many entries (0 = no limit)")  # fmt: skip
+    _allow_eviction(p)
     p.set_defaults(func=cmd_dispatcher)
 
     w = sub.add_parser("worker", help="run registered tasks from the ready stream",
@@ -47,7 +49,14 @@ def register(sub: Any) -> None:
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
     w.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM, wait this long for running handlers (default 10)")  # fmt: skip
+    _allow_eviction(w)
     w.set_defaults(func=cmd_worker)
+
+
+def _allow_eviction(p: Any) -> None:
+    p.add_argument("--allow-eviction", action="store_true",
+                   help="run even if Redis's maxmemory-policy may evict zsched's keys (the "
+                        "metric zsched_redis_eviction_risk says so; docs/reliability.md)")  # fmt: skip
 
 
 def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
@@ -67,7 +76,7 @@ def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
     if args.redis or args.queue != app.queue or wanted != app.partitions:
         parts = wanted or partitions_arg(args)
         fresh = zsched.App(args.redis or app.url, queue=args.queue, partitions=parts,
-                           durable=app.durable,
+                           durable=app.durability or False,
                            durable_timeout=app.durable_timeout_ms / 1000)  # fmt: skip
         fresh.tasks.update(app.tasks)
         fresh.declared.update(app.declared)
@@ -112,16 +121,19 @@ async def _until_signal(main: Any) -> None:
 
 def _at_start(build: Callable[[], T], role: str) -> T:
     """Build the process's App (it may read the queue's layout from Redis), waiting while
-    Redis is unreachable at start-up, as the loops do later: one line per attempt."""
-    backoff = 0.1
+    Redis is unreachable at start-up, as the loops do later: one WARNING per outage."""
+    backoff = Backoff()
+    outage = Outage(log, f"{role} at start-up", "")
     while True:
         try:
-            return build()
+            app = build()
         except RETRYABLE_ERRORS as exc:
-            log.warning("%s cannot reach Redis at start-up (%s: %s); retrying in %.1fs", role,
-                        type(exc).__name__, redact_text(str(exc)), backoff)  # fmt: skip
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            delay = backoff.next()
+            outage.failed(exc, delay)
+            time.sleep(delay)
+        else:
+            outage.ok()
+            return app
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
@@ -129,7 +141,11 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
                     "dispatcher")  # fmt: skip
     if not 1 <= args.batch_size <= 1000:
         raise UsageError(f"--batch-size must be 1..1000, got {args.batch_size}")
-    d = app.dispatcher(batch_size=args.batch_size, max_backlog=args.max_backlog)
+    # Building it reads the queue's layout from Redis, which may have gone away meanwhile.
+    d = _at_start(lambda: app.dispatcher(batch_size=args.batch_size,
+                                         max_backlog=args.max_backlog,
+                                         allow_eviction=args.allow_eviction),
+                  "dispatcher")  # fmt: skip
     _serve_metrics(app, args.metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
@@ -148,10 +164,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not args.visibility_timeout > 0:
         raise UsageError(f"--visibility-timeout must be > 0, got {args.visibility_timeout}")
     app = _at_start(lambda: load_app(args.app_ref, args), "worker")
-    w = app.worker(
-        concurrency=args.concurrency,
-        visibility_timeout_ms=int(args.visibility_timeout * 1000),
-        shutdown_grace_ms=int(args.shutdown_grace * 1000),
+    w = _at_start(
+        lambda: app.worker(
+            concurrency=args.concurrency,
+            visibility_timeout_ms=int(args.visibility_timeout * 1000),
+            shutdown_grace_ms=int(args.shutdown_grace * 1000),
+            allow_eviction=args.allow_eviction,
+        ),
+        "worker",
     )
     _serve_metrics(app, args.metrics_port)
 
