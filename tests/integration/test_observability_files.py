@@ -466,6 +466,8 @@ def feed(metrics: Metrics, queue: str, stop: threading.Event) -> None:
         metrics.fires.labels(queue=queue, schedule="nightly").inc()
         metrics.redis_errors.labels(queue=queue, role="worker").inc()
         metrics.eviction_risk.labels(queue=queue, role="worker").set(1)  # --allow-eviction
+        metrics.limit_waiting.labels(queue=queue, task="send_email").inc()  # a growing backlog
+        metrics.limit_deferred.labels(queue=queue, task="send_email").inc()
         stop.wait(0.2)
 
 
@@ -513,7 +515,7 @@ def test_alert_rules_evaluate_cleanly_and_fire_on_trouble(live_stack: dict[str, 
         "ZschedMissedSlots", "ZschedDuplicateRuns", "ZschedOverlapSkips", "ZschedPendingStuck",
         "ZschedDeadLettersGrowing", "ZschedRuleOverdue", "ZschedNoDispatcher",
         "ZschedRedisErrors", "ZschedRedisMayEvict", "ZschedRuleDuplicates", "ZschedRuleSlotsSkipped",
-        "ZschedHeartbeatStale",
+        "ZschedHeartbeatStale", "ZschedLimitBacklog",
     }  # fmt: skip
     quiet = {"ZschedNoWorker", "ZschedWorkersNotConsuming", "ZschedCollectorDown"}
     assert expected | quiet == {r["alert"] for r in alert_rules()}

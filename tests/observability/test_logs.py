@@ -134,7 +134,7 @@ def test_the_cli_writes_json_lines_without_the_password(tmp_path) -> None:
     proc.terminate()
     proc.communicate(timeout=20)
     line = json.loads(first)
-    assert "cannot reach Redis at start-up" in line["message"] and line["level"] == "WARNING"
+    assert "at start-up lost Redis" in line["message"] and line["level"] == "WARNING"
     assert SECRET not in first and "5d2c81" not in first
 
 
