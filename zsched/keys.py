@@ -100,6 +100,14 @@ class QueueKeys:
         """STREAM, capped: the fire ledger of one rule (one outcome per slot)."""
         return f"{PREFIX}:{self.tag}:ledger:{schedule_id}"
 
+    def celery_sent(self, run_id: str) -> str:
+        """STRING with a TTL: the Celery bridge sent run `run_id` (a redelivery skips the send)."""
+        return f"{PREFIX}:{self.tag}:celery:sent:{run_id}"
+
+    def celery_done(self, run_id: str) -> str:
+        """LIST with a TTL: the Celery task of run `run_id` finished (pushed by the worker hook)."""
+        return f"{PREFIX}:{self.tag}:celery:done:{run_id}"
+
     def all_fixed(self) -> list[str]:
         """Every fixed key of the queue (not the per-rule ones), for cleanup and inspection."""
         return [

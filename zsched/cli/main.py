@@ -12,10 +12,10 @@ import redis.exceptions
 
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
-from . import dead, enqueue, migrate, processes, runs, status
+from . import celery_bridge, dead, enqueue, migrate, processes, runs, status
 from .common import PROG, UsageError, fail
 
-MODULES = [processes, enqueue, status, runs, dead, migrate]
+MODULES = [processes, enqueue, status, runs, dead, migrate, celery_bridge]
 
 
 class _Parser(argparse.ArgumentParser):
