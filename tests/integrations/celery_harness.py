@@ -97,3 +97,12 @@ def blackhole() -> Iterator[int]:
         for c in held:
             c.close()
         srv.close()
+
+
+def celery_beat(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`celery beat` with zsched's Scheduler class (its schedule file in a private place)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_testapp", "beat", "-S",
+         "zsched.integrations.celery:Scheduler", "-l", "warning"],
+        cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip

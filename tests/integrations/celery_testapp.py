@@ -59,6 +59,15 @@ def make_app(broker: str, record_url: str, queue: str) -> Celery:
         return "released"
 
     install_overlap_hook(app, record_url)
+    beat_every = os.environ.get("CELERY_TEST_BEAT_SECONDS")
+    if beat_every:  # for the Beat drop-in test: one entry, zsched's queue from the env
+        app.conf.beat_schedule = {
+            os.environ["CELERY_TEST_BEAT_ENTRY"]: {
+                "task": "proj.record", "schedule": float(beat_every), "args": ["beat"],
+            }
+        }  # fmt: skip
+        app.conf.zsched_redis_url = record_url
+        app.conf.zsched_queue = os.environ["CELERY_TEST_ZSCHED_QUEUE"]
     return app
 
 

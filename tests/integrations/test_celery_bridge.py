@@ -9,7 +9,16 @@ from datetime import datetime
 
 import pytest
 import redis
-from celery_harness import blackhole, celery_worker, env_for, records, stop, wait_for, zsched
+from celery_harness import (
+    blackhole,
+    celery_beat,
+    celery_worker,
+    env_for,
+    records,
+    stop,
+    wait_for,
+    zsched,
+)
 from celery_testapp import make_app, records_key, started_key
 
 import zsched as Z
@@ -243,3 +252,22 @@ def test_the_bridge_sends_through_rabbitmq(redis_url, queue):
         r.close()
         app.close()
     assert "Traceback" not in out, out
+
+
+def test_two_celery_beat_processes_with_zsched_scheduler_send_each_slot_once(
+    celery_env, redis_url, queue
+):
+    entry = "refill-" + uuid.uuid4().hex[:6]
+    env = {**celery_env["env"], "CELERY_TEST_BEAT_SECONDS": "1", "CELERY_TEST_BEAT_ENTRY": entry,
+           "CELERY_TEST_ZSCHED_QUEUE": queue}  # fmt: skip
+    beats = [celery_beat(env) for _ in range(2)]
+    try:
+        wait_for(lambda: len(ran(celery_env, entry)) >= 4, "four slots executed in Celery")
+    finally:
+        outs = [stop(p) for p in beats]
+    app = zapp(redis_url, queue)
+    fired = {h["run_id"] for h in app.schedule_history(entry, 1000) if h["run_id"]}
+    wait_for(lambda: {x["id"] for x in ran(celery_env, entry)} >= fired, "every fire executed")
+    counts = Counter(x["id"] for x in ran(celery_env, entry))
+    assert set(counts.values()) == {1} and set(counts) == fired, (counts, outs)
+    app.close()
