@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import redis
 from celery import shared_task
@@ -23,9 +24,9 @@ def cleanup() -> None:
 
 
 @shared_task(bind=True, name="proj.tasks.refill_tokens")
-def refill_tokens(self: object, amount: int) -> int:
+def refill_tokens(self: Any, amount: int) -> int:
     """Top up the API rate-limit bucket; the task id (a zsched run id) names the slot."""
-    _bucket.rpush("refills", getattr(self, "request").id)
+    _bucket.rpush("refills", self.request.id)
     return int(_bucket.incrby("tokens", amount))
 
 
