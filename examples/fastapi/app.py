@@ -6,7 +6,7 @@ the worker and a dispatcher of examples/fastapi/tasks.py.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException
 from pydantic import BaseModel, field_validator
@@ -17,6 +17,8 @@ from zsched.integrations.starlette import zsched_app, zsched_lifespan
 from .tasks import zapp
 
 BEFORE = timedelta(hours=24)
+#: The AsyncApp the lifespan opened (zsched.AsyncApp, or ThreadedApp on an older zsched).
+Zsched = Annotated[Any, Depends(zsched_app)]
 api = FastAPI(title="class reminders", lifespan=zsched_lifespan(zapp))
 
 
@@ -47,14 +49,14 @@ async def _schedule(zs: Any, class_id: str, learner: str, body: ClassTime) -> di
 
 @api.post("/classes/{class_id}/reminders/{learner}", status_code=201)
 async def schedule_reminder(class_id: str, learner: str, body: ClassTime,
-                            zs: Any = Depends(zsched_app)) -> dict[str, Any]:  # fmt: skip
+                            zs: Zsched) -> dict[str, Any]:  # fmt: skip
     """Remind `learner` 24 h before the class starts."""
     return await _schedule(zs, class_id, learner, body)
 
 
 @api.put("/classes/{class_id}/reminders/{learner}")
 async def reschedule_reminder(class_id: str, learner: str, body: ClassTime,
-                              zs: Any = Depends(zsched_app)) -> dict[str, Any]:  # fmt: skip
+                              zs: Zsched) -> dict[str, Any]:  # fmt: skip
     """The class moved: move its reminder. A reminder already sent (or running) stays sent."""
     rid = run_id(class_id, learner)
     if hasattr(zs, "reschedule"):  # run controls (another branch) move a delayed run in place
@@ -67,7 +69,7 @@ async def reschedule_reminder(class_id: str, learner: str, body: ClassTime,
 
 
 @api.delete("/classes/{class_id}/reminders/{learner}", status_code=204)
-async def cancel_reminder(class_id: str, learner: str, zs: Any = Depends(zsched_app)) -> None:
+async def cancel_reminder(class_id: str, learner: str, zs: Zsched) -> None:
     """The learner left the class: no reminder."""
     if not await zs.cancel(run_id(class_id, learner)):
         raise HTTPException(409, "the reminder is not waiting (sent, running or unknown)")
@@ -75,7 +77,7 @@ async def cancel_reminder(class_id: str, learner: str, zs: Any = Depends(zsched_
 
 @api.get("/classes/{class_id}/reminders/{learner}")
 async def reminder_status(class_id: str, learner: str,
-                          zs: Any = Depends(zsched_app)) -> dict[str, Any]:  # fmt: skip
+                          zs: Zsched) -> dict[str, Any]:  # fmt: skip
     """Where the reminder is: scheduled, ready, running, done or dead."""
     try:
         run = await zs.get_run(run_id(class_id, learner))
