@@ -198,32 +198,39 @@ def test_a_killed_bridge_loses_no_fire(celery_env, redis_url, queue):
     app.close()
 
 
-def test_overlap_skip_holds_the_rule_until_the_celery_task_finishes(celery_env, redis_url, queue):
+@pytest.mark.parametrize("overlap", ["skip", "queue"])
+def test_overlap_holds_the_rule_until_the_celery_task_finishes(
+    celery_env, redis_url, queue, overlap
+):
     sid = "hold-" + uuid.uuid4().hex[:6]
     release = f"celery-test:release:{sid}"
     app = zapp(redis_url, queue)
-    app.schedule(sid, celery_task="proj.hold", every=1, overlap="skip", misfire_grace=30,
+    app.schedule(sid, celery_task="proj.hold", every=1, overlap=overlap, misfire_grace=30,
                  celery_args=[release])  # fmt: skip
     env, r = celery_env["env"], celery_env["r"]
     started = lambda: [x for x in records(r, started_key(celery_env["queue"]))  # noqa: E731
                        if x["id"].startswith(sid)]  # fmt: skip
+    skips = lambda: [h for h in app.schedule_history(sid) if h["outcome"] == "skipped"]  # noqa: E731
     procs = [zsched(env, "dispatcher", "--redis", redis_url, "--queue", queue),
              zsched(env, "celery-bridge", "celery_testapp:app", "--redis", redis_url,
                     "--queue", queue)]  # fmt: skip
     try:
         wait_for(lambda: started(), "the first task to start")
-        skips = lambda: [h for h in app.schedule_history(sid) if h["outcome"] == "skipped"]  # noqa: E731
         wait_for(lambda: len(skips()) >= 3, "three slots skipped while the task runs")
         assert len(started()) == 1  # the Celery worker had free threads: zsched held them
         r.set(release, 1)
-        wait_for(lambda: len(started()) >= 2, "the next slot's task after the first finished")
+        wait_for(lambda: len(started()) >= 2, "the next task after the first finished")
     finally:
         outs = [stop(p) for p in procs]
     first, second = started()[:2]
     slot = lambda x: _ms(x["id"].split("@", 1)[1].replace("Z", "+00:00"))  # noqa: E731
     between = {h["reason"] for h in skips() if slot(first) < h["slot_ms"] < slot(second)}
-    assert between == {f"overlap: {first['id']} still running"}
-    assert slot(second) - slot(first) >= 4000, (first, second, outs)
+    if overlap == "skip":  # the next slot after the task ended runs; those during it skipped
+        assert between == {f"overlap: {first['id']} still running"}
+        assert slot(second) - slot(first) >= 4000, (first, second, outs)
+    else:  # the slot right after waited for the first task and started when it ended
+        assert slot(second) - slot(first) == 1000, (first, second, outs)
+        assert between == set()
 
 
 def test_the_bridge_sends_through_rabbitmq(redis_url, queue):
