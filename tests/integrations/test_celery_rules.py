@@ -144,3 +144,14 @@ async def test_a_broker_outage_retries_the_send_then_it_goes_through(redis_url, 
     await d.close()
     await w.close()
     app.close()
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [("no_such_module_xyz:app", "cannot import module 'no_such_module_xyz'"),
+     ("json:loads", "'json:loads' is not a Celery app")],
+)  # fmt: skip
+def test_the_bridge_cli_refuses_what_is_not_a_celery_app(redis_url, ref, message) -> None:
+    out = subprocess.run([sys.executable, "-m", "zsched", "celery-bridge", ref, "--redis",
+                          redis_url], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and message in out.stderr, out.stderr
