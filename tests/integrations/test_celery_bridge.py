@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -282,4 +282,21 @@ def test_two_celery_beat_processes_with_zsched_scheduler_send_each_slot_once(
     wait_for(lambda: {x["id"] for x in ran(celery_env, entry)} >= fired, "every fire executed")
     counts = Counter(x["id"] for x in ran(celery_env, entry))
     assert set(counts.values()) == {1} and set(counts) == fired, (counts, outs)
+    app.close()
+
+
+def test_the_worker_hook_reports_an_expired_task_so_the_lease_is_not_held(
+    celery_env, redis_url, queue
+):
+    """A fire that reached Celery after its expiry is revoked there: the hook still reports,
+    so the rule's overlap lease is freed at once instead of after celery_wait."""
+    from zsched.integrations.celery.bridge import HEADER_QUEUE, HEADER_WAIT, wait_done
+
+    app = zapp(redis_url, queue)
+    rid = "late-" + uuid.uuid4().hex[:6]
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    celery_env["celery"].send_task("proj.record", args=[rid], task_id=rid, expires=past,
+                                   headers={HEADER_QUEUE: queue, HEADER_WAIT: 1})  # fmt: skip
+    assert wait_done(app, rid, 60) == "EXPIRED"
+    assert ran(celery_env, rid) == []
     app.close()
