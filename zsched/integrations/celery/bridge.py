@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 #: Attempts of one send before the fire becomes a dead letter: with the worker's exponential
-#: backoff (capped by max_backoff, 1 h by default) this rides out a broker outage of ~19 h.
+#: backoff (capped by max_backoff, 1 h by default) this rides out a broker outage of over half a day (the jitter takes up to a quarter).
 SEND_ATTEMPTS = 30
 #: Celery message headers the bridge adds (read by the worker hook, zsched.integrations.celery.hook).
 HEADER_QUEUE = "zsched_queue"
