@@ -93,6 +93,45 @@ def test_two_dispatchers_and_a_bridge_run_each_slot_in_celery_exactly_once(
     app.close()
 
 
+def test_killed_dispatchers_catch_up_every_missed_slot_in_celery_once(
+    celery_env, redis_url, queue
+):
+    """Real processes on real time: both dispatchers SIGKILLed for a few slots, one started
+    again; misfire=catch_up replays each missed slot, and Celery runs every slot once."""
+    sid = "outage-" + uuid.uuid4().hex[:6]
+    app = zapp(redis_url, queue)
+    app.schedule(sid, celery_task="proj.record", every=1, misfire="catch_up", misfire_grace=1,
+                 celery_options={"expires": 300})  # fmt: skip
+    env = celery_env["env"]
+    up = lambda: zsched(env, "dispatcher", "--redis", redis_url, "--queue", queue)  # noqa: E731
+    procs = [up(), up(), zsched(env, "celery-bridge", "celery_testapp:app", "--redis",
+                                redis_url, "--queue", queue)]  # fmt: skip
+    now_ms = lambda: int(app.redis.time()[0]) * 1000  # noqa: E731
+    try:
+        wait_for(lambda: len(ran(celery_env, sid)) >= 2, "two slots before the outage")
+        for p in procs[:2]:
+            stop(p, kill=True)
+        down = now_ms()
+        wait_for(lambda: now_ms() >= down + 4000, "four slots of outage")
+        procs.append(up())
+        wait_for(lambda: any(h["outcome"] == "ran_late" for h in app.schedule_history(sid)),
+                 "the missed slots replayed")  # fmt: skip
+        back = now_ms()
+        wait_for(lambda: {h["slot_ms"] for h in app.schedule_history(sid, 1000)} >= set(
+            range(down // 1000 * 1000, back // 1000 * 1000, 1000)), "the outage's slots")
+    finally:
+        outs = [stop(p) for p in procs]
+    fired = {h["run_id"] for h in app.schedule_history(sid, 1000) if h["run_id"]}
+    wait_for(lambda: {x["id"] for x in ran(celery_env, sid)} >= fired, "every fire executed")
+    counts = Counter(x["id"] for x in ran(celery_env, sid))
+    assert set(counts.values()) == {1} and set(counts) == fired, (counts, outs)
+    slots = sorted(_ms(i.split("@", 1)[1].replace("Z", "+00:00")) for i in counts)
+    assert slots == list(range(slots[0], slots[-1] + 1, 1000))  # none lost in the outage
+    late = [h for h in app.schedule_history(sid, 1000) if h["outcome"] == "ran_late"]
+    assert len(late) >= 2, late
+    app.close()
+
+
 T0 = _ms("2027-01-04T00:00:00+00:00")  # in the future: Celery checks `expires` on its clock
 
 
