@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 #: Attempts of one send before the fire becomes a dead letter: with the worker's exponential
-#: backoff (capped by max_backoff, 1 h by default) this rides out a broker outage of over half a day (the jitter takes up to a quarter).
+#: backoff (capped by max_backoff, 1 h by default; the jitter takes up to a quarter) this
+#: rides out a broker outage of over half a day.
 SEND_ATTEMPTS = 30
-#: Celery message headers the bridge adds (read by the worker hook, zsched.integrations.celery.hook).
+#: Celery message headers the bridge adds (read by the worker hook in hook.py).
 HEADER_QUEUE = "zsched_queue"
 HEADER_PARTITION = "zsched_partition"
 HEADER_WAIT = "zsched_wait"
