@@ -56,6 +56,15 @@ class BackendTests(SimpleTestCase):
         self.assertIsNotNone(result.finished_at)
         self.assertEqual(TRACE.lrange("shop-test:receipts", 0, -1), [b"42:ada@example.com"])
 
+    async def test_aenqueue_and_aget_result_from_async_code(self):
+        result = await tasks.send_receipt.aenqueue(11, email="async@example.com")
+        self.assertEqual((await tasks.send_receipt.aget_result(result.id)).status, "READY")
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(run_due)()
+        await result.arefresh()
+        self.assertEqual(result.return_value, {"order": 11, "sent_to": "async@example.com"})
+
     def test_run_after_goes_into_the_delayed_set(self):
         when = timezone.now() + timedelta(hours=1)
         result = tasks.send_receipt.using(run_after=when).enqueue(7, email="b@example.com")
