@@ -31,7 +31,7 @@ def manage(python: str | Path, e: dict[str, str], *args: str, **kw) -> subproces
 def test_djangos_test_runner_passes_with_the_backport(redis_url):
     r = manage(sys.executable, env(redis_url), "test", "shop", "-v", "2")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Ran 12 tests" in r.stderr and "\nOK" in r.stderr, r.stderr
+    assert "Ran 13 tests" in r.stderr and "\nOK" in r.stderr, r.stderr
 
 
 def test_djangos_test_runner_passes_on_django_6(redis_url):
@@ -42,7 +42,7 @@ def test_djangos_test_runner_passes_on_django_6(redis_url):
                              capture_output=True, text=True).stdout.strip()  # fmt: skip
     assert version == "6"
     r = manage(DJANGO6_PY, env(redis_url), "test", "shop")
-    assert r.returncode == 0 and "Ran 12 tests" in r.stderr, r.stdout + r.stderr
+    assert r.returncode == 0 and "Ran 13 tests" in r.stderr, r.stdout + r.stderr
 
 
 def test_the_management_commands_run_tasks_and_periodic_tasks(redis_url):

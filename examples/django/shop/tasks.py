@@ -37,6 +37,14 @@ def charge(context: object, amount: int) -> str:
     return f"charged {amount} (attempt {attempt})"
 
 
+@task(takes_context=True)
+def flaky_once(context: Any) -> int:
+    """Fails its first attempt (with MAX_ATTEMPTS > 1, zsched retries it)."""
+    if context.attempt == 1:
+        raise ConnectionError("the payment provider timed out")
+    return int(context.attempt)
+
+
 @task()
 async def warm_cache(key: str) -> str:
     return key.upper()

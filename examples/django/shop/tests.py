@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from datetime import timedelta
 
 import redis
@@ -144,11 +145,26 @@ class BackendTests(SimpleTestCase):
         self.assertEqual(app.sync_schedules().get("created", []), [])  # a restart: no change
 
 
-def _with_on_commit() -> dict[str, object]:
+def _with_options(**options: object) -> dict[str, object]:
     tasks_setting = {k: dict(v) for k, v in settings.TASKS.items()}
-    tasks_setting["default"]["OPTIONS"] = {**tasks_setting["default"]["OPTIONS"],
-                                           "ENQUEUE_ON_COMMIT": True}  # fmt: skip
+    tasks_setting["default"]["OPTIONS"] = {**tasks_setting["default"]["OPTIONS"], **options}
     return tasks_setting
+
+
+class RetryTests(SimpleTestCase):
+    def test_with_max_attempts_a_failed_attempt_is_retried_and_its_error_kept(self):
+        with override_settings(TASKS=_with_options(MAX_ATTEMPTS=2)):
+            result = tasks.flaky_once.enqueue()
+            run_due()
+            result.refresh()
+            self.assertEqual(result.status, TaskResultStatus.READY)  # waiting for its retry
+            self.assertEqual(result.errors[0].exception_class_path, "builtins.ConnectionError")
+            deadline = time.monotonic() + 30  # the retry's backoff is about a second
+            while result.status != TaskResultStatus.SUCCESSFUL and time.monotonic() < deadline:
+                run_due()
+                result.refresh()
+            self.assertEqual((result.status, result.return_value), (TaskResultStatus.SUCCESSFUL, 2))
+            self.assertEqual((result.attempts, len(result.errors)), (2, 1))
 
 
 class OnCommitTests(TransactionTestCase):
@@ -163,7 +179,7 @@ class OnCommitTests(TransactionTestCase):
         run_due()
 
     def test_enqueue_on_commit_option_defers_to_the_commit_and_drops_on_rollback(self):
-        with override_settings(TASKS=_with_on_commit()):
+        with override_settings(TASKS=_with_options(ENQUEUE_ON_COMMIT=True)):
             app = backend_named("default").app_for("default")
             with transaction.atomic():
                 kept = tasks.send_receipt.enqueue(6, email="d@example.com")
