@@ -273,6 +273,12 @@ def test_overlap_holds_the_rule_until_the_celery_task_finishes(
 
 
 def test_the_bridge_sends_through_rabbitmq(redis_url, queue):
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=5).close()
+    except OSError as exc:
+        pytest.fail(f"this test needs the machine's RabbitMQ on 127.0.0.1:5672: {exc}")
     cq = "zsched-test-" + uuid.uuid4().hex[:8]
     env = env_for(RABBIT, redis_url, cq)
     worker = celery_worker(env, cq)
