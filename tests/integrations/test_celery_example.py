@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 from collections import Counter
 
 import redis
@@ -28,9 +29,18 @@ def test_the_celery_example_refills_tokens_once_per_second_with_two_bridges(redi
     procs = [proc(env, "celery", "-A", "proj", "worker", "--pool=threads", "-c", "2",
                   "--without-mingle", "--without-gossip", "-l", "warning")]  # fmt: skip
     procs += [proc(env, "zsched", "celery-bridge", "proj.celery:app", "--beat-schedule",
-                   "--dispatch", "--queue", queue) for _ in range(2)]  # fmt: skip
+                   "--dispatch", "--queue", queue, "--metrics-port", "0") for _ in range(2)]  # fmt: skip
     try:
         wait_for(lambda: bucket.llen("refills") >= 3, "three refills", 90)
+        line = procs[1].stdout.readline().decode()  # "zsched: serving /metrics on port N"
+        port = int(line.rsplit(" ", 1)[1])
+        scrape = lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",  # noqa: E731
+                                                timeout=10).read()  # fmt: skip
+        # Each bridge gets its share of the fires: this one's sends show in its metrics.
+        sent = lambda: [x for x in scrape().splitlines()  # noqa: E731
+                        if x.startswith(b"zsched_runs_completed_total{")
+                        and b'task="zsched.celery.send"' in x]  # fmt: skip
+        wait_for(sent, "the bridge's sends in its metrics", 60)
     finally:
         outs = [stop(p) for p in procs]
     ids = [x.decode() for x in bucket.lrange("refills", 0, -1)]

@@ -31,6 +31,8 @@ def register(sub: Any) -> None:
                    help="sends (and overlap waits) at once (default 16)")  # fmt: skip
     p.add_argument("--visibility-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="reclaim fires of a bridge silent this long (default 30)")  # fmt: skip
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
     p.set_defaults(func=cmd_celery_bridge)
 
 
@@ -56,7 +58,7 @@ def load_celery(ref: str) -> Any:
 
 def cmd_celery_bridge(args: argparse.Namespace) -> int:
     from ..integrations.celery import from_beat_schedule, register_bridge
-    from .processes import _at_start, _until_signal
+    from .processes import _at_start, _serve_metrics, _until_signal
 
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
@@ -72,6 +74,7 @@ def cmd_celery_bridge(args: argparse.Namespace) -> int:
     w = app.worker(concurrency=args.concurrency,
                    visibility_timeout_ms=int(args.visibility_timeout * 1000))  # fmt: skip
     d = app.dispatcher() if args.dispatch else None
+    _serve_metrics(app, args.metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
         loops = [w.run(stop)] + ([d.run(stop)] if d is not None else [])
