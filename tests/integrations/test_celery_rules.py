@@ -155,3 +155,16 @@ def test_the_bridge_cli_refuses_what_is_not_a_celery_app(redis_url, ref, message
     out = subprocess.run([sys.executable, "-m", "zsched", "celery-bridge", ref, "--redis",
                           redis_url], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_a_done_report_is_read_again_by_a_redelivered_fire(redis_url, queue) -> None:
+    """A bridge that dies after reading the hook's report, before its ack: the redelivery
+    finds the report still there instead of waiting out celery_wait."""
+    from zsched.integrations.celery.bridge import wait_done
+
+    app = zsched.App(redis_url, queue=queue)
+    app.redis.rpush(app.keys.celery_done("r@1"), "SUCCESS")
+    assert wait_done(app, "r@1", 5) == "SUCCESS"
+    assert wait_done(app, "r@1", 5) == "SUCCESS"
+    assert wait_done(app, "r@2", 0.2) is None  # no report: the wait runs out
+    app.close()

@@ -92,10 +92,11 @@ def wait_done(app: App, run_id: str, wait_s: float) -> str | None:
             log.warning("Celery task %s did not report back within %.0f s; freeing its rule's "
                         "lease", run_id, wait_s, extra={"queue": app.queue})  # fmt: skip
             return None
-        got = app.redis.blpop([key], timeout=max(0.1, min(_WAIT_STEP_S, left)))
+        # BLMOVE onto itself reads without taking: a bridge that dies after reading leaves the
+        # report for the redelivery (the hook's TTL removes it).
+        got = app.redis.blmove(key, key, max(0.1, min(_WAIT_STEP_S, left)), "RIGHT", "RIGHT")
         if got is not None:
-            app.redis.delete(key)
-            state: bytes = got[1]
+            state: bytes = got
             return state.decode("utf-8", "replace")
 
 

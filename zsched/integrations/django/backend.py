@@ -126,7 +126,12 @@ class ZschedBackend(BaseTaskBackend):  # type: ignore[misc]
                               result.args, result.kwargs)  # fmt: skip
         self.store(task.queue_name).write(result.id, record, R.due_extra_ms(task.run_after))
         payload = {"args": result.args, "kwargs": result.kwargs}
-        self.app_for(task.queue_name).enqueue(task.module_path, payload, run_at=task.run_after,
+        run_at = task.run_after
+        if run_at is not None and run_at.tzinfo is None:  # USE_TZ = False: Django's local time
+            from django.utils import timezone
+
+            run_at = timezone.make_aware(run_at)
+        self.app_for(task.queue_name).enqueue(task.module_path, payload, run_at=run_at,
                                               run_id=result.id)  # fmt: skip
         from django.utils.dateparse import parse_datetime
 
