@@ -83,6 +83,7 @@ def test_two_dispatchers_and_a_bridge_run_each_slot_in_celery_exactly_once(
     counts = Counter(x["id"] for x in got)
     assert counts and set(counts.values()) == {1}, (counts, outs)
     assert set(counts) == fired
+    assert not any("Traceback" in o for o in outs), outs
     slots = sorted(_ms(i.split("@", 1)[1].replace("Z", "+00:00")) for i in counts)
     assert slots == list(range(slots[0], slots[-1] + 1, 1000))  # no slot missing between
     first = got[0]
@@ -327,6 +328,7 @@ def test_two_celery_beat_processes_with_zsched_scheduler_send_each_slot_once(
     wait_for(lambda: {x["id"] for x in ran(celery_env, entry)} >= fired, "every fire executed")
     counts = Counter(x["id"] for x in ran(celery_env, entry))
     assert set(counts.values()) == {1} and set(counts) == fired, (counts, outs)
+    assert not any("Traceback" in o for o in outs), outs[0][-3000:]  # clean start and stop
     app.close()
 
 

@@ -68,12 +68,18 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         """Nothing to write: the rules' state lives in Redis, written by each fire."""
 
     def close(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-        if self.zsched_app is not None:
-            self.zsched_app.close()
+        """Stop the dispatcher and the bridge (beat calls this more than once on shutdown)."""
+        loop, stop, thread, app = self._loop, self._stop, self._thread, self.zsched_app
+        self._loop = self._stop = self._thread = self.zsched_app = None
+        if loop is not None and stop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # the loop closed in between: the thread is done
+                pass
+        if thread is not None:
+            thread.join(timeout=15)
+        if app is not None:
+            app.close()
 
     @property
     def info(self) -> str:
