@@ -69,6 +69,7 @@ def test_the_management_commands_run_tasks_and_periodic_tasks(redis_url):
     finally:
         outs = [stop(p) for p in procs]
     assert trace.lrange("shop-test:receipts", 0, -1) == [b"9:m@example.com"], outs
+    assert not any("Traceback" in o for o in outs), outs
     beats = [b.decode() for b in trace.lrange("shop-test:heartbeats", 0, -1)]
     assert all(b.startswith("heartbeat@") for b in beats) and len(set(beats)) == len(beats), beats
     trace.close()

@@ -75,6 +75,7 @@ def test_reminders_are_scheduled_moved_and_cancelled_through_the_api(example, re
     sent = sorted(x.decode() for x in r.lrange(outbox, 0, -1))
     assert [s.split()[0] for s in sent] == ["reminder:py101:ada", "reminder:rust1:ada"], outs
     assert sent[1].split()[2] == soon.isoformat()  # the moved class's time
+    assert not any("Traceback" in o for o in outs), outs
     r.close()
 
 
