@@ -121,8 +121,9 @@ def celery_rule(
     **rule: Any,
 ) -> tuple[str, dict[str, Any]]:
     """(task name, options) of a zsched rule that sends `celery_task` at each slot:
-    `app.schedule(schedule_id, *celery_rule(...))` is the same as `app.schedule(schedule_id,
-    celery_task=..., ...)`. `rule`: cron=/every=/tz=/misfire=/overlap=... as for any rule.
+    `task, opts = celery_rule(sid, ...); app.schedule(sid, task, **opts)` is the same as
+    `app.schedule(sid, celery_task=..., ...)` (and works with any API that takes a task name
+    and rule options). `rule`: cron=/every=/tz=/misfire=/overlap=... as for any rule.
 
     `celery_wait`: with overlap skip or queue, how long (s) the bridge waits for the task to
     finish before it frees the rule's lease anyway (default one hour); it needs the worker
