@@ -133,6 +133,19 @@ class QueueKeys:
         (`limit` is the task name)."""
         return f"{PREFIX}:{self.tag}:limit:{limit}:waiting"
 
+    def celery_sent(self, run_id: str) -> str:
+        """STRING with a TTL: the Celery bridge sent run `run_id` (a redelivery skips the send)."""
+        return f"{PREFIX}:{self.tag}:celery:sent:{run_id}"
+
+    def celery_done(self, run_id: str) -> str:
+        """LIST with a TTL: the Celery task of run `run_id` finished (pushed by the worker hook)."""
+        return f"{PREFIX}:{self.tag}:celery:done:{run_id}"
+
+    def django_result(self, run_id: str) -> str:
+        """STRING (JSON) with a TTL: the django.tasks result of run `run_id` (status, times,
+        return value, errors), written by the Django backend and its worker."""
+        return f"{PREFIX}:{self.tag}:django:result:{run_id}"
+
     def all_fixed(self) -> list[str]:
         """Every fixed key of the queue (not the per-rule ones), for cleanup and inspection."""
         return [

@@ -41,26 +41,30 @@ class ScheduleMethods:
             return app.partition_views()  # type: ignore[no-any-return]
         return [app]
 
-    def schedule(self, schedule_id: str, task_name: str, **options: Any) -> int:
+    def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
         """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
 
         Options: cron= | every=, tz=, payload=, misfire="coalesce"|"catch_up"|"skip",
         misfire_grace=, overlap="allow"|"skip"|"queue", max_catch_up=, jitter=, start_at=,
         end_at=, paused=, lease=, dst_gap="shift"|"skip", dst_repeat="first"|"both".
         Returns scripts.SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
+        `celery_task=` instead of a task name: each fire is sent to Celery (docs/celery.md).
         """
         from . import schedule_ops
 
+        task_name, options = _target(schedule_id, task_name, options)
         home = self.rule_home(schedule_id)
         return self._ride(
             f"schedule {schedule_id!r}",
             lambda _: schedule_ops.upsert(home, schedule_id, task_name, **options),
         )
 
-    def declare(self, schedule_id: str, task_name: str, **options: Any) -> None:
+    def declare(self, schedule_id: str, task_name: str | None = None, **options: Any) -> None:
         """Declare a rule in code (like Celery's beat_schedule); validated now, written to
-        Redis when a dispatcher starts (`sync_schedules`)."""
+        Redis when a dispatcher starts (`sync_schedules`). Takes `celery_task=` too."""
         from .schedules import build_spec
+
+        task_name, options = _target(schedule_id, task_name, options)
 
         build_spec(schedule_id, task_name, **options)
         self.declared[schedule_id] = {"task": task_name, **options}
@@ -145,3 +149,18 @@ class ScheduleMethods:
         from .audit import audit
 
         return [r for a in self._rule_apps() for r in audit(a)]
+
+
+def _target(
+    schedule_id: str, task_name: str | None, options: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """A rule's zsched task: the one named, or the Celery bridge's for `celery_task=`."""
+    if "celery_task" in options:
+        if task_name is not None:
+            raise ValueError(f"schedule {schedule_id}: give a task name or celery_task, not both")
+        from .integrations.celery.rules import celery_rule
+
+        return celery_rule(schedule_id, **options)
+    if task_name is None:
+        raise ValueError(f"schedule {schedule_id}: a task name (or celery_task=) is required")
+    return task_name, options

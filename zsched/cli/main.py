@@ -13,10 +13,23 @@ import redis.exceptions
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
 from ..logs import LOG_FORMATS, configure_logging
-from . import dead, enqueue, lua, migrate, processes, queue, runs, schedules, status, web
+from . import (
+    celery_bridge,
+    dead,
+    enqueue,
+    lua,
+    migrate,
+    processes,
+    queue,
+    runs,
+    schedules,
+    status,
+    web,
+)
 from .common import PROG, UsageError, fail
 
-MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, queue, web, lua]
+MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, queue, web,
+           celery_bridge, lua]  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
