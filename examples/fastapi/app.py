@@ -59,13 +59,10 @@ async def reschedule_reminder(class_id: str, learner: str, body: ClassTime,
                               zs: Zsched) -> dict[str, Any]:  # fmt: skip
     """The class moved: move its reminder. A reminder already sent (or running) stays sent."""
     rid = run_id(class_id, learner)
-    if hasattr(zs, "reschedule"):  # run controls (another branch) move a delayed run in place
-        if not await zs.reschedule(rid, body.starts_at - BEFORE):
-            raise HTTPException(409, f"reminder {rid} is no longer waiting")
-        return {"run_id": rid, "remind_at": (body.starts_at - BEFORE).isoformat()}
-    if not await zs.cancel(rid):  # else: cancel the delayed run, then enqueue it anew
-        raise HTTPException(409, f"reminder {rid} is no longer waiting")
-    return await _schedule(zs, class_id, learner, body)
+    result = await zs.reschedule(rid, run_at=body.starts_at - BEFORE)  # in place, atomically
+    if not result.moved:
+        raise HTTPException(409, f"reminder {rid} is no longer waiting ({result.outcome.name})")
+    return {"run_id": rid, "remind_at": (body.starts_at - BEFORE).isoformat()}
 
 
 @api.delete("/classes/{class_id}/reminders/{learner}", status_code=204)
@@ -78,7 +75,7 @@ async def cancel_reminder(class_id: str, learner: str, zs: Zsched) -> None:
 @api.get("/classes/{class_id}/reminders/{learner}")
 async def reminder_status(class_id: str, learner: str,
                           zs: Zsched) -> dict[str, Any]:  # fmt: skip
-    """Where the reminder is: scheduled, ready, running, done or dead."""
+    """Where the reminder is: scheduled, ready, running, done, dead or cancelled."""
     try:
         run = await zs.get_run(run_id(class_id, learner))
     except RunNotFound:
