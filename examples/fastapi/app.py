@@ -38,12 +38,17 @@ def run_id(class_id: str, learner: str) -> str:
     return f"reminder:{class_id}:{learner}"
 
 
-async def _schedule(zs: Any, class_id: str, learner: str, body: ClassTime) -> dict[str, Any]:
+async def _schedule(zs: Any, class_id: str, learner: str, body: ClassTime,
+                    on_conflict: str = "keep") -> Any:  # fmt: skip
     rid = run_id(class_id, learner)
     payload = {"class_id": class_id, "learner": learner,
                "class_starts_at": body.starts_at.isoformat()}  # fmt: skip
-    got = await zs.enqueue("send_reminder", payload, run_at=body.starts_at - BEFORE, run_id=rid)
-    return {"run_id": rid, "remind_at": (body.starts_at - BEFORE).isoformat(),
+    return await zs.enqueue("send_reminder", payload, run_at=body.starts_at - BEFORE,
+                            run_id=rid, on_conflict=on_conflict)  # fmt: skip
+
+
+def _answer(got: Any, body: ClassTime) -> dict[str, Any]:
+    return {"run_id": str(got), "remind_at": (body.starts_at - BEFORE).isoformat(),
             "duplicate": got.duplicate}  # fmt: skip
 
 
@@ -51,18 +56,19 @@ async def _schedule(zs: Any, class_id: str, learner: str, body: ClassTime) -> di
 async def schedule_reminder(class_id: str, learner: str, body: ClassTime,
                             zs: Zsched) -> dict[str, Any]:  # fmt: skip
     """Remind `learner` 24 h before the class starts."""
-    return await _schedule(zs, class_id, learner, body)
+    return _answer(await _schedule(zs, class_id, learner, body), body)
 
 
 @api.put("/classes/{class_id}/reminders/{learner}")
 async def reschedule_reminder(class_id: str, learner: str, body: ClassTime,
                               zs: Zsched) -> dict[str, Any]:  # fmt: skip
-    """The class moved: move its reminder. A reminder already sent (or running) stays sent."""
-    rid = run_id(class_id, learner)
-    result = await zs.reschedule(rid, run_at=body.starts_at - BEFORE)  # in place, atomically
-    if not result.moved:
-        raise HTTPException(409, f"reminder {rid} is no longer waiting ({result.outcome.name})")
-    return {"run_id": rid, "remind_at": (body.starts_at - BEFORE).isoformat()}
+    """The class moved: move its reminder, with the new class time in its payload (enqueue's
+    "replace" swaps the waiting run's payload and due time in one script). A reminder already
+    sent, or being sent, is not replaced: 409."""
+    got = await _schedule(zs, class_id, learner, body, on_conflict="replace")
+    if got.duplicate:
+        raise HTTPException(409, f"reminder {got} is no longer waiting")
+    return _answer(got, body)
 
 
 @api.delete("/classes/{class_id}/reminders/{learner}", status_code=204)
