@@ -21,16 +21,19 @@ from .errors import (
     ZschedError,
 )
 from .inspect import DeadLetter, QueueStatus, RunStatus
+from .rules import Cron, Every
 from .tasks import RunInfo, current_run
 
 __all__ = [
     "App",
     "Clock",
     "ConfigError",
+    "Cron",
     "DeadLetter",
     "DispatcherSettings",
     "EnqueuedId",
     "Envelope",
+    "Every",
     "Fail",
     "FakeClock",
     "NotFound",
