@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .aio import AsyncApp
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
 from .config import DispatcherSettings, QueueSettings, WorkerSettings
@@ -26,6 +27,7 @@ from .tasks import RunInfo, current_run
 
 __all__ = [
     "App",
+    "AsyncApp",
     "Clock",
     "ConfigError",
     "Cron",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from . import delayed as _delayed
 from . import durable as _durable
@@ -24,6 +24,9 @@ from .runids import fresh_run_id
 from .runinput import check_names, delay_ms, to_ms
 from .schedule_api import ScheduleMethods
 from .tasks import Backoff, Task, make_task
+
+if TYPE_CHECKING:
+    from .aio import AsyncApp
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: Runs per enqueue.lua call: 100 take ~0.5 ms of Redis time into a small queue and up to
@@ -225,6 +228,18 @@ class App(ScheduleMethods):
         if self.partitions == 1 and not self.durable and len(groups) == 1:
             # One call, the common case (every enqueue()): no routing, no pipeline.
             return self.scripts.run(self._enqueue_call(groups))
+        batches, calls = self.enqueue_plan(groups)
+        codes = [0] * len(groups)
+        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
+            for i, code in zip(batch, reply, strict=True):
+                codes[i] = code
+        return codes
+
+    def enqueue_plan(
+        self, groups: list[tuple[str, int | str, str, bytes]]
+    ) -> tuple[list[list[int]], list[S.Call[list[int]]]]:
+        """The enqueue calls for `groups` (per partition, at most ENQUEUE_BATCH runs each, in
+        due order) and, per call, the indexes of its runs in `groups` (shared with AsyncApp)."""
         by_part: dict[int, list[int]] = {}
         for i in _delayed.due_order(groups):
             by_part.setdefault(self.run_partition(groups[i][0]), []).append(i)
@@ -235,11 +250,7 @@ class App(ScheduleMethods):
             for j in range(0, len(idx), ENQUEUE_BATCH):
                 batches.append(idx[j : j + ENQUEUE_BATCH])
                 calls.append(self._enqueue_call([groups[i] for i in batches[-1]], keys))
-        codes = [0] * len(groups)
-        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
-            for i, code in zip(batch, reply, strict=True):
-                codes[i] = code
-        return codes
+        return batches, calls
 
     def _enqueue_call(
         self, groups: list[tuple[str, int | str, str, bytes]], keys: QueueKeys | None = None
@@ -368,6 +379,14 @@ class App(ScheduleMethods):
         if self._whole_partitioned:
             return _partitions.MultiWorker(self, **settings)
         return Worker(self, **settings)
+
+    def aio(self, redis: Any = None) -> AsyncApp:
+        """An AsyncApp sharing this App's tasks, declared rules, settings and metrics, on an
+        asyncio client of the same deployment (or `redis`, an asyncio client); close it with
+        `await aio.aclose()` (this App stays open)."""
+        from .aio import AsyncApp
+
+        return AsyncApp.from_app(self, redis)
 
     def close(self) -> None:
         """Close the client and the connections of every partition view's direct path."""

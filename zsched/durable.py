@@ -61,7 +61,13 @@ def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
         app.scripts.queue(call, pipe)
     if app.durable:
         pipe.execute_command("WAIT", 1, app.durable_timeout_ms)
-    replies = pipe.execute(raise_on_error=False)
+    return checked(app, pipe.execute(raise_on_error=False))
+
+
+def checked(app: App, replies: list[Any]) -> list[Any]:
+    """The replies of a pipeline of calls (+ WAIT when durable), WAIT's reply removed;
+    NotReplicated if a call wrote and no replica acknowledged it (AsyncApp shares this)."""
+    replies = list(replies)
     if app.durable:
         acked = replies.pop()
         # WAIT matters only if a call wrote something: when every call failed (all MOVED on a
@@ -74,7 +80,7 @@ def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
                     raise r
             cause = acked if isinstance(acked, Exception) else None
             raise NotReplicated(_message(app)) from cause
-    return list(replies)
+    return replies
 
 
 def _per_node(app: App, calls: list[S.Call[Any]]) -> list[Any]:
