@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._version import __version__
 from .aio import AsyncApp
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
@@ -58,5 +59,6 @@ __all__ = [
     "UnknownTask",
     "WorkerSettings",
     "ZschedError",
+    "__version__",
     "current_run",
 ]

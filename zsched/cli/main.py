@@ -10,6 +10,7 @@ from typing import NoReturn
 
 import redis.exceptions
 
+from .._version import __version__
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
 from . import dead, enqueue, migrate, processes, runs, status
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="zsched — a durable scheduler for future work, built on Redis."
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for m in MODULES:
         m.register(sub)
