@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import delayed as _delayed
 from . import durable as _durable
@@ -17,16 +17,21 @@ from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
-from .errors import ConfigError, PayloadError, ZschedError
+from .errors import ConfigError, PayloadError
 from .keys import QueueKeys
 from .metrics import Metrics
 from .runids import fresh_run_id
 from .runinput import check_names, delay_ms, to_ms
 from .schedule_api import ScheduleMethods
-from .tasks import Backoff, Task, make_task
+from .tasks import Backoff, Task
 
 if TYPE_CHECKING:
     from .aio import AsyncApp
+    from .handles import TaskHandle
+    from .payloads import Codec
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: Runs per enqueue.lua call: 100 take ~0.5 ms of Redis time into a small queue and up to
@@ -90,6 +95,8 @@ class App(ScheduleMethods):
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.tasks: dict[str, Task] = {}
+        #: Declared payload types by task name (zsched.payloads), checked at enqueue.
+        self.payload_types: dict[str, Codec] = {}
         #: Rules declared in code (`declare`), synced when a dispatcher starts.
         self.declared: dict[str, dict[str, Any]] = {}
         self._scripts: S.Scripts | None = None
@@ -116,7 +123,7 @@ class App(ScheduleMethods):
     # -- tasks -------------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    def task(self, fn: Callable[[P], R], /) -> TaskHandle[P, R]: ...
     @overload
     def task(
         self,
@@ -125,19 +132,17 @@ class App(ScheduleMethods):
         max_attempts: int | None = None,
         backoff: Backoff = 1.0,
         timeout: float | None = None,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+        payload: type | None = None,
+    ) -> Callable[[Callable[[P], R]], TaskHandle[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
-        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`."""
+        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`. Returns
+        a TaskHandle (zsched/handles.py), still callable as the function. `payload=`: a
+        dataclass, TypedDict or pydantic model the payload must be (default: the handler's
+        first parameter's annotation, if it is one of those; docs/typed-tasks.md)."""
+        from .handles import register
 
-        def register(f: Callable[..., Any]) -> Callable[..., Any]:
-            t = make_task(f, **options)
-            if t.name in self.tasks and self.tasks[t.name].fn is not f:
-                raise ZschedError(f"task name {t.name!r} is already registered on {self.queue}")
-            self.tasks[t.name] = t
-            return f
-
-        return register(fn) if fn is not None else register
+        return register(self, fn, options)
 
     # -- enqueue -----------------------------------------------------------------------------
 
@@ -163,6 +168,9 @@ class App(ScheduleMethods):
     ) -> tuple[str, int | str, str, bytes]:
         """Validate one run and return its enqueue group (run_id, run_at, task, envelope)."""
         check_names(task_name, run_id)
+        codec = self.payload_types.get(task_name)
+        if codec is not None:
+            payload = codec.to_wire(payload)
         if run_at is not None and delay is not None:
             raise ValueError("give run_at or delay, not both")
         now = self._local_ms()
