@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
-from test_acl import PASSWORD, acl_server  # noqa: F401 - the fixture
-from test_tls import tls, tls_url  # noqa: F401 - the fixture
+import test_acl
+import test_tls
+from test_acl import PASSWORD
+from test_tls import tls_url
 
 import zsched
+
+# The servers of the sync tests, as fixtures of this module too.
+acl_server = test_acl.acl_server
+tls = test_tls.tls
 
 
 async def _round(app: zsched.AsyncApp) -> None:
