@@ -28,10 +28,15 @@ operation gets `return await self.in_thread(self.app.operation, *args)` until it
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
+
+import redis as _redis
+import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
 
 from . import aio_reads as _reads
 from . import durable as _durable
@@ -44,6 +49,7 @@ from .config import QueueSettings
 from .connection import async_client, async_from_sync, is_cluster
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload
+from .errors import ConfigError
 from .metrics import Metrics
 
 T = TypeVar("T")
@@ -71,12 +77,17 @@ class AsyncApp:
         durable_timeout: float = 1.0,
         spin_us: int = DEFAULT_SPIN_US,
     ) -> None:
-        """The arguments of App (a URL, None for ZSCHED_REDIS_URL, or a sync redis-py client);
-        `partitions="auto"` reads the recorded count here, once, with a blocking call."""
+        """The arguments of App: `redis` is a URL, None (ZSCHED_REDIS_URL), a sync redis-py
+        client, or a redis.asyncio client of one server (its sync twin, for the operations
+        run in a thread, is made from the same connection settings; for Cluster or Sentinel
+        pass the URL). `partitions="auto"` reads the recorded count here, with a blocking call."""
+        given_async = None
+        if isinstance(redis, aioredis.Redis | aiocluster.RedisCluster):
+            given_async, redis = redis, _sync_twin(redis)
         app = App(redis, queue, settings=settings, clock=clock, metrics=metrics,
                   partitions=partitions, durable=durable, durable_timeout=durable_timeout,
                   spin_us=spin_us)  # fmt: skip
-        self._init(app, owns_app=True)
+        self._init(app, owns_app=True, redis=given_async)
 
     @classmethod
     def from_app(cls, app: App, redis: Any = None) -> AsyncApp:
@@ -89,6 +100,7 @@ class AsyncApp:
     def _init(self, app: App, owns_app: bool, redis: Any = None) -> None:
         self.app = app
         self._owns_app = owns_app
+        self._owns_client = redis is None  # a client the caller gave stays theirs to close
         if redis is None:
             redis = async_client(app.url) if app.url else async_from_sync(app.redis)
         #: The asyncio client (redis.asyncio Redis or RedisCluster), bytes replies, RESP2.
@@ -334,7 +346,8 @@ class AsyncApp:
 
     async def aclose(self) -> None:
         """Close the asyncio client, and the App if this AsyncApp made it."""
-        await self.redis.aclose()
+        if self._owns_client:
+            await self.redis.aclose()
         if self._owns_app:
             await self.in_thread(self.app.close)
 
@@ -343,3 +356,25 @@ class AsyncApp:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+_SYNC_KEYS = frozenset(inspect.signature(_redis.Redis.__init__).parameters) - {"self"}
+
+
+def _sync_twin(client: Any) -> Any:
+    """A sync client for the server an asyncio client of one server reaches."""
+    pool = getattr(client, "connection_pool", None)  # a cluster client has none
+    if pool is None or hasattr(pool, "service_name"):
+        raise ConfigError(
+            "AsyncApp takes an asyncio client of one server only; for Redis Cluster or "
+            "Sentinel pass the URL (redis+cluster://..., redis+sentinel://...)"
+        )
+    kw = {k: v for k, v in pool.connection_kwargs.items()
+          if k in _SYNC_KEYS and k not in ("retry", "redis_connect_func", "driver_info")}  # fmt: skip
+    name = pool.connection_class.__name__
+    if "Unix" in name:
+        kw["unix_socket_path"] = kw.pop("path", None)
+    if "SSL" in name:
+        kw["ssl"] = True
+    kw.update(protocol=2, decode_responses=False)
+    return _redis.Redis(**kw)

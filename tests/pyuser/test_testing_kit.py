@@ -124,3 +124,16 @@ def test_without_fakeredis_the_kit_and_the_simulator_name_the_extra() -> None:
 def test_zsched_imports_without_fakeredis() -> None:
     code = "import sys; sys.modules['fakeredis'] = None; import zsched, zsched.cli.main"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_simulate_command_without_fakeredis_says_which_extra_to_install(redis_url, queue):
+    zsched.App(redis_url, queue).schedule("nightly", "report", cron="0 2 * * *", tz="UTC")
+    code = (
+        "import sys; sys.modules['fakeredis'] = None\n"
+        "from zsched.cli.main import main\n"
+        f"sys.exit(main(['schedules', 'simulate', 'nightly', '--down',"
+        f" '2026-01-01T00:00Z..2026-01-03T00:00Z', '--redis', '{redis_url}', '--queue', '{queue}']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "pip install 'zsched[testing]'" in out.stderr and "Traceback" not in out.stderr
