@@ -32,7 +32,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import redis as _redis
 import redis.asyncio as aioredis
@@ -50,9 +50,11 @@ from .connection import async_client, async_from_sync, is_cluster
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload
 from .errors import ConfigError
+from .handles import TaskHandle
 from .metrics import Metrics
 
 T = TypeVar("T")
+P = TypeVar("P")
 #: Runs validated and packed between two yields to the loop (~1-2 ms of CPU).
 BUILD_SLICE = 200
 #: Enqueue calls (of up to ENQUEUE_BATCH runs) sent per round trip by enqueue_many.
@@ -189,6 +191,17 @@ class AsyncApp:
 
     # -- enqueue ------------------------------------------------------------------------------
 
+    @overload
+    async def enqueue(
+        self,
+        task_name: TaskHandle[P, Any],
+        payload: P,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
+    ) -> EnqueuedId: ...
+    @overload
     async def enqueue(
         self,
         task_name: str,
@@ -197,8 +210,21 @@ class AsyncApp:
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
         run_id: str | None = None,
+    ) -> EnqueuedId: ...
+
+    async def enqueue(
+        self,
+        task_name: str | TaskHandle[Any, Any],
+        payload: Any = None,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
     ) -> EnqueuedId:
-        """App.enqueue, awaited."""
+        """App.enqueue, awaited. `task_name` may be a task handle (`@app.task`'s return), whose
+        payload type mypy then checks."""
+        if isinstance(task_name, TaskHandle):
+            task_name = task_name.name
         group = self.app.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
         (code,) = await self._enqueue_groups([group])
         self._count([code])

@@ -55,7 +55,7 @@ def test_mypy_checks_enqueue_and_schedule_against_the_handlers_payload_type() ->
               if line.endswith("# E")}  # fmt: skip
     flagged = {int(line.split(":")[1]) for line in out.stdout.splitlines() if ": error:" in line}
     assert flagged == marked, out.stdout
-    assert len(marked) == 5
+    assert len(marked) == 6
 
 
 def test_a_handle_is_still_the_function_and_knows_its_task() -> None:
@@ -185,3 +185,14 @@ def test_rules_of_a_typed_task_carry_the_plain_payload() -> None:
 
 def _typed_ship(order: Order) -> None:
     assert isinstance(order, Order)
+
+
+async def test_async_app_enqueues_a_handle_with_its_declared_payload(real, queue) -> None:
+    app = zsched.App(real.url, queue)
+    ship = app.task(name="ship")(_typed_ship)
+    async with app.aio() as aio:
+        rid = await aio.enqueue(ship, Order(9, "z@x"), run_id="a9")
+        assert rid == "a9" and (await aio.get_run("a9")).task == "ship"
+        with pytest.raises(zsched.PayloadError, match="must be a Order"):
+            await aio.enqueue(ship, "nope")  # type: ignore[arg-type]
+    app.close()

@@ -46,3 +46,9 @@ send_receipt.enqueue({"order_id": 1})  # E
 ping.enqueue({"n": "one"})  # E
 number: int = send_receipt(Order(4, "d@example.com"))  # E
 send_receipt.schedule("weekly", Ping(n=1), every=60)  # E
+
+
+async def from_a_coroutine(aio: zsched.AsyncApp) -> None:
+    await aio.enqueue(send_receipt, Order(5, "e@example.com"))
+    await aio.enqueue("by-name", {"any": "payload"})
+    await aio.enqueue(send_receipt, "not an order")  # E
