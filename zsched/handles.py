@@ -7,7 +7,9 @@ Order), and the handle is still the function: `send(order)` calls it, for tests.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -34,6 +36,8 @@ class TaskHandle(Generic[P, R]):
         #: The declared payload type's codec (zsched.payloads), or None.
         self.codec = codec
         functools.update_wrapper(self, fn)
+        if inspect.iscoroutinefunction(fn):
+            _mark_coroutine_function(self)
 
     def __call__(self, payload: P) -> R:
         """Call the handler directly (no Redis): for unit tests."""
@@ -63,10 +67,18 @@ class TaskHandle(Generic[P, R]):
         return f"<zsched task {self.name!r} of queue {self.app.queue!r}>"
 
 
+def _mark_coroutine_function(obj: Any) -> None:
+    """Make inspect/asyncio.iscoroutinefunction(handle) true for an async handler, as for
+    the function itself: code that registers a handle, or inspects one, may ask."""
+    mark = getattr(inspect, "markcoroutinefunction", None)  # Python 3.12+
+    if mark is not None:
+        mark(obj)
+    obj._is_coroutine = getattr(asyncio.coroutines, "_is_coroutine", None)  # asyncio's, 3.11
+
+
 def decoding(fn: Callable[[Any], Any], codec: Codec) -> Callable[[Any], Any]:
     """The function the worker calls: rebuilds the declared type, then calls the handler. A
     payload that fails the check is a dead letter (Fail) with the validation error."""
-    import inspect
 
     def rebuild(payload: Any) -> Any:
         try:

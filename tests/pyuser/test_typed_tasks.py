@@ -196,3 +196,24 @@ async def test_async_app_enqueues_a_handle_with_its_declared_payload(real, queue
         with pytest.raises(zsched.PayloadError, match="must be a Order"):
             await aio.enqueue(ship, "nope")  # type: ignore[arg-type]
     app.close()
+
+
+def test_a_handle_of_an_async_handler_reads_as_a_coroutine_function() -> None:
+    import asyncio
+    import inspect
+
+    app = _app()
+
+    @app.task(name="a")
+    async def a(payload: Ping) -> None:
+        return None
+
+    @app.task(name="s")
+    def s(payload: Ping) -> None:
+        return None
+
+    assert asyncio.iscoroutinefunction(a) and not asyncio.iscoroutinefunction(s)
+    if sys.version_info >= (3, 12):
+        assert inspect.iscoroutinefunction(a)
+    assert app.tasks["a"].is_async and not app.tasks["s"].is_async
+    assert app.task(name="a2")(a).fn is a.fn and app.tasks["a2"].is_async  # a handle again
