@@ -104,7 +104,13 @@ class AsyncApp:
         self._owns_app = owns_app
         self._owns_client = redis is None  # a client the caller gave stays theirs to close
         if redis is None:
-            redis = async_client(app.url) if app.url else async_from_sync(app.redis)
+            # A sync client may say how to reach its data from asyncio (zsched.testing's
+            # in-memory Redis does); otherwise the same URL, or the client's settings.
+            twin = getattr(app.redis, "zsched_async_client", None)
+            if twin is not None:
+                redis = twin()
+            else:
+                redis = async_client(app.url) if app.url else async_from_sync(app.redis)
         #: The asyncio client (redis.asyncio Redis or RedisCluster), bytes replies, RESP2.
         self.redis: Any = redis
         self.scripts = S.AsyncScripts(redis)

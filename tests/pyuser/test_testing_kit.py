@@ -137,3 +137,19 @@ def test_the_simulate_command_without_fakeredis_says_which_extra_to_install(redi
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 1
     assert "pip install 'zsched[testing]'" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_code_that_uses_an_async_app_runs_in_the_kit() -> None:
+    aio = zsched.AsyncApp("redis://127.0.0.1:1/0", "orders")  # the user's, never reached here
+    aio.task(name="work")(lambda payload: None)
+    before = aio.redis
+    kit = Kit(aio, start=START)
+    await aio.enqueue("work", "ok", delay=5, run_id="a1")  # the code under test
+    async with aio.app.aio() as other:  # an AsyncApp made from the App inside the kit
+        assert (await other.get_run("a1")).state == "scheduled"
+    assert await kit.aadvance(5) == 1
+    assert [o.outcome for o in await kit.adrain()] == ["done"]
+    assert (await aio.get_run("a1")).state == "done"
+    await kit.aclose()
+    assert aio.redis is before and aio.app.url == "redis://127.0.0.1:1/0"
+    await aio.aclose()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..aio import AsyncApp
 from ..app import App
 from ..clock import FakeClock
 from ..delayed import leaf_number, untag
@@ -70,14 +71,15 @@ class Kit:
     """An App wired to a private Redis and a FakeClock, with helpers to move time and run.
 
     `Kit(app)` points `app` itself (its tasks, rules declared in code, settings) at the kit's
-    Redis and clock until `close()`, so the code under test keeps using its own App; `Kit()`
-    makes a fresh App (`kit.app`). `redis_url`: a real redis-server instead of fakeredis.
+    Redis and clock until `close()`, so the code under test keeps using its own App (or its
+    own AsyncApp: `Kit(aio)`; `app.aio()` inside the kit reaches the kit too); `Kit()` makes
+    a fresh App (`kit.app`). `redis_url`: a real redis-server instead of fakeredis.
     `start`: the clock's first instant (an aware datetime; default: now).
     """
 
     def __init__(
         self,
-        app: App | None = None,
+        app: App | AsyncApp | None = None,
         *,
         start: datetime | None = None,
         redis_url: str | None = None,
@@ -91,12 +93,19 @@ class Kit:
         self._server: Any = None
         sync = self._sync_client()
         self._saved: dict[str, Any] | None = None
+        self._aio: Any = None
+        if isinstance(app, AsyncApp):
+            self._aio, app = app, app.app
         if app is None:
             app = App(sync, queue or "test", clock=self.clock, metrics=Metrics())
         else:
             self._saved = {k: getattr(app, k) for k in _BOUND}
             _bind(app, sync, self.clock, queue)
         self.app = app
+        self._aio_saved: dict[str, Any] | None = None
+        if self._aio is not None:
+            self._aio_saved = {k: getattr(self._aio, k) for k in _AIO_BOUND}
+            _bind_aio(self._aio, self._async_client())
         self._procs: dict[int, tuple[Any, Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.consumer = f"kit-{next(_kits)}"
@@ -112,7 +121,10 @@ class Kit:
             return sync_client(self._redis_url)
         fakeredis = fakeredis_module()
         self._server = fakeredis.FakeServer()
-        return fakeredis.FakeRedis(server=self._server, protocol=2)
+        client = fakeredis.FakeRedis(server=self._server, protocol=2)
+        # AsyncApps made from the App while the kit holds it (app.aio()) reach the same data.
+        client.zsched_async_client = self._async_client
+        return client
 
     def _async_client(self) -> Any:
         if self._redis_url is not None:
@@ -315,6 +327,10 @@ class Kit:
             await w.close()
 
     def _restore(self) -> None:
+        if self._aio_saved is not None:
+            for k, v in self._aio_saved.items():
+                setattr(self._aio, k, v)
+            self._aio_saved = None
         if self._saved is not None:
             for k, v in self._saved.items():
                 setattr(self.app, k, v)
@@ -360,3 +376,14 @@ def _bind(app: App, redis: Any, clock: FakeClock, queue: str | None) -> None:
         app.queue, app.keys = queue, QueueKeys(queue)
     # The App's scripts and partition views hold the old client: made again on first use.
     app._scripts, app._views, app._layout_checked = None, None, [False]  # noqa: SLF001
+
+
+#: What Kit(aio) rebinds on an AsyncApp it is given.
+_AIO_BOUND = ("redis", "scripts", "_cluster", "_layout_ready", "_owns_client")
+
+
+def _bind_aio(aio: AsyncApp, redis: Any) -> None:
+    from ..scripts import AsyncScripts
+
+    aio.redis, aio.scripts = redis, AsyncScripts(redis)
+    aio._cluster, aio._layout_ready, aio._owns_client = False, False, True  # noqa: SLF001
