@@ -59,6 +59,11 @@ class TaskHandle(Generic[P, R]):
         wire = None if payload is None else self.wire(payload)
         return self.app.schedule(schedule_id, self.name, payload=wire, **options)
 
+    def declare(self, schedule_id: str, payload: P | None = None, **options: Any) -> None:
+        """App.declare of a rule that runs this task with `payload` (synced at dispatcher start)."""
+        wire = None if payload is None else self.wire(payload)
+        self.app.declare(schedule_id, self.name, payload=wire, **options)
+
     def wire(self, payload: P) -> Any:
         """The payload as it travels: plain msgpack data (checked if a type is declared)."""
         return payload if self.codec is None else self.codec.to_wire(payload)

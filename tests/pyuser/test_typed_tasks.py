@@ -217,3 +217,16 @@ def test_a_handle_of_an_async_handler_reads_as_a_coroutine_function() -> None:
         assert inspect.iscoroutinefunction(a)
     assert app.tasks["a"].is_async and not app.tasks["s"].is_async
     assert app.task(name="a2")(a).fn is a.fn and app.tasks["a2"].is_async  # a handle again
+
+
+def test_a_handle_declares_a_rule_with_its_plain_payload() -> None:
+    app = _app()
+    ship = app.task(name="ship")(_typed_ship)
+    ship.declare("daily", Order(3, "d@x"), cron="0 6 * * *", tz="UTC")
+    assert app.declared["daily"]["payload"] == {"order_id": 3, "email": "d@x", "tags": [],
+                                                "ship_to": None}  # fmt: skip
+    with pytest.raises(zsched.PayloadError):
+        ship.declare("bad", "nope")  # type: ignore[arg-type]
+    with Kit(app) as kit:  # the kit syncs declared rules, as a dispatcher does
+        assert kit.run_schedule_now("daily").startswith("daily@")
+        assert [o.outcome for o in kit.drain()] == ["done"]
