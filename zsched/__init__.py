@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._version import __version__
+from .aio import AsyncApp
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
 from .config import DispatcherSettings, QueueSettings, WorkerSettings
@@ -32,12 +34,15 @@ from .errors import (
 )
 from .inspect import DeadLetter, QueueStatus, RunStatus
 from .rule_controls import ManualFire, ManualOutcome
+from .rules import Cron, Every
 from .tasks import RunInfo, current_run
 
 __all__ = [
     "App",
+    "AsyncApp",
     "Clock",
     "ConfigError",
+    "Cron",
     "DeadLetter",
     "DispatcherSettings",
     "CancelOutcome",
@@ -51,6 +56,7 @@ __all__ = [
     "RescheduleResult",
     "Envelope",
     "EvictionPolicyError",
+    "Every",
     "Fail",
     "FakeClock",
     "NotFound",
@@ -74,5 +80,6 @@ __all__ = [
     "UnknownTask",
     "WorkerSettings",
     "ZschedError",
+    "__version__",
     "current_run",
 ]

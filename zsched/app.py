@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import delayed as _delayed
 from . import durable as _durable
@@ -21,14 +21,22 @@ from .control_api import CancelMethods, ControlMethods
 from .controls import CancelResult, EnqueueOutcome
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
-from .errors import ConfigError, PayloadError, ZschedError
+from .errors import ConfigError, PayloadError
 from .keys import QueueKeys
 from .metrics import Metrics
 from .retrying import ride_through
 from .runids import fresh_run_id
 from .runinput import check_names, delay_ms, to_ms
 from .schedule_api import ScheduleMethods
-from .tasks import Backoff, Task, make_task
+from .tasks import Backoff, Task
+
+if TYPE_CHECKING:
+    from .aio import AsyncApp
+    from .handles import TaskHandle
+    from .payloads import Codec
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: Runs per enqueue.lua call: 100 take ~0.5 ms of Redis time into a small queue and up to
@@ -110,6 +118,8 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.tasks: dict[str, Task] = {}
+        #: Declared payload types by task name (zsched.payloads), checked at enqueue.
+        self.payload_types: dict[str, Codec] = {}
         #: Rules declared in code (`declare`), synced when a dispatcher starts.
         self.declared: dict[str, dict[str, Any]] = {}
         self._scripts: S.Scripts | None = None
@@ -139,7 +149,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
     # -- tasks -------------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    def task(self, fn: Callable[[P], R], /) -> TaskHandle[P, R]: ...
     @overload
     def task(
         self,
@@ -154,23 +164,21 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         rate: str | float | None = None,
         burst: int | None = None,
         limit_key: Callable[[Any], Any] | None = None,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+        payload: type | None = None,
+    ) -> Callable[[Callable[[P], R]], TaskHandle[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
-        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`.
+        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`. Returns
+        a TaskHandle (zsched/handles.py), still callable as the function. `payload=`: a
+        dataclass, TypedDict or pydantic model the payload must be (default: the handler's
+        first parameter's annotation, if it is one of those; docs/typed-tasks.md).
         `keep_result=True`: keep each run's outcome (attempts, duration, return value up to
         `max_result_bytes` of msgpack) for the dedupe window, read by `get_run`.
         `max_concurrency=N`, `rate="10/s"` (+ `burst=`), `limit_key=fn(payload)`: limits
         shared by every worker in Redis (zsched/limits.py, docs/policies.md)."""
+        from .handles import register
 
-        def register(f: Callable[..., Any]) -> Callable[..., Any]:
-            t = make_task(f, **options)
-            if t.name in self.tasks and self.tasks[t.name].fn is not f:
-                raise ZschedError(f"task name {t.name!r} is already registered on {self.queue}")
-            self.tasks[t.name] = t
-            return f
-
-        return register(fn) if fn is not None else register
+        return register(self, fn, options)
 
     # -- enqueue -----------------------------------------------------------------------------
 
@@ -198,6 +206,9 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         """Validate one run and return its enqueue group (run_id, run_at, task, envelope).
         `trace`: the W3C trace context to carry (zsched/tracing.py)."""
         check_names(task_name, run_id)
+        codec = self.payload_types.get(task_name)
+        if codec is not None:
+            payload = codec.to_wire(payload)
         if run_at is not None and delay is not None:
             raise ValueError("give run_at or delay, not both")
         now = self._local_ms()
@@ -317,6 +328,18 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         if self.partitions == 1 and not self.durable and len(groups) == 1:
             # One call, the common case (every enqueue()): no routing, no pipeline.
             return self.scripts.run(self._enqueue_call(groups))
+        batches, calls = self.enqueue_plan(groups)
+        codes = [0] * len(groups)
+        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
+            for i, code in zip(batch, reply, strict=True):
+                codes[i] = code
+        return codes
+
+    def enqueue_plan(
+        self, groups: list[tuple[str, int | str, str, bytes]]
+    ) -> tuple[list[list[int]], list[S.Call[list[int]]]]:
+        """The enqueue calls for `groups` (per partition, at most ENQUEUE_BATCH runs each, in
+        due order) and, per call, the indexes of its runs in `groups` (shared with AsyncApp)."""
         by_part: dict[int, list[int]] = {}
         for i in _delayed.due_order(groups):
             by_part.setdefault(self.run_partition(groups[i][0]), []).append(i)
@@ -327,11 +350,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             for j in range(0, len(idx), ENQUEUE_BATCH):
                 batches.append(idx[j : j + ENQUEUE_BATCH])
                 calls.append(self._enqueue_call([groups[i] for i in batches[-1]], keys))
-        codes = [0] * len(groups)
-        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
-            for i, code in zip(batch, reply, strict=True):
-                codes[i] = code
-        return codes
+        return batches, calls
 
     def _enqueue_call(
         self, groups: list[tuple[str, int | str, str, bytes]], keys: QueueKeys | None = None
@@ -461,6 +480,14 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         if self._whole_partitioned:
             return _partitions.MultiWorker(self, **settings)
         return Worker(self, **settings)
+
+    def aio(self, redis: Any = None) -> AsyncApp:
+        """An AsyncApp sharing this App's tasks, declared rules, settings and metrics, on an
+        asyncio client of the same deployment (or `redis`, an asyncio client); close it with
+        `await aio.aclose()` (this App stays open)."""
+        from .aio import AsyncApp
+
+        return AsyncApp.from_app(self, redis)
 
     def close(self) -> None:
         """Close the client and the connections of every partition view's direct path."""

@@ -120,8 +120,14 @@ def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
     # the duplicates (HINCRBY), so WAIT covers everything the master held before, runs
     # included, and never vouches for an older write of the connection (or none).
     if app.durable:
-        pipe.execute_command(*_wait_command(app))
-    replies = pipe.execute(raise_on_error=False)
+        pipe.execute_command(*wait_command(app))
+    return checked(app, pipe.execute(raise_on_error=False))
+
+
+def checked(app: App, replies: list[Any]) -> list[Any]:
+    """The replies of a pipeline of calls (+ WAIT/WAITAOF when durable), its reply removed;
+    NotReplicated if a call wrote and the write was not acknowledged (AsyncApp shares this)."""
+    replies = list(replies)
     if app.durable:
         acked = replies.pop()
         # WAIT matters only if a call wrote something: when every call failed (all MOVED on a
@@ -140,10 +146,10 @@ def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
                     raise r
             cause = acked if isinstance(acked, Exception) else None
             raise NotReplicated(_message(app)) from cause
-    return list(replies)
+    return replies
 
 
-def _wait_command(app: App) -> tuple[Any, ...]:
+def wait_command(app: App) -> tuple[Any, ...]:
     cmd, first, second = LEVELS[app.durability or "replica"]
     if cmd == "WAIT":
         return (cmd, first, app.durable_timeout_ms)

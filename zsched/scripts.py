@@ -482,3 +482,19 @@ class AsyncScripts:
     async def run(self, call: Call[T]) -> T:
         script = self._scripts[call.name]
         return call.decode(await script(keys=call.keys, args=call.args))
+
+    async def queue(self, call: Call[Any], pipe: Any) -> None:
+        """Queue `call` on an asyncio pipeline (its script is loaded before the pipeline runs)."""
+        await self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+
+    async def run_many(self, calls: list[Call[Any]]) -> list[Any]:
+        """Run `calls` in one pipeline (one round trip), in order; their decoded replies. The
+        first error reply is raised once every call has answered. Not on a cluster client."""
+        pipe = self._client.pipeline(transaction=False)
+        for c in calls:
+            await self.queue(c, pipe)
+        replies = await pipe.execute(raise_on_error=False)
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
+        return [c.decode(r) for c, r in zip(calls, replies, strict=True)]

@@ -10,6 +10,7 @@ from typing import NoReturn
 
 import redis.exceptions
 
+from .._version import __version__
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
 from ..logs import LOG_FORMATS, configure_logging
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="zsched — a durable scheduler for future work, built on Redis."
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
                    help="text (default) or json: one object a line, with run_id, task, attempt, "
                    "queue and schedule_id on lines about a run (default: $ZSCHED_LOG_FORMAT)")  # fmt: skip

@@ -19,6 +19,12 @@ import zsched
 from ..connection import RETRYABLE_ERRORS
 from ..retrying import Backoff, Outage
 from .common import PROG, UsageError, add_connection, make_app, partitions_arg
+from .settings_options import (
+    add_dispatcher_options,
+    add_worker_options,
+    dispatcher_values,
+    worker_values,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("zsched.cli")
@@ -32,9 +38,7 @@ def register(sub: Any) -> None:
                    help="load rules declared on this App (optional)")  # fmt: skip
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=500, help="runs per dispatch call (1..1000)")
-    p.add_argument("--max-backlog", type=int, default=50_000,
-                   help="hold back while the stream holds this many entries (0 = no limit)")  # fmt: skip
+    add_dispatcher_options(p)
     _allow_eviction(p)
     p.set_defaults(func=cmd_dispatcher)
 
@@ -42,13 +46,9 @@ def register(sub: Any) -> None:
                        description="Run a worker: a consumer in the queue's group.")  # fmt: skip
     w.add_argument("app_ref", metavar="MODULE:APP", help="where the App with the tasks lives")
     add_connection(w)
-    w.add_argument("--concurrency", type=int, default=16, help="handlers at once (default 16)")
-    w.add_argument("--visibility-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="reclaim runs of a worker silent this long (default 30)")  # fmt: skip
+    add_worker_options(w)
     w.add_argument("--metrics-port", type=int, default=None,
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
-    w.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS",
-                   help="on SIGTERM, wait this long for running handlers (default 10)")  # fmt: skip
     _allow_eviction(w)
     w.set_defaults(func=cmd_worker)
 
@@ -139,12 +139,11 @@ def _at_start(build: Callable[[], T], role: str) -> T:
 def cmd_dispatcher(args: argparse.Namespace) -> int:
     app = _at_start(lambda: load_app(args.app_ref, args) if args.app_ref else make_app(args),
                     "dispatcher")  # fmt: skip
-    if not 1 <= args.batch_size <= 1000:
-        raise UsageError(f"--batch-size must be 1..1000, got {args.batch_size}")
+    settings = dispatcher_values(args)
+    if not 1 <= settings.get("batch_size", 500) <= 1000:
+        raise UsageError(f"--batch-size must be 1..1000, got {settings['batch_size']}")
     # Building it reads the queue's layout from Redis, which may have gone away meanwhile.
-    d = _at_start(lambda: app.dispatcher(batch_size=args.batch_size,
-                                         max_backlog=args.max_backlog,
-                                         allow_eviction=args.allow_eviction),
+    d = _at_start(lambda: app.dispatcher(**settings, allow_eviction=args.allow_eviction),
                   "dispatcher")  # fmt: skip
     _serve_metrics(app, args.metrics_port)
 
@@ -159,20 +158,15 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if args.concurrency < 1:
-        raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
-    if not args.visibility_timeout > 0:
-        raise UsageError(f"--visibility-timeout must be > 0, got {args.visibility_timeout}")
+    settings = worker_values(args)
+    if settings.get("concurrency", 16) < 1:
+        raise UsageError(f"--concurrency must be >= 1, got {settings['concurrency']}")
+    if not settings.get("visibility_timeout_ms", 30_000) > 0:
+        raise UsageError("--visibility-timeout must be > 0")
+    if settings.get("read_batch", 100) < 1:
+        raise UsageError(f"--read-batch must be >= 1, got {settings['read_batch']}")
     app = _at_start(lambda: load_app(args.app_ref, args), "worker")
-    w = _at_start(
-        lambda: app.worker(
-            concurrency=args.concurrency,
-            visibility_timeout_ms=int(args.visibility_timeout * 1000),
-            shutdown_grace_ms=int(args.shutdown_grace * 1000),
-            allow_eviction=args.allow_eviction,
-        ),
-        "worker",
-    )
+    w = _at_start(lambda: app.worker(**settings, allow_eviction=args.allow_eviction), "worker")
     _serve_metrics(app, args.metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
