@@ -9,6 +9,7 @@ every move is one atomic script.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from .config import DispatcherSettings, settings_from
 from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, open_pubsub, redact_text
 from .errors import EvictionPolicyError, ScriptError
 from .eviction import EvictionWatch
+from .heartbeat import Heartbeat, process_name
 from .metrics import observe_many
 from .retrying import Backoff, Outage
 from .watch import DataWatch
@@ -90,6 +92,8 @@ class Dispatcher:
         # Runs per dispatch call: batch_size, less while full calls take longer than
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
         self._limit = self.settings.batch_size
+        #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
+        self.heartbeat = Heartbeat(app.keys, process_name())
 
     async def tick(self) -> TickResult:
         """Dispatch due runs in bounded batches, then run the extensions once."""
@@ -107,6 +111,7 @@ class Dispatcher:
         if part_due is not None and (next_due is None or part_due < next_due):
             next_due = part_due
         self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
+        await self.heartbeat.beat(self.redis, clock.now_ms())
         return TickResult(moved, next_due, r.now_ms, r.held and not r.paused, more, sent_at)
 
     async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
@@ -253,6 +258,8 @@ class Dispatcher:
                     await pubsub.aclose()
                 except REDIS_ERRORS:
                     pass
+        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+            await self.heartbeat.leave(self.redis)
         log.info("dispatcher stopped", extra={"queue": self._q})
 
     async def _sync_declared(self) -> bool:
@@ -278,6 +285,7 @@ class Dispatcher:
             if msg is not None:
                 self._woken()
                 return
+            await self.heartbeat.beat(self.redis, self.app.clock.now_ms())  # idle: every 5 s
 
     def _woken(self) -> None:
         """Something was published on `wake`: a new earliest run, or a rule created or changed
@@ -286,6 +294,8 @@ class Dispatcher:
             part.invalidate()
 
     async def close(self) -> None:
+        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+            await self.heartbeat.leave(self.redis)  # gone, not stale
         await self.redis.aclose()
 
 

@@ -73,6 +73,8 @@ class QueueKeys:
     outcome_times: str = field(init=False)
     #: HASH paused_ms, pause_note: present while the queue (partition) is paused (pause.lua).
     control: str = field(init=False)
+    #: ZSET dispatcher name -> its last heartbeat ms (zsched/heartbeat.py; old ones trimmed).
+    dispatchers: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -99,6 +101,7 @@ class QueueKeys:
             "outcomes",
             "outcome_times",
             "control",
+            "dispatchers",
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")
@@ -168,6 +171,7 @@ class QueueKeys:
             self.outcomes,
             self.outcome_times,
             self.control,
+            self.dispatchers,
         ]
 
     def pattern(self) -> str:
