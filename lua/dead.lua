@@ -9,6 +9,7 @@
 -- Invariant: a run leaves the stream only in the call that adds it to `dead`, and only by the
 --   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed.
 -- Bound: 1000 groups per call.
+-- Counts in `stats`: dead, dead:<kind> (the kind read from the reason, see below), fenced.
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
@@ -42,6 +43,17 @@ end
 local bad = bad_entry_id('dead', 4, 4)
 if bad then return bad end
 
+-- Dead letters by kind, counted in `stats` as dead:<kind>, read from the reason's opening words
+-- (the Python and Node workers write them; docs/protocol.md lists them): anything else is other.
+local KINDS = {{'^failed after ', 'exhausted'}, {'^failed: ', 'failed'}, {'^unknown task ', 'unknown_task'},
+  {'^undecodable envelope', 'undecodable'}, {'^worker error: ', 'worker_error'}}
+local function kind_of(reason)
+  for _, k in ipairs(KINDS) do
+    if string.find(reason, k[1]) then return k[2] end
+  end
+  return 'other'
+end
+local by_kind = {}
 local codes, moved, fenced = {}, 0, 0
 for i = 4, #ARGV, 4 do
   local entry, run_id, reason, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -56,6 +68,8 @@ for i = 4, #ARGV, 4 do
     redis.call('XADD', dead, '*', 'run_id', run_id, 'reason', reason, 'envelope', env,
       'dead_at_ms', now_ms, 'entry_id', entry)
     moved = moved + 1
+    local kind = 'dead:' .. kind_of(reason)
+    by_kind[kind] = (by_kind[kind] or 0) + 1
     codes[#codes + 1] = 1
   else
     fenced = fenced + 1
@@ -63,5 +77,6 @@ for i = 4, #ARGV, 4 do
   end
 end
 if moved > 0 then redis.call('HINCRBY', stats, 'dead', moved) end
+for kind, n in pairs(by_kind) do redis.call('HINCRBY', stats, kind, n) end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
 return codes

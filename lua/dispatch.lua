@@ -3,12 +3,14 @@
 -- KEYS[2] runs (hash: run_id -> due tag .. envelope)
 -- KEYS[3] ready (stream; fields run_id, envelope, due_ms)
 -- KEYS[4] entries (hash: run_id -> entry id)   KEYS[5] stats (hash)
+-- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua)
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
 -- ARGV[3] max_backlog  hold back while XLEN ready >= this; 0 = no limit
 -- Returns {moved, next_due_ms, now_ms, held, busy_us, run_at_ms...}: next_due_ms is the
 --   earliest run_at left in `delayed` (-1 when empty); held is 1 when the backlog limit
---   stopped the move; busy_us is how long this call ran in Redis when it moved runs (server
+--   stopped the move, 2 when the queue is paused (nothing moves; checked only once something
+--   is due, so an idle pass costs nothing more); busy_us is how long this call ran in Redis when it moved runs (server
 --   TIME at its start and end; 0 on the idle pass), so the caller can size its calls on
 --   Redis's own time; then the run_at_ms of each moved run, for lag metrics.
 -- Invariant: a run leaves `delayed` only in the call that adds it to `ready`; a run id in
@@ -224,7 +226,7 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
-local delayed, runs, ready, entries, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local delayed, runs, ready, entries, stats, control = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 -- Check types before any write: a script is atomic but not transactional. The index is checked
 -- by its first read (pcall), the others only once there is something to move (the idle pass
 -- writes nothing).
@@ -265,7 +267,13 @@ for key, want in pairs({[runs] = 'hash', [ready] = 'stream', [entries] = 'hash',
 end
 if not started_us then started_us = micros(redis.call('TIME')) end
 
-if max_backlog > 0 then
+-- Paused (one command, and only when something is due): nothing moves.
+local paused = redis.pcall('HEXISTS', control, 'paused_ms')
+if type(paused) == 'table' and paused['err'] then return wrong_type(control, 'hash') or redis.error_reply(paused['err']) end
+if paused == 1 then
+  out[4] = 2
+  limit = 0
+elseif max_backlog > 0 then
   local room = max_backlog - redis.call('XLEN', ready)
   if room <= 0 then
     out[4] = 1

@@ -14,6 +14,7 @@
 -- Publishes the earliest new run_at_ms on `wake` when it is the new head of `delayed`.
 -- Invariant: a run id is live in `runs` at most once; a run enters `delayed` and `runs` together.
 -- Bound: 1000 runs per call.
+-- Counts in `stats`: enqueued, duplicate, duplicate:live, duplicate:done.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
 --   into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -339,7 +340,7 @@ head, err = read('zset', 'ZRANGE', delayed .. ':index', 0, 0)
 if err then return err end
 if head[1] then head = tonumber(redis.call('ZRANGE', delayed .. ':leaf:' .. bt_num(head[1]), 0, 0, 'WITHSCORES')[2]) else head = nil end
 local codes, seen, envs, items = {}, {}, {}, {}
-local added, dups = 0, 0
+local added, dups, dups_done = 0, 0, 0
 local earliest = nil
 for i = 1, n do
   local run_id, run_at = ids[i], ARGV[4 * i + 1]
@@ -359,6 +360,7 @@ for i = 1, n do
     code = 1
   end
   if code == 1 then added = added + 1 else dups = dups + 1 end
+  if code == 2 then dups_done = dups_done + 1 end
   codes[i] = code
 end
 if added > 0 then
@@ -367,6 +369,9 @@ if added > 0 then
   redis.call('HINCRBY', stats, 'enqueued', added)
 end
 if dups > 0 then redis.call('HINCRBY', stats, 'duplicate', dups) end
+-- By kind, for the collector (docs/operations.md): of a live run, of one done in the window.
+if dups > dups_done then redis.call('HINCRBY', stats, 'duplicate:live', dups - dups_done) end
+if dups_done > 0 then redis.call('HINCRBY', stats, 'duplicate:done', dups_done) end
 if earliest and (not head or head >= earliest) then
   redis.call('PUBLISH', wake, earliest)
 end

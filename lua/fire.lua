@@ -22,6 +22,7 @@
 -- Invariant: each slot gets exactly one ledger outcome and at most one run; a rule with
 --   overlap skip|queue has at most one run holding its lease and at most one fire waiting.
 -- Bound: 1000 fires and 1000 records per call.
+-- Counts in `stats`: fired, fire_duplicate, overlap_skip, ledger:<outcome>:<reason>:<schedule_id>.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
 --   into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -266,9 +267,16 @@ if (redis.call('HGET', rules, sid) or '') ~= ARGV[3]
   return {0, 0, 0, 0, 0}
 end
 
+-- Outcome counts of the rule, kept in `stats` as ledger:<outcome>:<reason>:<schedule_id>; the
+-- reason only for skipped slots and only its first word (grace_passed, overlap ...), so the
+-- collector's labels stay bounded.
+local counted = {}
 local function record(slot, outcome, reason, run_id)
   redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
     'reason', reason, 'run_id', run_id, 'at_ms', now_ms)
+  local why = outcome == 'skipped' and (string.match(reason, '^[%w_]+') or '') or ''
+  local f = 'ledger:' .. outcome .. ':' .. why .. ':' .. sid
+  counted[f] = (counted[f] or 0) + 1
 end
 
 local function live_or_done(run_id)
@@ -338,6 +346,7 @@ if catchup_head >= 0 then redis.call('ZADD', catchup, catchup_head, sid) else re
 if fired > 0 then redis.call('HINCRBY', stats, 'fired', fired) end
 if dups > 0 then redis.call('HINCRBY', stats, 'fire_duplicate', dups) end
 if skipped > 0 then redis.call('HINCRBY', stats, 'overlap_skip', skipped) end
+for f, n in pairs(counted) do redis.call('HINCRBY', stats, f, n) end
 if earliest then
   if bt_head(delayed) == earliest then redis.call('PUBLISH', wake, earliest) end
 end

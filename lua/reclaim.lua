@@ -67,5 +67,8 @@ for _, e in ipairs(r[2]) do
 end
 if r[3] then n_gone = n_gone + #r[3] end
 if n_claimed > 0 then redis.call('HINCRBY', stats, 'reclaimed', n_claimed) end
-if n_dead > 0 then redis.call('HINCRBY', stats, 'dead', n_dead) end
+if n_dead > 0 then
+  redis.call('HINCRBY', stats, 'dead', n_dead)
+  redis.call('HINCRBY', stats, 'dead:max_deliveries', n_dead)
+end
 return {r[1], claimed, n_dead, n_gone}

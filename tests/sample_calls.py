@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from zsched import controls as C
+from zsched import limits as L
+from zsched import outcomes as O
 from zsched import scripts as S
 from zsched.keys import QueueKeys
 
@@ -29,4 +32,15 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
         "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
         "status": S.status(k, now_ms=None),
         "migrate": S.migrate(k),
+        "backfill": S.backfill(k, "s", [], recorded=0, now_ms=None, dedupe_window_ms=1,
+                               ledger_maxlen=1),
+        "reschedule": C.reschedule(k, "r", 1, now_ms=None),
+        "replace": C.replace(k, ("r", 1, "t", b"e"), now_ms=None, dedupe_window_ms=1,
+                             max_envelope_bytes=1),
+        "revoke": C.revoke(k, "r", now_ms=None, dedupe_window_ms=1),
+        "discard": C.discard(k, "c", [], now_ms=None, dedupe_window_ms=1),
+        "record": O.record(k, [], now_ms=None, dedupe_window_ms=1),
+        "pause": C.pause(k, None, now_ms=None),
+        "resume": C.resume(k, now_ms=None),
+        "acquire": L.acquire(k, "t", None, "1-1", "r", L.Limits(1), hold_ms=1, now_ms=None),
     }  # fmt: skip

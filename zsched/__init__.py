@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+from ._version import __version__
+from .aio import AsyncApp
 from .app import App, EnqueuedId
 from .clock import Clock, FakeClock, SystemClock
 from .config import DispatcherSettings, QueueSettings, WorkerSettings
+from .controls import (
+    CancelOutcome,
+    CancelResult,
+    EnqueueOutcome,
+    RescheduleOutcome,
+    RescheduleResult,
+)
 from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
 from .errors import (
     ConfigError,
+    DurabilityUnsupported,
+    EvictionPolicyError,
     Fail,
     NotFound,
     NotReplicated,
     PayloadError,
+    RedisUnavailable,
     Retry,
     RuleError,
     RunNotFound,
@@ -21,16 +33,30 @@ from .errors import (
     ZschedError,
 )
 from .inspect import DeadLetter, QueueStatus, RunStatus
+from .rule_controls import ManualFire, ManualOutcome
+from .rules import Cron, Every
 from .tasks import RunInfo, current_run
 
 __all__ = [
     "App",
+    "AsyncApp",
     "Clock",
     "ConfigError",
+    "Cron",
     "DeadLetter",
     "DispatcherSettings",
+    "CancelOutcome",
+    "CancelResult",
+    "DurabilityUnsupported",
     "EnqueuedId",
+    "ManualFire",
+    "ManualOutcome",
+    "EnqueueOutcome",
+    "RescheduleOutcome",
+    "RescheduleResult",
     "Envelope",
+    "EvictionPolicyError",
+    "Every",
     "Fail",
     "FakeClock",
     "NotFound",
@@ -40,6 +66,7 @@ __all__ = [
     "QueueName",
     "QueueSettings",
     "QueueStatus",
+    "RedisUnavailable",
     "Retry",
     "RuleError",
     "RunId",
@@ -53,5 +80,6 @@ __all__ = [
     "UnknownTask",
     "WorkerSettings",
     "ZschedError",
+    "__version__",
     "current_run",
 ]

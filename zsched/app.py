@@ -2,46 +2,75 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import delayed as _delayed
 from . import durable as _durable
 from . import inspect as _inspect
 from . import partitions as _partitions
 from . import scripts as S
+from . import tracing as _tracing
 from .clock import Clock, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
+from .control_api import CancelMethods, ControlMethods
+from .controls import CancelResult, EnqueueOutcome
 from .direct import DEFAULT_SPIN_US
 from .envelope import Payload, check_payload, encode_first
-from .errors import ConfigError, PayloadError, ZschedError
+from .errors import ConfigError, PayloadError
 from .keys import QueueKeys
 from .metrics import Metrics
+from .retrying import ride_through
 from .runids import fresh_run_id
 from .runinput import check_names, delay_ms, to_ms
 from .schedule_api import ScheduleMethods
-from .tasks import Backoff, Task, make_task
+from .tasks import Backoff, Task
+
+if TYPE_CHECKING:
+    from .aio import AsyncApp
+    from .handles import TaskHandle
+    from .payloads import Codec
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: Runs per enqueue.lua call: 100 take ~0.5 ms of Redis time into a small queue and up to
 #: ~2.5 ms into one of 1M runs due at random instants (ZADD into a big skiplist misses cache),
 #: under the 5 ms any script may hold Redis (1000, the scripts' bound, took 5+ ms).
 ENQUEUE_BATCH = 100
+log = logging.getLogger(__name__)
 
 
 class EnqueuedId(str):
-    """A run id returned by enqueue; `.duplicate` says whether it was already live or done."""
+    """A run id returned by enqueue; `.duplicate` says whether it was already live or done,
+    `.replaced` whether a waiting run took the new payload (on_conflict="replace"/"debounce"),
+    `.outcome` which of these happened (a zsched.EnqueueOutcome)."""
 
     duplicate: bool = False
+    replaced: bool = False
 
-    def __new__(cls, value: str, duplicate: bool = False) -> EnqueuedId:
+    def __new__(
+        cls, value: str, duplicate: bool = False, outcome: EnqueueOutcome | None = None
+    ) -> EnqueuedId:
         obj = super().__new__(cls, value)
         if duplicate:  # the class default covers the common case without an instance dict
             obj.duplicate = True
+        if outcome is not None:
+            obj.__dict__["_outcome"] = outcome
+            obj.replaced = outcome in (EnqueueOutcome.REPLACED, EnqueueOutcome.DEBOUNCED)
         return obj
+
+    @property
+    def outcome(self) -> EnqueueOutcome:
+        got: EnqueueOutcome | None = self.__dict__.get("_outcome")
+        if got is not None:
+            return got
+        return EnqueueOutcome.DUPLICATE if self.duplicate else EnqueueOutcome.ENQUEUED
 
 
 def _bytes_client(redis: Any) -> Any:
@@ -56,7 +85,7 @@ def _bytes_client(redis: Any) -> Any:
     return client
 
 
-class App(ScheduleMethods):
+class App(ScheduleMethods, ControlMethods, CancelMethods):
     """One queue: register tasks, enqueue runs, inspect them; builds dispatchers and workers."""
 
     def __init__(
@@ -68,15 +97,17 @@ class App(ScheduleMethods):
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         partitions: int | str = 1,
-        durable: bool = False,
+        durable: bool | str = False,
         durable_timeout: float = 1.0,
         spin_us: int = DEFAULT_SPIN_US,
     ) -> None:
         """`partitions`: split the queue over N hash tags (docs/scaling.md); "auto" reads the
         count recorded in Redis (the CLI does). `durable`: enqueue returns only once a replica
-        acknowledged the write (WAIT 1), waiting at most `durable_timeout` seconds, else it
-        raises NotReplicated. `spin_us`: how long a sync call polls its socket for the reply
-        before it sleeps (0: never; zsched/direct.py says why)."""
+        acknowledged the write (True or "replica": WAIT 1), once the master fsynced it to its
+        AOF ("fsync": WAITAOF 1 0), or both the master and a replica did ("replica+fsync":
+        WAITAOF 1 1; Redis 7.2+ or Valkey), waiting at most `durable_timeout` seconds per
+        attempt, else it raises NotReplicated (zsched/durable.py). `spin_us`: how long a sync
+        call polls its socket for the reply before it sleeps (0: never; zsched/direct.py says why)."""
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
         self.url: str | None = redis if isinstance(redis, str) else None
@@ -87,6 +118,8 @@ class App(ScheduleMethods):
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.tasks: dict[str, Task] = {}
+        #: Declared payload types by task name (zsched.payloads), checked at enqueue.
+        self.payload_types: dict[str, Codec] = {}
         #: Rules declared in code (`declare`), synced when a dispatcher starts.
         self.declared: dict[str, dict[str, Any]] = {}
         self._scripts: S.Scripts | None = None
@@ -106,14 +139,17 @@ class App(ScheduleMethods):
             raise ValueError(
                 f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}"
             )
-        self.durable = bool(durable)
+        #: The durability level (zsched/durable.py LEVELS), None when not durable.
+        self.durability = _durable.level_of(durable)
+        self.durable = self.durability is not None
+        self._level_checked = [False]  # WAITAOF exists on the server: shared with the views
         self.durable_timeout_ms = max(1, int(durable_timeout * 1000))
         self.spin_us = spin_us
 
     # -- tasks -------------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    def task(self, fn: Callable[[P], R], /) -> TaskHandle[P, R]: ...
     @overload
     def task(
         self,
@@ -122,19 +158,27 @@ class App(ScheduleMethods):
         max_attempts: int | None = None,
         backoff: Backoff = 1.0,
         timeout: float | None = None,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+        keep_result: bool = False,
+        max_result_bytes: int = 16 * 1024,
+        max_concurrency: int | None = None,
+        rate: str | float | None = None,
+        burst: int | None = None,
+        limit_key: Callable[[Any], Any] | None = None,
+        payload: type | None = None,
+    ) -> Callable[[Callable[[P], R]], TaskHandle[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
-        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`."""
+        """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`. Returns
+        a TaskHandle (zsched/handles.py), still callable as the function. `payload=`: a
+        dataclass, TypedDict or pydantic model the payload must be (default: the handler's
+        first parameter's annotation, if it is one of those; docs/typed-tasks.md).
+        `keep_result=True`: keep each run's outcome (attempts, duration, return value up to
+        `max_result_bytes` of msgpack) for the dedupe window, read by `get_run`.
+        `max_concurrency=N`, `rate="10/s"` (+ `burst=`), `limit_key=fn(payload)`: limits
+        shared by every worker in Redis (zsched/limits.py, docs/policies.md)."""
+        from .handles import register
 
-        def register(f: Callable[..., Any]) -> Callable[..., Any]:
-            t = make_task(f, **options)
-            if t.name in self.tasks and self.tasks[t.name].fn is not f:
-                raise ZschedError(f"task name {t.name!r} is already registered on {self.queue}")
-            self.tasks[t.name] = t
-            return f
-
-        return register(fn) if fn is not None else register
+        return register(self, fn, options)
 
     # -- enqueue -----------------------------------------------------------------------------
 
@@ -157,9 +201,14 @@ class App(ScheduleMethods):
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
         run_id: str | None = None,
+        trace: dict[str, str] | None = None,
     ) -> tuple[str, int | str, str, bytes]:
-        """Validate one run and return its enqueue group (run_id, run_at, task, envelope)."""
+        """Validate one run and return its enqueue group (run_id, run_at, task, envelope).
+        `trace`: the W3C trace context to carry (zsched/tracing.py)."""
         check_names(task_name, run_id)
+        codec = self.payload_types.get(task_name)
+        if codec is not None:
+            payload = codec.to_wire(payload)
         if run_at is not None and delay is not None:
             raise ValueError("give run_at or delay, not both")
         now = self._local_ms()
@@ -172,7 +221,7 @@ class App(ScheduleMethods):
             at = f"+{d}" if self.clock.now_ms() is None else due
         rid = run_id or fresh_run_id()
         try:
-            env = encode_first(task_name, payload, due, now)
+            env = encode_first(task_name, payload, due, now, trace)
         except PayloadError:
             check_payload(payload, self.settings.max_payload_bytes)  # raises, naming the type
             raise
@@ -190,33 +239,87 @@ class App(ScheduleMethods):
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
         run_id: str | None = None,
+        on_conflict: str = "keep",
+        max_delay: timedelta | float | None = None,
     ) -> EnqueuedId:
-        """Schedule one run; returns its id (`.duplicate` is True if it was already there)."""
-        group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        (code,) = self._enqueue_groups([group])
-        self._count(1 if code == S.ENQUEUED else 0, 0 if code == S.ENQUEUED else 1)
-        return EnqueuedId(group[0], code != S.ENQUEUED)
+        """Schedule one run; returns its id (`.duplicate` is True if it was already there).
+
+        `on_conflict`, when a run with this id is waiting in the delayed set: "keep" (leave
+        it, a duplicate), "replace" (it takes the new payload and due time) or "debounce"
+        (the new payload, and the due pushed back to the new one but never past `max_delay`
+        after its first enqueue). A run already dispatched or done is never replaced.
+        Rides through a failover for `settings.outage_retry_ms` (docs/reliability.md)."""
+        with _tracing.enqueue_span(self.queue) as span:
+            group = self.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id,
+                               trace=span.carrier)  # fmt: skip
+            if on_conflict != "keep" or max_delay is not None:
+                return self.ride(  # type: ignore[no-any-return]
+                    "enqueue", lambda _: self.enqueue_conflict(group, on_conflict, max_delay)
+                )
+            (code,) = self.ride("enqueue", lambda _attempt: self._enqueue_groups([group]))
+            span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
+        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
+        dup = code != S.ENQUEUED and run_id is not None
+        self._count(0 if dup else 1, 1 if dup else 0)
+        return _enqueued(group[0], dup, code)
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
     ) -> list[EnqueuedId]:
         """Schedule many runs in one round trip. Items: dicts of enqueue's arguments
-        (`task`, `payload`, `run_at`, `delay`, `run_id`) or (task, payload) tuples."""
+        (`task`, `payload`, `run_at`, `delay`, `run_id`, `on_conflict`, `max_delay`) or
+        (task, payload) tuples. Runs with a conflict mode go in calls of their own."""
+        items = list(items)
+        with _tracing.enqueue_span(self.queue, len(items)) as span:
+            groups, modes, given = self._build_items(items, span.carrier)
+            if not groups:
+                return []
+            out: list[EnqueuedId | None] = [None] * len(groups)
+            if modes:
+                batch = [(groups[i], *modes[i]) for i in modes]
+                conflicts = self.ride("enqueue", lambda _: self.enqueue_conflicts(batch))
+                for i, rid in zip(modes, conflicts, strict=True):
+                    out[i] = rid
+            keep = [i for i in range(len(groups)) if i not in modes]
+            plain = [groups[i] for i in keep]
+            codes = self.ride("enqueue", lambda _: self._enqueue_groups(plain)) if plain else []
+            span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != S.ENQUEUED))
+        dups = [c != S.ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
+        self._count(len(dups) - sum(dups), sum(dups))
+        for i, c, d in zip(keep, codes, dups, strict=True):
+            out[i] = _enqueued(groups[i][0], d, c)
+        return [r for r in out if r is not None]
+
+    def _build_items(
+        self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
+    ) -> tuple[list[tuple[str, int | str, str, bytes]], dict[int, tuple[str, Any]], list[bool]]:
+        """enqueue_many's items checked and packed; the conflict mode of those that set one;
+        whether the caller named each run id (a generated one is never a duplicate)."""
         groups: list[tuple[str, int | str, str, bytes]] = []
+        modes: dict[int, tuple[str, Any]] = {}
+        given: list[bool] = []
         for item in items:
             if isinstance(item, Mapping):
                 kw = dict(item)
                 if "task" not in kw:
                     raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
-                groups.append(self.build(kw.pop("task"), kw.pop("payload", None), **kw))
+                mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
+                if mode != "keep" or cap is not None:
+                    modes[len(groups)] = (mode, cap)
+                given.append(kw.get("run_id") is not None)
+                groups.append(
+                    self.build(kw.pop("task"), kw.pop("payload", None), trace=trace, **kw)
+                )
             else:
-                groups.append(self.build(*item))
-        if not groups:
-            return []
-        codes = self._enqueue_groups(groups)
-        added = sum(1 for c in codes if c == S.ENQUEUED)
-        self._count(added, len(codes) - added)
-        return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]
+                given.append(False)  # (task, payload): the id is generated
+                groups.append(self.build(*item, trace=trace))
+        return groups, modes, given
+
+    def ride(self, what: str, call: Callable[[int], Any]) -> Any:
+        """`call(attempt)`, retried through a failover or a lost connection for at most
+        `settings.outage_retry_ms` (zsched/retrying.py); then RedisUnavailable."""
+        return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
+                            queue=self.queue, logger=log)  # fmt: skip
 
     def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
@@ -225,6 +328,18 @@ class App(ScheduleMethods):
         if self.partitions == 1 and not self.durable and len(groups) == 1:
             # One call, the common case (every enqueue()): no routing, no pipeline.
             return self.scripts.run(self._enqueue_call(groups))
+        batches, calls = self.enqueue_plan(groups)
+        codes = [0] * len(groups)
+        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
+            for i, code in zip(batch, reply, strict=True):
+                codes[i] = code
+        return codes
+
+    def enqueue_plan(
+        self, groups: list[tuple[str, int | str, str, bytes]]
+    ) -> tuple[list[list[int]], list[S.Call[list[int]]]]:
+        """The enqueue calls for `groups` (per partition, at most ENQUEUE_BATCH runs each, in
+        due order) and, per call, the indexes of its runs in `groups` (shared with AsyncApp)."""
         by_part: dict[int, list[int]] = {}
         for i in _delayed.due_order(groups):
             by_part.setdefault(self.run_partition(groups[i][0]), []).append(i)
@@ -235,11 +350,7 @@ class App(ScheduleMethods):
             for j in range(0, len(idx), ENQUEUE_BATCH):
                 batches.append(idx[j : j + ENQUEUE_BATCH])
                 calls.append(self._enqueue_call([groups[i] for i in batches[-1]], keys))
-        codes = [0] * len(groups)
-        for batch, reply in zip(batches, _durable.run_calls(self, calls), strict=True):
-            for i, code in zip(batch, reply, strict=True):
-                codes[i] = code
-        return codes
+        return batches, calls
 
     def _enqueue_call(
         self, groups: list[tuple[str, int | str, str, bytes]], keys: QueueKeys | None = None
@@ -267,9 +378,10 @@ class App(ScheduleMethods):
 
     # -- inspect -----------------------------------------------------------------------------
 
-    def cancel(self, run_id: str) -> bool:
-        """Remove a run that is still delayed. False if it is not delayed (or unknown)."""
-        return self.scripts.run(S.cancel(self.keys_for_run(run_id), run_id)) == S.CANCELLED
+    def cancel(self, run_id: str) -> CancelResult:
+        """Cancel a run wherever it is; the result tells what happened (true when removed
+        now; `.requested` for a running run). See ControlMethods.cancel_run."""
+        return self.cancel_run(run_id)
 
     def migrate(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Move delayed runs kept in key layout 2 (zsched 0.1: one ZSET) into key layout 3,
@@ -369,9 +481,25 @@ class App(ScheduleMethods):
             return _partitions.MultiWorker(self, **settings)
         return Worker(self, **settings)
 
+    def aio(self, redis: Any = None) -> AsyncApp:
+        """An AsyncApp sharing this App's tasks, declared rules, settings and metrics, on an
+        asyncio client of the same deployment (or `redis`, an asyncio client); close it with
+        `await aio.aclose()` (this App stays open)."""
+        from .aio import AsyncApp
+
+        return AsyncApp.from_app(self, redis)
+
     def close(self) -> None:
         """Close the client and the connections of every partition view's direct path."""
         for app in [self, *(self._views or [])]:
             if app._scripts is not None:
                 app._scripts.close()
         self.redis.close()
+
+
+def _enqueued(run_id: str, duplicate: bool, code: int) -> EnqueuedId:
+    """The id enqueue returns: a duplicate says whether it met a live or a recently done run."""
+    if not duplicate:
+        return EnqueuedId(run_id)
+    done = EnqueueOutcome.DUPLICATE_DONE if code == S.DUPLICATE_DONE else None
+    return EnqueuedId(run_id, True, done)

@@ -17,7 +17,9 @@ zsched_pending_oldest_idle_seconds              XPENDING ready GROUP - + 100 -> 
 zsched_dead_letters                             XLEN dead
 zsched_rule_next_fire_timestamp_seconds         ZRANGE rule_next 0 -1 WITHSCORES  (+ schedule)
 zsched_rule_last_fire_timestamp_seconds         HGETALL rule_state -> last_fire_ms  (+ schedule)
+zsched_queue_paused                             HEXISTS control paused_ms (pause_queue): 1 or 0
 zsched_collector_up                             1 if the queue was read, 0 on a Redis error
+zsched_queue_*_total (counters, + partition)    HGETALL stats (zsched/queue_counters.py)
 =============================================== ==============================================
 
 Notes on the readings:
@@ -63,6 +65,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from zsched import queue_counters
 from zsched import scripts as S
 from zsched.clock import Clock
 from zsched.keys import GROUP, QueueKeys
@@ -82,8 +85,11 @@ COLLECTED_METRICS: tuple[str, ...] = (
     "zsched_dead_letters",
     "zsched_rule_next_fire_timestamp_seconds",
     "zsched_rule_last_fire_timestamp_seconds",
+    "zsched_queue_paused",
     "zsched_collector_up",
 )
+#: The counters read from the `stats` hashes (sample names, with _total).
+COLLECTED_COUNTERS = queue_counters.COLLECTED_COUNTERS
 
 #: How many pending entries are read to find the oldest idle one.
 PENDING_SAMPLE = 100
@@ -103,6 +109,7 @@ _HELP: dict[str, str] = {
     "zsched_dead_letters": "Entries on the dead-letter stream.",
     "zsched_rule_next_fire_timestamp_seconds": "Unix time of a recurring rule's next fire.",
     "zsched_rule_last_fire_timestamp_seconds": "Unix time of a recurring rule's last fire.",
+    "zsched_queue_paused": "1 while the queue is paused (pause_queue, zsched pause): nothing is dispatched.",
     "zsched_collector_up": "1 if the last scrape read the queue from Redis, 0 if it failed.",
 }
 
@@ -159,6 +166,9 @@ class QueueSnapshot:
     dead_letters: int
     rule_next_fire: dict[str, float] = field(default_factory=dict)
     rule_last_fire: dict[str, float] = field(default_factory=dict)
+    #: The `stats` counts of each partition, by partition label ("" = not partitioned).
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    paused: bool = False
 
 
 class QueueCollector(Collector):
@@ -202,7 +212,8 @@ class QueueCollector(Collector):
     def _read_keys(self, keys: QueueKeys) -> QueueSnapshot:
         """One queue partition in one pipeline (on a cluster: the script, then a pipeline)."""
         replies = self._fetch(keys)
-        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r) = replies
+        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r, stats_r,
+         paused_r) = replies  # fmt: skip
         sec, usec, size, due, lowest, _exact = delayed_r
         now = int(sec) + int(usec) / 1_000_000
         stream_length = int(xlen_r)
@@ -223,6 +234,12 @@ class QueueCollector(Collector):
             dead_letters=int(dead_r),
             rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
             rule_last_fire=dict(_last_fires(keys.queue, state_r)),
+            counters={
+                _partition(keys): queue_counters.decode(
+                    stats_r, rules={_text(m) for m, _ in next_r} | {_text(k) for k in state_r}
+                )
+            },
+            paused=bool(paused_r),
         )
 
     def _fetch(self, keys: QueueKeys) -> list[Any]:
@@ -245,6 +262,8 @@ class QueueCollector(Collector):
         pipe.xlen(keys.dead)
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
+        pipe.hgetall(keys.stats)
+        pipe.hexists(keys.control, "paused_ms")
         replies: list[Any] = pipe.execute(raise_on_error=False)
         if cluster:
             replies = [delayed_first, *replies]
@@ -257,10 +276,11 @@ class QueueCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         """Names only, so registering does not read Redis."""
-        return list(self._families().values())
+        return [*self._families().values(), *queue_counters.families().values()]
 
     def collect(self) -> Iterable[Metric]:
         fams = self._families()
+        counters = queue_counters.families()
         unreachable = False
         for keys in self._keys:
             q = keys.queue
@@ -285,11 +305,14 @@ class QueueCollector(Collector):
             fams["zsched_pending_runs"].add_metric([q], snap.pending)
             fams["zsched_pending_oldest_idle_seconds"].add_metric([q], snap.pending_oldest_idle)
             fams["zsched_dead_letters"].add_metric([q], snap.dead_letters)
+            fams["zsched_queue_paused"].add_metric([q], 1.0 if snap.paused else 0.0)
             for schedule, ts in sorted(snap.rule_next_fire.items()):
                 fams["zsched_rule_next_fire_timestamp_seconds"].add_metric([q, schedule], ts)
             for schedule, ts in sorted(snap.rule_last_fire.items()):
                 fams["zsched_rule_last_fire_timestamp_seconds"].add_metric([q, schedule], ts)
-        return list(fams.values())
+            for part, stats in sorted(snap.counters.items()):
+                queue_counters.add(counters, q, part, stats)
+        return [*fams.values(), *counters.values()]
 
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
@@ -315,7 +338,13 @@ def _merge(queue: str, parts: Sequence[QueueSnapshot]) -> QueueSnapshot:
         dead_letters=sum(p.dead_letters for p in parts),
         rule_next_fire={k: v for p in parts for k, v in p.rule_next_fire.items()},
         rule_last_fire={k: v for p in parts for k, v in p.rule_last_fire.items()},
+        counters={k: v for p in parts for k, v in p.counters.items()},
+        paused=any(p.paused for p in parts),
     )
+
+
+def _partition(keys: QueueKeys) -> str:
+    return "" if keys.partition is None else str(keys.partition)
 
 
 def _last_fires(queue: str, state: Mapping[bytes, bytes]) -> Iterator[tuple[str, float]]:

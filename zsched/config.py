@@ -26,6 +26,9 @@ class QueueSettings:
     dedupe_window_ms: int = 3_600_000
     #: Largest accepted payload (bytes, msgpack-encoded).
     max_payload_bytes: int = 512 * 1024
+    #: How long enqueue and rule operations retry, with backoff, through a failover or a
+    #: lost connection before they raise RedisUnavailable (ms); 0 = raise at once.
+    outage_retry_ms: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -104,3 +107,9 @@ def redis_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     """ZSCHED_REDIS_URL, the one place a secret-bearing URL comes from besides the CLI."""
     env = os.environ if environ is None else environ
     return env.get("ZSCHED_REDIS_URL") or None
+
+
+def log_format_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """ZSCHED_LOG_FORMAT: "text" or "json" (zsched/logs.py checks it)."""
+    env = os.environ if environ is None else environ
+    return env.get("ZSCHED_LOG_FORMAT") or None

@@ -8,6 +8,7 @@ a run, which another worker reclaims and completes. It ends with a summary and c
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -25,8 +26,14 @@ import redis
 import zsched
 
 QUEUE = os.environ.get("ZSCHED_QUEUE", "demo")
+# Importing this module opens no connection: redis-py connects on the first command, and the
+# handlers' sink client is made when a handler first runs (tests/pyuser/test_small_things.py).
 app = zsched.App(os.environ.get("ZSCHED_REDIS_URL"), queue=QUEUE)
-_sink = redis.Redis.from_url(app.url or "redis://127.0.0.1:6379/0")
+
+
+@functools.cache
+def _sink() -> redis.Redis:
+    return redis.Redis.from_url(app.url or "redis://127.0.0.1:6379/0")
 
 
 def sink_key(queue: str, what: str) -> str:
@@ -39,10 +46,10 @@ def send_reminder(payload: dict[str, Any]) -> None:
     run = zsched.current_run()
     now = time.time()
     if payload.get("slow") and run.deliveries == 1:
-        _sink.set(sink_key(run.queue, "slow-pid"), os.getpid())
+        _sink().set(sink_key(run.queue, "slow-pid"), os.getpid())
         time.sleep(60)  # the demo kills this worker here
     dispatched = run.dispatched_at.timestamp() if run.dispatched_at else now
-    pipe = _sink.pipeline()
+    pipe = _sink().pipeline()
     pipe.hsetnx(
         sink_key(run.queue, "sent"), run.run_id, f"{dispatched - run.scheduled_for.timestamp():.6f}"
     )

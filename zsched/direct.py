@@ -121,7 +121,13 @@ class _Conn:
 
     def send(self, args: tuple[Any, ...]) -> None:
         if self.reader is not None:
-            self.conn._sock.sendall(hiredis.pack_command(args))
+            data = hiredis.pack_command(args)
+            try:
+                self.conn._sock.sendall(data)
+            except TimeoutError as e:  # as redis-py reports them, so retry policies apply
+                raise rex.TimeoutError("Timeout writing to socket") from e
+            except OSError as e:  # EPIPE/ECONNRESET: the server went away mid-batch
+                raise rex.ConnectionError(f"Error while writing to socket: {e}") from e
         else:
             self.conn.send_command(*args)
 

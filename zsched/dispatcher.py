@@ -9,6 +9,7 @@ every move is one atomic script.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -19,8 +20,11 @@ import redis.exceptions
 from . import scripts as S
 from .config import DispatcherSettings, settings_from
 from .connection import RETRYABLE_ERRORS, async_client, async_from_sync, open_pubsub, redact_text
-from .errors import ScriptError
+from .errors import EvictionPolicyError, ScriptError
+from .eviction import EvictionWatch
+from .heartbeat import Heartbeat, process_name
 from .metrics import observe_many
+from .retrying import Backoff, Outage
 from .watch import DataWatch
 
 if TYPE_CHECKING:
@@ -68,6 +72,7 @@ class Dispatcher:
 
     def __init__(self, app: App, redis: Any = None, rules: bool = True, **settings: Any) -> None:
         self.app = app
+        allow_eviction = bool(settings.pop("allow_eviction", False))  # zsched/eviction.py
         self.settings = settings_from(DispatcherSettings, settings)
         if redis is None:
             redis = async_client(app.url) if app.url else async_from_sync(app.redis)
@@ -82,9 +87,13 @@ class Dispatcher:
         self.metrics = app.metrics
         self._q = app.queue
         self.watch = DataWatch(redis, app.keys, app.queue)
+        self.eviction = EvictionWatch(redis, app.keys.ready, app.queue, "dispatcher",
+                                      app.metrics, allow_eviction)  # fmt: skip
         # Runs per dispatch call: batch_size, less while full calls take longer than
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
         self._limit = self.settings.batch_size
+        #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
+        self.heartbeat = Heartbeat(app.keys, process_name())
 
     async def tick(self) -> TickResult:
         """Dispatch due runs in bounded batches, then run the extensions once."""
@@ -96,11 +105,14 @@ class Dispatcher:
             if due is not None and (part_due is None or due < part_due):
                 part_due = due
         moved, more, r, sent_at = await self._dispatch()
-        next_due = r.next_due_ms
+        # Paused: the head of the delayed set is not a reason to wake (resume publishes on
+        # wake); rule slots still are, as they are fired into the delayed set.
+        next_due = None if r.paused else r.next_due_ms
         if part_due is not None and (next_due is None or part_due < next_due):
             next_due = part_due
         self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
-        return TickResult(moved, next_due, r.now_ms, r.held, more, sent_at)
+        await self.heartbeat.beat(self.redis, clock.now_ms())
+        return TickResult(moved, next_due, r.now_ms, r.held and not r.paused, more, sent_at)
 
     async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
         """Dispatch calls until one moves less than a full batch or the pass's bound is
@@ -201,7 +213,8 @@ class Dispatcher:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""
         stop = stop or asyncio.Event()
-        backoff = 0.1
+        backoff = Backoff()
+        outage = Outage(log, "dispatcher", self._q)
         log.info("dispatcher started", extra={"queue": self._q})
         synced = not self.app.declared
         migrated = False
@@ -213,34 +226,40 @@ class Dispatcher:
                 await pubsub.subscribe(self.app.keys.wake)
                 self._woken()  # what was published while not subscribed is not heard
                 await self.watch.check(force=True)
+                await self.eviction.check(force=not self.eviction.checked)
                 while not stop.is_set():
                     t = await self.tick()
-                    backoff = 0.1
+                    backoff.reset()
+                    outage.ok()
                     await self.watch.check()
+                    await self.eviction.check()
                     await self._wait(pubsub, self._sleep_s(t), stop)
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
-                log.warning("dispatcher lost Redis (%s); retrying in %.1fs", type(exc).__name__,
-                            backoff, extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                delay = backoff.next()
+                outage.failed(exc, delay)  # one WARNING per outage, not one per attempt
+                await _sleep_or_stop(stop, delay)
+            except EvictionPolicyError:
+                raise  # refused to start: a setting to change, not a fault to wait out
             except REFUSALS as exc:
                 self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
                 why = redact_text(str(exc))[:500]
+                delay = backoff.next()
                 log.error("dispatcher: Redis refused a command: %s; retrying in %.1fs", why,
-                          backoff, extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                          delay, extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, delay)
             except Exception:  # noqa: BLE001 - keep dispatching other work; say so loudly
-                log.exception("dispatcher pass failed; retrying in %.1fs", backoff,
+                delay = backoff.next()
+                log.exception("dispatcher pass failed; retrying in %.1fs", delay,
                               extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, backoff)
-                backoff = min(backoff * 2, 5.0)
+                await _sleep_or_stop(stop, delay)
             finally:
                 try:
                     await pubsub.aclose()
                 except REDIS_ERRORS:
                     pass
+        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+            await self.heartbeat.leave(self.redis)
         log.info("dispatcher stopped", extra={"queue": self._q})
 
     async def _sync_declared(self) -> bool:
@@ -266,6 +285,7 @@ class Dispatcher:
             if msg is not None:
                 self._woken()
                 return
+            await self.heartbeat.beat(self.redis, self.app.clock.now_ms())  # idle: every 5 s
 
     def _woken(self) -> None:
         """Something was published on `wake`: a new earliest run, or a rule created or changed
@@ -274,6 +294,8 @@ class Dispatcher:
             part.invalidate()
 
     async def close(self) -> None:
+        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+            await self.heartbeat.leave(self.redis)  # gone, not stale
         await self.redis.aclose()
 
 

@@ -52,6 +52,9 @@ class Envelope:
     max_attempts: int | None = None
     #: Set on a rule's fire that holds the rule's overlap lease: the lease TTL to renew (ms).
     lease_ms: int | None = None
+    #: W3C trace context of the enqueue (`traceparent`, `tracestate`), when tracing is on
+    #: (zsched/tracing.py). Retries keep it.
+    trace: dict[str, str] | None = None
 
     def encode(self) -> bytes:
         """msgpack bytes of this envelope, in the compact form of protocol version 2."""
@@ -64,7 +67,7 @@ class Envelope:
         a: list[Any] = [VERSION, self.task, self.payload, self.run_at_ms, self.enqueued_at_ms,
                         None if self.scheduled_ms == self.run_at_ms else self.scheduled_ms,
                         None if self.attempt == 1 else self.attempt,
-                        self.schedule_id, self.max_attempts, self.lease_ms]  # fmt: skip
+                        self.schedule_id, self.max_attempts, self.lease_ms, self.trace]  # fmt: skip
         while len(a) > 5 and a[-1] is None:
             a.pop()
         return a
@@ -89,6 +92,8 @@ class Envelope:
             d["max_attempts"] = self.max_attempts
         if self.lease_ms is not None:
             d["lease_ms"] = self.lease_ms
+        if self.trace:
+            d["trace"] = self.trace
         return d
 
     def next_attempt(self, run_at_ms: int) -> Envelope:
@@ -96,10 +101,13 @@ class Envelope:
         return replace(self, attempt=self.attempt + 1, run_at_ms=run_at_ms)
 
 
-def encode_first(task: str, payload: Payload, run_at_ms: int, now_ms: int) -> bytes:
+def encode_first(task: str, payload: Payload, run_at_ms: int, now_ms: int,
+                 trace: dict[str, str] | None = None) -> bytes:  # fmt: skip
     """The bytes of `Envelope(run_id, task, payload, run_at_ms, run_at_ms, now_ms).encode()`,
     the first attempt of a run, without building the Envelope (enqueue's hot path: the frozen
     dataclass costs as much as packing it)."""
+    if trace:
+        return pack_fields([VERSION, task, payload, run_at_ms, now_ms, *[None] * 5, trace])
     return pack_fields([VERSION, task, payload, run_at_ms, now_ms])
 
 
@@ -148,7 +156,7 @@ def _optional_int(d: dict[str, Any], name: str, default: int | None, minimum: in
 
 #: Version 2's positions after `v`, in order; the first three are required.
 V2_FIELDS = ("task", "payload", "run_at_ms", "enqueued_at_ms", "scheduled_ms", "attempt",
-       "schedule_id", "max_attempts", "lease_ms")  # fmt: skip
+       "schedule_id", "max_attempts", "lease_ms", "trace")  # fmt: skip
 
 
 def decode(raw: bytes, run_id: str | None = None) -> Envelope:
@@ -180,7 +188,18 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
         schedule_id=schedule_id,
         max_attempts=_optional_int(d, "max_attempts", None, 1),
         lease_ms=_optional_int(d, "lease_ms", None, 1),
+        trace=_trace(d.get("trace")),
     )
+
+
+def _trace(value: Any) -> dict[str, str] | None:
+    """A trace context as written by a client: a map of text to text, else ignored (tracing
+    must never make a run undecodable)."""
+    if not isinstance(value, dict) or not value:
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return None
+    return {k: v for k, v in value.items() if k in ("traceparent", "tracestate")} or None
 
 
 #: The last instant a run may name (9999-12-31T23:59:59.999Z): the scripts refuse later dues,

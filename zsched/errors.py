@@ -2,7 +2,9 @@
 
 ZschedError ─┬ ConfigError · RuleError · PayloadError · UnknownTask
              ├ ScriptError  (unexpected reply, missing script, protocol mismatch)
-             └ NotFound     (RunNotFound, ScheduleNotFound)
+             ├ NotFound     (RunNotFound, ScheduleNotFound)
+             ├ NotReplicated · RedisUnavailable (also a redis ConnectionError)
+             └ EvictionPolicyError, DurabilityUnsupported (ConfigErrors)
 
 Raised by handlers, outside the tree: Retry(delay=None), Fail(reason).
 """
@@ -10,6 +12,8 @@ Raised by handlers, outside the tree: Retry(delay=None), Fail(reason).
 from __future__ import annotations
 
 import math
+
+import redis.exceptions
 
 
 class ZschedError(Exception):
@@ -73,4 +77,20 @@ class Fail(Exception):  # noqa: N818 - a control-flow signal raised by handlers
 
 
 class NotReplicated(ZschedError):
-    """A durable enqueue was written on the master but no replica acknowledged it in time."""
+    """A durable enqueue was written on the master but not acknowledged at its durability level
+    in time (no replica held it, or it was not fsynced: the message says which)."""
+
+
+class DurabilityUnsupported(ConfigError):
+    """The durability level asked for needs a command the server lacks (WAITAOF before 7.2)."""
+
+
+class RedisUnavailable(ZschedError, redis.exceptions.ConnectionError):
+    """An enqueue or rule operation kept failing to reach Redis for longer than its bound
+    (QueueSettings.outage_retry_ms). A redis ConnectionError too, so code that caught those
+    before still does."""
+
+
+class EvictionPolicyError(ConfigError):
+    """Redis's maxmemory-policy may evict zsched's keys (runs and rules would vanish without a
+    trace); a dispatcher or worker refuses to start unless allowed explicitly."""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
+from . import outcomes as _outcomes
 from . import scripts as S
 from .delayed import untag
 from .envelope import Envelope, decode
@@ -29,7 +30,9 @@ def _s(b: Any) -> str:
 
 @dataclass(frozen=True)
 class RunStatus:
-    """Where a run is and its times. state: scheduled, ready, running, done or dead."""
+    """Where a run is and its times. state: scheduled, ready, running, done, dead or
+    cancelled (`cancelled_at`; kept for the dedupe window). `cancel_requested`: a running
+    run was asked to stop and its worker has not ended it yet."""
 
     run_id: str
     state: str
@@ -42,6 +45,18 @@ class RunStatus:
     consumer: str | None = None
     idle_ms: int | None = None
     deliveries: int | None = None
+    cancelled_at: datetime | None = None
+    cancel_requested: bool | None = None
+    #: A finished run (done, dead, cancelled): when it finished.
+    finished_at: datetime | None = None
+    #: Kept for tasks with keep_result=True (zsched/outcomes.py): attempts made, the last
+    #: attempt's duration, the handler's return value, or why it was not kept.
+    attempts: int | None = None
+    duration_ms: int | None = None
+    result: Any = None
+    result_error: str | None = None
+    #: A scheduled run deferred by its task's limits: the task whose limit it waits for.
+    waiting_for_limit: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
@@ -72,12 +87,18 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
     pipe.hget(k.runs, run_id)
     pipe.hget(k.entries, run_id)
     pipe.zscore(k.done, run_id)
-    raw, entry, done_at = pipe.execute()
+    pipe.zscore(k.cancelled, run_id)
+    pipe.hget(k.outcomes, run_id)
+    raw, entry, done_at, cancelled_at, outcome = pipe.execute()
     if raw is not None and entry is None:
         # Live and not on the stream: in the delayed set, due when its value's tag says.
         st = _from_envelope(run_id, "scheduled", raw)
         due = untag(raw)[0]
-        return st if due is None else RunStatus(**{**vars(st), "run_at": ms_to_datetime(due)})
+        if due is not None:
+            st = replace(st, run_at=ms_to_datetime(due))
+        if st.task and r.zscore(k.limit_waiting(st.task), run_id) is not None:
+            st = replace(st, waiting_for_limit=st.task)
+        return st
     if raw is not None and entry is not None:
         try:
             pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)
@@ -87,19 +108,45 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
             pending = []  # no worker has joined yet
         if pending:
             p = pending[0]
+            asked = _s(r.get(k.cancel_request(run_id)) or b"") == _s(entry)
             return _from_envelope(
                 run_id, "running", raw, consumer=_s(p["consumer"]),
                 idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
+                cancel_requested=asked,
             )  # fmt: skip
         return _from_envelope(run_id, "ready", raw)
+    finished = _finished(r, k, run_id, done_at, cancelled_at)
+    if finished is None:
+        raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+    return _with_outcome(finished, outcome)
+
+
+def _finished(
+    r: Any, k: QueueKeys, run_id: str, done_at: Any, cancelled_at: Any
+) -> RunStatus | None:
     if done_at is not None:
-        return RunStatus(run_id, "done", done_at=ms_to_datetime(int(float(done_at))))
+        at = ms_to_datetime(int(float(done_at)))
+        return RunStatus(run_id, "done", done_at=at, finished_at=at)
+    if cancelled_at is not None:
+        at = ms_to_datetime(int(float(cancelled_at)))
+        return RunStatus(run_id, "cancelled", cancelled_at=at, finished_at=at)
     for _entry_id, fields in _scan_dead(r, k):
         if _s(fields.get(b"run_id", b"")) == run_id:
+            dead_ms = fields.get(b"dead_at_ms")
             return _from_envelope(
-                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b""))
-            )
-    raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b"")),
+                finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
+            )  # fmt: skip
+    return None
+
+
+def _with_outcome(st: RunStatus, raw: bytes | None) -> RunStatus:
+    """A finished run's status with its kept outcome (keep_result tasks), if any."""
+    o = _outcomes.decode(raw) if raw else None
+    if o is None:
+        return st
+    return replace(st, attempts=o.attempts, duration_ms=o.duration_ms, result=o.result,
+                   result_error=o.result_error)  # fmt: skip
 
 
 def _scan_dead(r: Any, k: QueueKeys) -> Iterable[tuple[bytes, dict[bytes, bytes]]]:
@@ -130,6 +177,10 @@ class QueueStatus:
     dead: int
     done_records: int
     stats: dict[str, int] = field(default_factory=dict)
+    #: Paused by pause_queue (dispatchers move nothing): since when, and the note.
+    paused: bool = False
+    paused_ms: int | None = None
+    pause_note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -145,7 +196,8 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
     pipe.xlen(k.dead)
     pipe.zcard(k.done)
     pipe.hgetall(k.stats)
-    xlen, dead, done, stats = pipe.execute()
+    pipe.hmget(k.control, "paused_ms", "pause_note")
+    xlen, dead, done, stats, (paused_ms, note) = pipe.execute()
     now_ms = int(sec) * 1000 + int(usec) // 1000
     oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
     pending, oldest_idle = 0, 0
@@ -162,6 +214,8 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
     return QueueStatus(
         k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
         int(dead), int(done), {_s(a): int(b) for a, b in stats.items()},
+        paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
+        _s(note) if note else None,
     )  # fmt: skip
 
 

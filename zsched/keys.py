@@ -63,6 +63,18 @@ class QueueKeys:
     rule_catchup: str = field(init=False)
     #: STRING: a random marker set once (SET NX); gone or changed = Redis lost the data.
     epoch: str = field(init=False)
+    #: ZSET run_id -> latest due allowed (ms): the deadline of a debounced run (replace.lua).
+    debounce: str = field(init=False)
+    #: ZSET run_id -> cancelled_at_ms. Runs cancelled (revoke, discard), kept for the window.
+    cancelled: str = field(init=False)
+    #: HASH run_id -> outcome (msgpack: attempts, duration, return value) of finished runs.
+    outcomes: str = field(init=False)
+    #: ZSET run_id -> recorded_at_ms: when each outcome was kept (trimmed after the window).
+    outcome_times: str = field(init=False)
+    #: HASH paused_ms, pause_note: present while the queue (partition) is paused (pause.lua).
+    control: str = field(init=False)
+    #: ZSET dispatcher name -> its last heartbeat ms (zsched/heartbeat.py; old ones trimmed).
+    dispatchers: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -84,6 +96,12 @@ class QueueKeys:
             "rule_waiting",
             "rule_catchup",
             "epoch",
+            "debounce",
+            "cancelled",
+            "outcomes",
+            "outcome_times",
+            "control",
+            "dispatchers",
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")
@@ -99,6 +117,37 @@ class QueueKeys:
     def ledger(self, schedule_id: str) -> str:
         """STREAM, capped: the fire ledger of one rule (one outcome per slot)."""
         return f"{PREFIX}:{self.tag}:ledger:{schedule_id}"
+
+    def cancel_request(self, run_id: str) -> str:
+        """STRING with a TTL: a cancel request for a running run (value = its stream entry id)."""
+        return f"{PREFIX}:{self.tag}:cancel:{run_id}"
+
+    def limit_holders(self, limit: str) -> str:
+        """ZSET entry_id -> hold expiry ms: the concurrency semaphore of one limit (a task, or
+        `<task>#<limit key>`)."""
+        return f"{PREFIX}:{self.tag}:limit:{limit}:holders"
+
+    def limit_bucket(self, limit: str) -> str:
+        """HASH tokens, ts_ms: the rate limit's token bucket of one limit (task or task#key)."""
+        return f"{PREFIX}:{self.tag}:limit:{limit}:bucket"
+
+    def limit_waiting(self, limit: str) -> str:
+        """ZSET run_id -> retry ms: runs of a task deferred by its limits, not started since
+        (`limit` is the task name)."""
+        return f"{PREFIX}:{self.tag}:limit:{limit}:waiting"
+
+    def celery_sent(self, run_id: str) -> str:
+        """STRING with a TTL: the Celery bridge sent run `run_id` (a redelivery skips the send)."""
+        return f"{PREFIX}:{self.tag}:celery:sent:{run_id}"
+
+    def celery_done(self, run_id: str) -> str:
+        """LIST with a TTL: the Celery task of run `run_id` finished (pushed by the worker hook)."""
+        return f"{PREFIX}:{self.tag}:celery:done:{run_id}"
+
+    def django_result(self, run_id: str) -> str:
+        """STRING (JSON) with a TTL: the django.tasks result of run `run_id` (status, times,
+        return value, errors), written by the Django backend and its worker."""
+        return f"{PREFIX}:{self.tag}:django:result:{run_id}"
 
     def all_fixed(self) -> list[str]:
         """Every fixed key of the queue (not the per-rule ones), for cleanup and inspection."""
@@ -117,6 +166,12 @@ class QueueKeys:
             self.rule_waiting,
             self.rule_catchup,
             self.epoch,
+            self.debounce,
+            self.cancelled,
+            self.outcomes,
+            self.outcome_times,
+            self.control,
+            self.dispatchers,
         ]
 
     def pattern(self) -> str:

@@ -134,6 +134,22 @@ class Metrics:
             "Duplicate runs caught, by where: enqueue, fire, worker.",
             ["queue", "where"], registry=r,
         )  # fmt: skip
+        self.replaced = Counter(
+            "zsched_runs_replaced_total",
+            "Waiting runs given a new payload and due by enqueue, by outcome: replaced, debounced.",
+            ["queue", "outcome"], registry=r,
+        )  # fmt: skip
+        self.limit_deferred = Counter(
+            "zsched_limit_deferred_total",
+            "Runs deferred because their task's concurrency or rate limit was reached.",
+            ["queue", "task"], registry=r,
+        )  # fmt: skip
+        self.limit_waiting = Gauge(
+            "zsched_limit_waiting_runs",
+            "Runs of a task deferred by its limits and not started since (the queue's count, "
+            "as this worker last read it: take max across workers).",
+            ["queue", "task"], registry=r,
+        )  # fmt: skip
         self.missed_slots = Counter(
             "zsched_missed_slots_total",
             "Rule slots not run on time, by misfire policy.",
@@ -164,5 +180,11 @@ class Metrics:
         )  # fmt: skip
         self.redis_errors = Counter(
             "zsched_redis_errors_total", "Redis connection errors seen by a loop, by role.",
+            ["queue", "role"], registry=r,
+        )  # fmt: skip
+        self.eviction_risk = Gauge(
+            "zsched_redis_eviction_risk",
+            "1 while Redis's maxmemory-policy may evict zsched's keys (the process was started "
+            "with --allow-eviction, or the policy changed after start), else 0.",
             ["queue", "role"], registry=r,
         )  # fmt: skip

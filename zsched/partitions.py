@@ -231,7 +231,12 @@ def statuses(app: App) -> list[QueueStatus]:
 
 def total(queue: str, parts: list[QueueStatus]) -> QueueStatus:
     """Sum of the partitions' counts; ages are the oldest over all partitions."""
-    values: dict[str, Any] = {"queue": queue, "stats": {}}
+    paused = [p for p in parts if p.paused]
+    values: dict[str, Any] = {
+        "queue": queue, "stats": {}, "paused": bool(paused),
+        "paused_ms": min((p.paused_ms for p in paused if p.paused_ms is not None), default=None),
+        "pause_note": next((p.pause_note for p in paused if p.pause_note), None),
+    }  # fmt: skip
     for f in fields(QueueStatus):
         if f.name in values:
             continue

@@ -6,17 +6,27 @@ routes to that partition's view, and the listing methods gather all partitions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from .app import App
+
+T = TypeVar("T")
 
 
 class ScheduleMethods:
     """Recurring rules of an App: schedule, declare, sync, pause, resume, backfill, list."""
 
     declared: dict[str, dict[str, Any]]
+
+    def _ride(self, what: str, call: Callable[[int], T]) -> T:
+        # Rule operations ride through a failover like enqueue (App.ride): an upsert, a pause
+        # or a backfill done twice is done once (by schedule id and slot run ids). A retry
+        # after a lost reply may answer "unchanged" / False for what the first attempt did.
+        app: Any = self
+        return app.ride(what, call)  # type: ignore[no-any-return]
 
     def rule_home(self, schedule_id: str) -> App:
         """The App (on a partitioned queue: the partition view) where this rule lives."""
@@ -31,28 +41,42 @@ class ScheduleMethods:
             return app.partition_views()  # type: ignore[no-any-return]
         return [app]
 
-    def schedule(self, schedule_id: str, task_name: str, **options: Any) -> int:
+    def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
         """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
 
         Options: cron= | every=, tz=, payload=, misfire="coalesce"|"catch_up"|"skip",
         misfire_grace=, overlap="allow"|"skip"|"queue", max_catch_up=, jitter=, start_at=,
         end_at=, paused=, lease=, dst_gap="shift"|"skip", dst_repeat="first"|"both".
         Returns scripts.SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
+        `celery_task=` instead of a task name: each fire is sent to Celery (docs/celery.md).
         """
         from . import schedule_ops
 
-        return schedule_ops.upsert(self.rule_home(schedule_id), schedule_id, task_name, **options)
+        task_name, options = _target(schedule_id, task_name, options)
+        home = self.rule_home(schedule_id)
+        return self._ride(
+            f"schedule {schedule_id!r}",
+            lambda _: schedule_ops.upsert(home, schedule_id, task_name, **options),
+        )
 
-    def declare(self, schedule_id: str, task_name: str, **options: Any) -> None:
+    def declare(self, schedule_id: str, task_name: str | None = None, **options: Any) -> None:
         """Declare a rule in code (like Celery's beat_schedule); validated now, written to
-        Redis when a dispatcher starts (`sync_schedules`)."""
+        Redis when a dispatcher starts (`sync_schedules`). Takes `celery_task=` too."""
         from .schedules import build_spec
+
+        task_name, options = _target(schedule_id, task_name, options)
 
         build_spec(schedule_id, task_name, **options)
         self.declared[schedule_id] = {"task": task_name, **options}
 
     def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:
         """Write the declared rules; report rules only in Redis (removed only with prune)."""
+        return self._ride(
+            "sync of declared schedules",
+            lambda _: self._sync_once(prune),
+        )
+
+    def _sync_once(self, prune: bool) -> dict[str, list[str]]:
         from . import schedule_ops
         from .partitions import declared_in
 
@@ -69,25 +93,43 @@ class ScheduleMethods:
         """Remove a rule, its state and ledger. Runs it already made are untouched."""
         from . import schedule_ops
 
-        return schedule_ops.remove(self.rule_home(schedule_id), schedule_id)
+        home = self.rule_home(schedule_id)
+        return self._ride(
+            f"unschedule {schedule_id!r}",
+            lambda _: schedule_ops.remove(home, schedule_id),
+        )
 
-    def pause_schedule(self, schedule_id: str) -> bool:
-        """Stop firing; the slots until resume are recorded as skipped (paused)."""
+    def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
+        """Stop firing; the slots until resume are recorded as skipped (paused). `note` (why,
+        who) is kept with the pause time: `schedules()` shows both, and the ledger's skipped
+        entries read `paused: <note>`."""
         from . import schedule_ops
 
-        return schedule_ops.pause(self.rule_home(schedule_id), schedule_id)
+        home = self.rule_home(schedule_id)
+        return self._ride(
+            f"pause of schedule {schedule_id!r}",
+            lambda _: schedule_ops.pause(home, schedule_id, note),
+        )
 
     def resume_schedule(self, schedule_id: str) -> bool:
         """Fire again from the next slot after now."""
         from . import schedule_ops
 
-        return schedule_ops.resume(self.rule_home(schedule_id), schedule_id)
+        home = self.rule_home(schedule_id)
+        return self._ride(
+            f"resume of schedule {schedule_id!r}",
+            lambda _: schedule_ops.resume(home, schedule_id),
+        )
 
     def backfill(self, schedule_id: str, start: datetime | float, end: datetime | float) -> int:
         """Enqueue a past range's slots with their usual run ids; re-running adds nothing."""
         from . import schedule_ops
 
-        return schedule_ops.backfill(self.rule_home(schedule_id), schedule_id, start, end)
+        home = self.rule_home(schedule_id)
+        return self._ride(
+            f"backfill of schedule {schedule_id!r}",
+            lambda _: schedule_ops.backfill(home, schedule_id, start, end),
+        )
 
     def schedules(self) -> list[Any]:
         """Every rule with next fire, last fire, last outcome and missed count."""
@@ -107,3 +149,18 @@ class ScheduleMethods:
         from .audit import audit
 
         return [r for a in self._rule_apps() for r in audit(a)]
+
+
+def _target(
+    schedule_id: str, task_name: str | None, options: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """A rule's zsched task: the one named, or the Celery bridge's for `celery_task=`."""
+    if "celery_task" in options:
+        if task_name is not None:
+            raise ValueError(f"schedule {schedule_id}: give a task name or celery_task, not both")
+        from .integrations.celery.rules import celery_rule
+
+        return celery_rule(schedule_id, **options)
+    if task_name is None:
+        raise ValueError(f"schedule {schedule_id}: a task name (or celery_task=) is required")
+    return task_name, options

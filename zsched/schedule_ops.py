@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 MAX_PAUSED_RECORDS = 1000
 #: Read-then-write attempts of an edit or a pause racing a dispatcher that fires the rule.
 CAS_ATTEMPTS = 5
+#: Longest pause note (characters).
+MAX_NOTE = 500
 
 
 def server_now_ms(app: App) -> int:
@@ -107,19 +109,24 @@ def remove(app: App, schedule_id: str) -> bool:
     return app.scripts.run(S.unschedule(app.keys, schedule_id)) == 1
 
 
-def pause(app: App, schedule_id: str) -> bool:
-    """Stop firing; slots until resume are recorded as skipped (paused). False if paused.
-    Catch-up replays still waiting are kept, and replayed after resume."""
-    return _with_cas(schedule_id, lambda: _pause_once(app, schedule_id)) == S.SCHEDULE_UPDATED
+def pause(app: App, schedule_id: str, note: str | None = None) -> bool:
+    """Stop firing; slots until resume are recorded as skipped (paused, with the note).
+    False if paused. Catch-up replays still waiting are kept, and replayed after resume."""
+    if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE):
+        raise RuleError(
+            f"pause note of {schedule_id} must be text of at most {MAX_NOTE} characters"
+        )
+    code = _with_cas(schedule_id, lambda: _pause_once(app, schedule_id, note or None))
+    return code == S.SCHEDULE_UPDATED
 
 
-def _pause_once(app: App, schedule_id: str) -> int:
+def _pause_once(app: App, schedule_id: str, note: str | None) -> int:
     spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
     if spec.paused:
         return S.SCHEDULE_UNCHANGED
     now = server_now_ms(app)
     since = nxt if nxt is not None else now  # the first slot not handled yet
-    new_state = replace(state, paused_at_ms=since, updated_ms=now)
+    new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note)
     return app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(),
                                       None, new_state.encode(),
                                       expected=(raw_spec, nxt, raw_state)))  # fmt: skip
@@ -137,9 +144,10 @@ def resume(app: App, schedule_id: str) -> bool:
     since = state.paused_at_ms if state.paused_at_ms is not None else now
     slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
              if live.end_ms is None or s <= live.end_ms]  # fmt: skip
-    records = [(s, "skipped", "paused", slot_run_id(schedule_id, s)) for s in slots]
+    why = f"paused: {state.pause_note}" if state.pause_note else "paused"
+    records = [(s, "skipped", why, slot_run_id(schedule_id, s)) for s in slots]
     # The schedule call kept the stored state, so what `load` read is still the CAS token.
-    new_state = replace(state, paused_at_ms=None, updated_ms=now)
+    new_state = replace(state, paused_at_ms=None, updated_ms=now, paused_ms=None, pause_note=None)
     args = S.FireArgs(
         schedule_id, raw_live, None, raw_state, live.first_slot_after(now),
         new_state.encode(), state.catchup_head,  # replays a pause kept
@@ -167,27 +175,21 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
            if row["outcome"] in ("ran", "ran_late", "backfilled")}  # fmt: skip
     now = server_now_ms(app)
     todo = [s for s in slots if s not in ran]
+    recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
     added = 0
-    for i in range(0, len(todo), S.MAX_BATCH):
+    for i in range(0, max(1, len(todo)), S.MAX_BATCH):
         chunk = todo[i : i + S.MAX_BATCH]
         groups = []
         for s in chunk:
             rid = slot_run_id(schedule_id, s)
             env = Envelope(rid, spec.task, spec.payload, now, s, now, schedule_id=schedule_id)
-            groups.append((rid, now, spec.task, env.encode()))
-        codes = app.scripts.run(S.enqueue(
-            app.keys, groups, now_ms=app.clock.now_ms(),
-            dedupe_window_ms=app.settings.dedupe_window_ms,
-            max_envelope_bytes=app.settings.max_payload_bytes + 4096,
+            groups.append((rid, s, env.encode()))
+        codes = app.scripts.run(S.backfill(
+            app.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
+            now_ms=app.clock.now_ms(), dedupe_window_ms=app.settings.dedupe_window_ms,
+            ledger_maxlen=LEDGER_MAXLEN,
         ))  # fmt: skip
-        pipe = app.redis.pipeline(transaction=False)
-        for s, (rid, *_), code in zip(chunk, groups, codes, strict=True):
-            if code == S.ENQUEUED:
-                added += 1
-                fields = {"slot_ms": s, "outcome": "backfilled", "reason": "backfill",
-                          "run_id": rid, "at_ms": now}  # fmt: skip
-                pipe.xadd(app.keys.ledger(schedule_id), fields, maxlen=LEDGER_MAXLEN)
-        pipe.execute()
+        added += sum(1 for c in codes if c == S.ENQUEUED)
     return added
 
 
@@ -223,7 +225,8 @@ def infos(app: App) -> list[ScheduleInfo]:
         out.append(ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             nxt.get(sid), state.last_slot_ms, state.last_fire_ms, outcome, state.missed,
-            state.fired, len(state.backlog),
+            state.fired, len(state.backlog), state.paused_ms if spec.paused else None,
+            state.pause_note if spec.paused else None,
         ))  # fmt: skip
     return out
 

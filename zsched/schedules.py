@@ -133,6 +133,10 @@ class State:
     updated_ms: int | None = None
     #: Up to when DST gaps were checked for wall times a `dst_gap="skip"` rule dropped.
     gap_checked_ms: int | None = None
+    #: When pause_schedule paused the rule, and the note it was given (shown by list and in
+    #: the ledger's `skipped: paused` entries).
+    paused_ms: int | None = None
+    pause_note: str | None = None
 
     @property
     def catchup_head(self) -> int | None:
@@ -155,8 +159,8 @@ def build_spec(
     schedule_id: str,
     task_name: str,
     *,
-    cron: str | None = None,
-    every: float | timedelta | None = None,
+    cron: str | Cron | None = None,
+    every: float | timedelta | Every | None = None,
     tz: str | None = None,
     payload: Payload = None,
     misfire: str | Misfire = "coalesce",
@@ -223,17 +227,36 @@ def _check_names(schedule_id: str, task_name: str) -> None:
         raise RuleError(f"schedule {schedule_id}: task name must be a non-empty string")
 
 
-def _trigger(schedule_id: str, cron: str | None, every: float | timedelta | None,
+def _trigger(schedule_id: str, cron: str | Cron | None, every: float | timedelta | Every | None,
              tz: str | None, dst_gap: str | None, dst_repeat: str | None,
              start_ms: int | None) -> Rule:  # fmt: skip
-    """The rule's trigger: a Cron in its zone, or an Every counted from start_ms."""
+    """The rule's trigger: a Cron in its zone, or an Every counted from start_ms. A ready
+    Cron or Every object carries its own options, so giving them again is refused."""
     if (cron is None) == (every is None):
         raise RuleError(f"schedule {schedule_id}: give exactly one of cron= or every=")
+    if isinstance(cron, Every) or isinstance(every, Cron):
+        raise RuleError(f"schedule {schedule_id}: pass a Cron as cron= and an Every as every=")
+    if isinstance(cron, Cron):
+        if tz is not None or dst_gap or dst_repeat:
+            raise RuleError(f"schedule {schedule_id}: tz and DST options belong in the Cron")
+        return cron
     if cron is not None:
         return Cron(cron, tz, dst_gap=dst_gap, dst_repeat=dst_repeat)
     if tz is not None or dst_gap or dst_repeat:
         raise RuleError(f"schedule {schedule_id}: tz and DST options apply to cron rules only")
+    if isinstance(every, Every):
+        return _every_from(schedule_id, every, start_ms)
     return Every(every, start_at=start_ms)
+
+
+def _every_from(schedule_id: str, every: Every, start_ms: int | None) -> Every:
+    # start_at= of the rule counts the slots, as for every=<seconds>; an Every made with its
+    # own start_at keeps it, and a different start_at= beside it is a contradiction.
+    if start_ms is None or start_ms == every.start_ms:
+        return every
+    if every.start_ms:
+        raise RuleError(f"schedule {schedule_id}: start_at differs from the Every's start_at")
+    return Every(timedelta(milliseconds=every.interval_ms), start_at=start_ms)
 
 
 def with_paused(spec: Spec, paused: bool) -> Spec:
@@ -257,6 +280,9 @@ class ScheduleInfo:
     missed: int
     fired: int
     catch_up_waiting: int
+    #: A paused rule: when it was paused, and the note given.
+    paused_ms: int | None = None
+    pause_note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

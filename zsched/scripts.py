@@ -24,7 +24,9 @@ T = TypeVar("T")
 
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
-    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate",
+    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill",
+    "reschedule", "replace", "revoke", "discard", "record", "pause", "resume",
+    "acquire",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000
@@ -123,11 +125,14 @@ class DispatchResult:
     run_at_ms: list[int]
     #: How long the call ran in Redis (us); 0 on the idle pass.
     busy_us: int = 0
+    #: The queue is paused (pause.lua): nothing moved (held is True too).
+    paused: bool = False
 
 
 def _decode_dispatch(reply: Any) -> DispatchResult:
     r = _int_list(reply)
-    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[5:], r[4])
+    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[5:], r[4],
+                          r[3] == 2)  # fmt: skip
 
 
 def dispatch(
@@ -135,7 +140,7 @@ def dispatch(
 ) -> Call[DispatchResult]:
     return Call(
         "dispatch",
-        [k.delayed, k.runs, k.ready, k.entries, k.stats],
+        [k.delayed, k.runs, k.ready, k.entries, k.stats, k.control],
         [_now(now_ms), limit, max_backlog],
         _decode_dispatch,
     )
@@ -381,6 +386,27 @@ def unlease(
     )
 
 
+def backfill(
+    k: QueueKeys,
+    schedule_id: str,
+    slots: Sequence[tuple[str, int, bytes]],
+    *,
+    recorded: int,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    ledger_maxlen: int,
+) -> Call[list[int]]:
+    """slots: (run_id, slot_ms, envelope), enqueued due now with a ledger record each;
+    `recorded`: slots left out because the ledger shows them run. Reply: one code per slot
+    (ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE)."""
+    return Call(
+        "backfill",
+        [k.delayed, k.runs, k.done, k.stats, k.wake, k.ledger(schedule_id)],
+        [_now(now_ms), dedupe_window_ms, schedule_id, ledger_maxlen, recorded, *_flatten(slots)],
+        _int_list,
+    )
+
+
 # -- runners ----------------------------------------------------------------------------------
 
 
@@ -456,3 +482,19 @@ class AsyncScripts:
     async def run(self, call: Call[T]) -> T:
         script = self._scripts[call.name]
         return call.decode(await script(keys=call.keys, args=call.args))
+
+    async def queue(self, call: Call[Any], pipe: Any) -> None:
+        """Queue `call` on an asyncio pipeline (its script is loaded before the pipeline runs)."""
+        await self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+
+    async def run_many(self, calls: list[Call[Any]]) -> list[Any]:
+        """Run `calls` in one pipeline (one round trip), in order; their decoded replies. The
+        first error reply is raised once every call has answered. Not on a cluster client."""
+        pipe = self._client.pipeline(transaction=False)
+        for c in calls:
+            await self.queue(c, pipe)
+        replies = await pipe.execute(raise_on_error=False)
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
+        return [c.decode(r) for c, r in zip(calls, replies, strict=True)]

@@ -15,6 +15,7 @@ from . import scripts as S
 from .clock import FakeClock
 from .delayed import leaf_number
 from .envelope import decode
+from .errors import ConfigError
 from .keys import GROUP
 from .metrics import Metrics
 from .recovery import ensure_group
@@ -50,12 +51,20 @@ def simulate(
     )
 
 
+def fakeredis_module() -> Any:
+    """fakeredis (the `zsched[testing]` extra), or a ConfigError saying which extra installs it."""
+    try:
+        import fakeredis
+    except ImportError as exc:
+        raise ConfigError("this needs fakeredis with Lua: pip install 'zsched[testing]'") from exc
+    return fakeredis
+
+
 async def _run(
     app: App, spec: Any, raw_spec: bytes, down_from: int, down_to: int,
     slow_s: float | None, after_slots: int,
 ) -> list[SimRow]:  # fmt: skip
-    import fakeredis
-
+    fakeredis = fakeredis_module()
     from .app import App as _App
 
     server = fakeredis.FakeServer()

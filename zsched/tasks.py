@@ -10,7 +10,7 @@ import contextvars
 import inspect
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -38,6 +38,12 @@ class Task:
     max_attempts: int | None = None
     backoff: Backoff = 1.0
     timeout: float | None = None
+    #: Keep each run's outcome (attempts, duration, return value) for the dedupe window.
+    keep_result: bool = False
+    #: Largest return value kept (msgpack bytes); a larger one is recorded as an error.
+    max_result_bytes: int = 16 * 1024
+    #: Concurrency and rate limits shared by all workers (zsched/limits.py); None = none.
+    limits: Any = None
 
     def backoff_seconds(self, attempt: int, max_seconds: float) -> float:
         """Delay before attempt `attempt + 1`: base * 2^(attempt-1), with full jitter."""
@@ -56,6 +62,12 @@ def make_task(
     max_attempts: int | None = None,
     backoff: Backoff = 1.0,
     timeout: float | None = None,
+    keep_result: bool = False,
+    max_result_bytes: int = 16 * 1024,
+    max_concurrency: int | None = None,
+    rate: str | float | None = None,
+    burst: int | None = None,
+    limit_key: Callable[[Any], Any] | None = None,
 ) -> Task:
     task_name = name or f"{fn.__module__}.{fn.__qualname__}"
     if not task_name or len(task_name.encode()) > 256:
@@ -66,8 +78,14 @@ def make_task(
         raise ZschedError(f"task {task_name}: timeout must be > 0 seconds, got {timeout}")
     if not callable(backoff) and not float(backoff) >= 0:
         raise ZschedError(f"task {task_name}: backoff must be >= 0 seconds, got {backoff}")
+    if not (isinstance(max_result_bytes, int) and max_result_bytes >= 0):
+        raise ZschedError(f"task {task_name}: max_result_bytes must be a whole number >= 0")
     is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
-    return Task(task_name, fn, is_async, max_attempts, backoff, timeout)
+    from .limits import make_limits
+
+    limits = make_limits(task_name, max_concurrency, rate, burst, limit_key)
+    return Task(task_name, fn, is_async, max_attempts, backoff, timeout, bool(keep_result),
+                max_result_bytes, limits)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,14 @@ class RunInfo:
     deliveries: int = 1
     #: When the dispatcher put this attempt on the stream (Redis clock).
     dispatched_at: datetime | None = None
+    # Set by the worker when a cancel of this run was requested (a list: the info is frozen).
+    _cancel: list[bool] = field(default_factory=lambda: [False], repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once `app.cancel(run_id)` asked this run to stop: a sync handler checks it
+        and returns (or raises) at its next safe point; the run then ends `cancelled`."""
+        return self._cancel[0]
 
 
 _current: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(

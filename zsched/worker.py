@@ -8,6 +8,7 @@ write is fenced: a consumer that no longer owns an entry cannot ack, retry or re
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import secrets
@@ -21,14 +22,20 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio.connection
 import redis.exceptions
 
+from . import controls as C
+from . import limits as _limits
+from . import outcomes as _outcomes
 from . import recovery
 from . import scripts as S
+from . import tracing as _tracing
 from .config import WorkerSettings, settings_from
 from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
 from .errors import Fail, PayloadError, Retry
+from .eviction import EvictionWatch
 from .keys import GROUP
 from .metrics import TaskMetrics
+from .retrying import Outage
 from .tasks import RunInfo, Task, ms_to_datetime, set_current
 from .worker_loop import REDIS_ERRORS, REFUSALS, WorkerLoop
 
@@ -55,6 +62,16 @@ class Delivery:
     raw: bytes
     due_ms: int | None
     deliveries: int = 1
+    #: Cancel support (zsched/worker_cancel.py): the asyncio task executing it, its RunInfo,
+    #: whether its handler is async, and whether a cancel request was seen.
+    exec_task: Any = None
+    info: RunInfo | None = None
+    is_async: bool = False
+    cancel_seen: bool = False
+    #: Limits (zsched/limits.py): the task, the run's limit key, whether it holds a share.
+    task_name: str | None = None
+    limit_key: str | None = None
+    limited: bool = False
 
 
 def _s(b: Any) -> str:
@@ -87,6 +104,7 @@ class Worker(WorkerLoop):
         self, app: App, redis: Any = None, consumer: str | None = None, **settings: Any
     ) -> None:
         self.app = app
+        allow_eviction = bool(settings.pop("allow_eviction", False))  # zsched/eviction.py
         self.settings = s = settings_from(WorkerSettings, settings)
         url = app.url
 
@@ -105,6 +123,9 @@ class Worker(WorkerLoop):
         self._acks: list[tuple[str, str]] = []
         self._retries: list[tuple[str, str, int, bytes]] = []
         self._deads: list[tuple[str, str, str, bytes]] = []
+        self._discards: list[tuple[str, str]] = []
+        #: entry_id -> (run_id, encoded outcome) of keep_result runs, recorded once written.
+        self._kept: dict[str, tuple[str, bytes]] = {}
         self._flushing: set[str] = set()
         self._lost: set[str] = set()
         # Held by flush and by lease renewal: a renewal racing an ack would read the acked
@@ -114,6 +135,10 @@ class Worker(WorkerLoop):
         self._leases: dict[str, tuple[str, str, int]] = {}
         self._wake_flush = asyncio.Event()
         self._slot_free = asyncio.Event()
+        #: The worker's loops wait out a Redis outage together and log it once.
+        self.outage = Outage(logging.getLogger("zsched.worker"), "worker", app.queue)
+        self.eviction = EvictionWatch(self.redis, app.keys.ready, app.queue, "worker",
+                                      app.metrics, allow_eviction)  # fmt: skip
         self._executor = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="zsched")
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.
@@ -126,6 +151,7 @@ class Worker(WorkerLoop):
 
     def held_entry_ids(self) -> list[str]:
         pending = [a[0] for a in self._acks] + [r[0] for r in self._retries]
+        pending += [d[0] for d in self._discards]
         return list(self.running) + pending + [d[0] for d in self._deads] + list(self._flushing)
 
     def leases(self) -> dict[str, tuple[str, str, int]]:
@@ -181,7 +207,7 @@ class Worker(WorkerLoop):
 
     def _start(self, d: Delivery) -> None:
         self.running[d.entry_id] = d
-        t = asyncio.get_running_loop().create_task(self._execute(d))
+        t = d.exec_task = asyncio.get_running_loop().create_task(self._execute(d))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
@@ -193,7 +219,8 @@ class Worker(WorkerLoop):
         except Exception as exc:
             # A fault of the worker itself (a handler's is an outcome): dead-letter the run
             # with the reason rather than leave its entry pending, unrenewed, until reclaim.
-            if not any(d.entry_id == o[0] for o in (*self._acks, *self._retries, *self._deads)):
+            outcomes = (*self._acks, *self._retries, *self._deads, *self._discards)
+            if not any(d.entry_id == o[0] for o in outcomes):
                 log.exception("worker error on run %s", d.run_id, extra={"queue": self.app.queue})
                 self._dead(d, f"worker error: {type(exc).__name__}: {exc}"[:2000], "worker_error")
         finally:
@@ -201,43 +228,98 @@ class Worker(WorkerLoop):
             self._slot_free.set()
             self._wake_flush.set()
 
-    async def _execute_inner(self, d: Delivery) -> None:
-        q = self.app.queue
+    def _prepare(self, d: Delivery) -> tuple[Envelope, Task, RunInfo] | None:
+        """Decode the run and find its task; None when it was dead-lettered instead."""
         try:
             env = decode(d.raw, d.run_id)
         except PayloadError as exc:
-            return self._dead(d, f"undecodable envelope: {exc}", "undecodable")
+            self._dead(d, f"undecodable envelope: {exc}", "undecodable")
+            return None
         if env.lease_ms and env.schedule_id:
             self._leases[d.entry_id] = (env.schedule_id, env.run_id, env.lease_ms)
         task = self.app.tasks.get(env.task)
         if task is None:
-            return self._dead(
+            self._dead(
                 d, f"unknown task {env.task!r}: not registered with this worker", "unknown_task"
             )
+            return None
         stream_ms = d.entry_id.split("-", 1)[0]
         dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
-        info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms), q,
-                       env.schedule_id, d.deliveries, dispatched)  # fmt: skip
+        info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms),
+                       self.app.queue, env.schedule_id, d.deliveries, dispatched)  # fmt: skip
+        d.info, d.is_async, d.task_name = info, task.is_async, task.name
+        return env, task, info
+
+    async def _execute_inner(self, d: Delivery) -> None:
+        prepared = self._prepare(d)
+        if prepared is None:
+            return
+        env, task, info = prepared
+        if d.cancel_seen:  # asked to stop before its handler started
+            return self._discard(d, task.name)
+        if task.limits is None:
+            return await self._run(d, env, task, info)
+        if not await _limits.admit(self, d, env, task):
+            return None  # deferred (or dead: its limit_key failed)
+        try:
+            await self._run(d, env, task, info)
+        finally:
+            await _limits.vacate(self, d, task)
+        return None
+
+    async def _run(self, d: Delivery, env: Envelope, task: Task, info: RunInfo) -> None:
+        """Run the handler and buffer its outcome."""
         started = time.time()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
         tm = self._metrics_of(task.name)
         tm.lags.append(max(0.0, started - due / 1000))
         t0 = time.perf_counter()
+        set_current(info)  # this task's log lines about the run carry it too (zsched/logs.py)
+        span = _tracing.start_attempt(env, self.app.queue, d.deliveries, d.entry_id, due)
+        value: Any = None
         try:
-            await self._call(task, env, info)
-        except Retry as r:
-            self._retry(d, env, task, r.delay, r.reason, outcome="retried")
-        except Fail as f:
-            self._dead(d, f"failed: {f.reason}"[:2000], "failed", task.name)
+            value = await self._call(task, env, info)
+        except asyncio.CancelledError:
+            if not d.cancel_seen:  # the worker is shutting down: not a cancel of this run
+                raise
+            me = asyncio.current_task()
+            if me is not None:
+                me.uncancel()  # ours: the run goes on to its outcome
+            self._discard(d, task.name)
         except Exception as exc:  # noqa: BLE001 - any handler error is an outcome, not a crash
+            self._failed(d, env, task, exc)
+        else:
+            if d.cancel_seen:  # it returned after it was asked to stop
+                self._discard(d, task.name)
+            else:
+                self._acks.append((d.entry_id, d.run_id))
+                tm.succeeded.inc()
+        finally:
+            tm.durations.append(time.perf_counter() - t0)
+            if task.keep_result:  # written with the run's outcome, dropped for a retry
+                kept = _outcomes.build(env.attempt, time.perf_counter() - t0, value,
+                                       task.max_result_bytes)  # fmt: skip
+                self._kept[d.entry_id] = (d.run_id, kept.encode())
+            _tracing.end_attempt(span)
+
+    def _failed(self, d: Delivery, env: Envelope, task: Task, exc: Exception) -> None:
+        """A handler raised: a run asked to stop ends cancelled, else it retries or dies."""
+        if d.cancel_seen:
+            self._discard(d, task.name)
+        elif isinstance(exc, Retry):
+            self._retry(d, env, task, exc.delay, exc.reason, outcome="retried")
+        elif isinstance(exc, Fail):
+            self._dead(d, f"failed: {exc.reason}"[:2000], "failed", task.name)
+        else:
             if isinstance(exc, TimeoutError):
                 exc = TimeoutError(f"timed out after {task.timeout}s")
             self._retry(d, env, task, None, None, exc=exc)
-        else:
-            self._acks.append((d.entry_id, d.run_id))
-            tm.succeeded.inc()
-        finally:
-            tm.durations.append(time.perf_counter() - t0)
+
+    def _discard(self, d: Delivery, task: str) -> None:
+        """The run was asked to stop and did: it ends cancelled (discard.lua at the flush)."""
+        self._discards.append((d.entry_id, d.run_id))
+        self.metrics.completed.labels(self.app.queue, task, "cancelled").inc()
+        log.info("run %s cancelled", d.run_id, extra={"queue": self.app.queue, "run_id": d.run_id})
 
     def _metrics_of(self, task: str) -> TaskMetrics:
         tm = self._task_metrics.get(task)
@@ -252,22 +334,21 @@ class Worker(WorkerLoop):
         for tm in self._task_metrics.values():
             tm.observe()
 
-    async def _call(self, task: Task, env: Envelope, info: RunInfo) -> None:
+    async def _call(self, task: Task, env: Envelope, info: RunInfo) -> Any:
+        """Run the handler; its return value."""
         if task.is_async:
             set_current(info)
             coro = task.fn(env.payload)
             if task.timeout:
-                await asyncio.wait_for(coro, task.timeout)
-            else:
-                await coro
-            return
+                return await asyncio.wait_for(coro, task.timeout)
+            return await coro
+        # In a copy of this context: the handler's thread sees the run span (zsched/tracing.py).
         fut = asyncio.get_running_loop().run_in_executor(
-            self._executor, _call_sync, task.fn, env.payload, info
+            self._executor, contextvars.copy_context().run, _call_sync, task.fn, env.payload, info
         )
         if task.timeout:
-            await asyncio.wait_for(fut, task.timeout)
-        else:
-            await fut
+            return await asyncio.wait_for(fut, task.timeout)
+        return await fut
 
     def _retry(
         self,
@@ -282,7 +363,9 @@ class Worker(WorkerLoop):
         s, q = self.settings, self.app.queue
         attempts = env.max_attempts or task.max_attempts or s.max_attempts
         if env.attempt >= attempts:
-            why = failure_reason(exc, env.attempt) if exc else f"{reason} (attempt {env.attempt})"
+            # "failed after": the dead script counts it as exhausted (lua/dead.lua's kinds).
+            why = (failure_reason(exc, env.attempt) if exc
+                   else f"failed after {env.attempt} attempt(s): {reason}")  # fmt: skip
             return self._dead(d, why, "exhausted", task.name)
         if delay is None:
             delay = task.backoff_seconds(env.attempt, s.max_backoff_ms / 1000)
@@ -291,6 +374,8 @@ class Worker(WorkerLoop):
         delay_ms = int(min(max(0.0, delay), MAX_RETRY_DELAY_S) * 1000)
         nxt = env.next_attempt(int(time.time() * 1000) + delay_ms)
         self._retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
+        _tracing.event("zsched.retry", failed=exc is not None, delay_s=delay_ms / 1000,
+                       reason=str(exc) if exc is not None else reason)  # fmt: skip
         self.metrics.completed.labels(q, task.name, outcome).inc()
         self.metrics.retried.labels(q, task.name).inc()
         if exc is not None:
@@ -299,6 +384,7 @@ class Worker(WorkerLoop):
 
     def _dead(self, d: Delivery, reason: str, kind: str, task: str = "") -> None:
         self._deads.append((d.entry_id, d.run_id, reason, d.raw))
+        _tracing.event("zsched.dead_letter", failed=True, reason=reason, kind=kind)
         self.metrics.dead_lettered.labels(self.app.queue, kind).inc()
         self.metrics.completed.labels(self.app.queue, task or "-", "dead").inc()
         log.warning("run %s dead-lettered: %s", d.run_id or d.entry_id, reason,
@@ -315,6 +401,8 @@ class Worker(WorkerLoop):
     async def _flush(self) -> None:
         """Write buffered outcomes: one script call per kind per FLUSH_BATCH runs."""
         k, now, s = self.app.keys, self.app.clock.now_ms(), self.app.settings
+        if self._discards:
+            await self._flush_discards()
         while self._acks or self._retries or self._deads:
             b = FLUSH_BATCH
             acks, self._acks = self._acks[:b], self._acks[b:]
@@ -331,17 +419,20 @@ class Worker(WorkerLoop):
                     written, acks = acks, []
                     self._fenced("ack", written, codes)
                     await self._unlease(written, codes)
+                    await self._record(written, codes)
                 if retries:
                     codes = await self.scripts.run(S.retry(k, self.consumer, retries, now_ms=now))
                     done_r, retries = retries, []
                     self._fenced("retry", done_r, codes)
                     for r in done_r:  # the run is not finished: its rule lease stays held
                         self._leases.pop(r[0], None)
+                        self._kept.pop(r[0], None)
                 if deads:
                     codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
                     done_d, deads = deads, []
                     self._fenced("dead", done_d, codes)
                     await self._unlease(done_d, codes)
+                    await self._record(done_d, codes)
             except _FLUSH_ERRORS:
                 # Keep the outcomes; the leases keep the entries ours until Redis is back.
                 self._acks[:0], self._retries[:0], self._deads[:0] = acks, retries, deads
@@ -349,6 +440,37 @@ class Worker(WorkerLoop):
             finally:
                 self._flushing.difference_update(acked)
                 self._slot_free.set()
+
+    async def _flush_discards(self) -> None:
+        """End the runs that stopped after a cancel request (discard.lua), freeing leases."""
+        k, s = self.app.keys, self.app.settings
+        while self._discards:
+            batch, self._discards = self._discards[:FLUSH_BATCH], self._discards[FLUSH_BATCH:]
+            try:
+                codes = await self.scripts.run(C.discard(k, self.consumer, batch,
+                    now_ms=self.app.clock.now_ms(), dedupe_window_ms=s.dedupe_window_ms))  # fmt: skip
+            except _FLUSH_ERRORS:
+                self._discards[:0] = batch
+                raise
+            self._fenced("discard", batch, codes)
+            await self._unlease(batch, codes)
+            await self._record(batch, codes)
+
+    async def _record(self, items: list[Any], codes: list[int]) -> None:
+        """Keep the outcomes of keep_result runs just finished (record.lua); none: no call.
+        Written after the run's own outcome: a crash in between loses only the details."""
+        if not self._kept:
+            return
+        pairs = []
+        for it, code in zip(items, codes, strict=True):
+            kept = self._kept.pop(it[0], None)
+            if kept is not None and code == S.OK:
+                pairs.append(kept)
+        if pairs:
+            s = self.app.settings
+            call = _outcomes.record(self.app.keys, pairs, now_ms=self.app.clock.now_ms(),
+                                    dedupe_window_ms=s.dedupe_window_ms)  # fmt: skip
+            await self.scripts.run(call)
 
     async def _unlease(self, items: list[Any], codes: list[int]) -> None:
         """A rule's run finished: free its overlap lease (and start a fire that waited)."""

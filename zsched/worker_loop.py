@@ -14,11 +14,12 @@ from typing import Any
 
 import redis.exceptions
 
-from . import recovery
+from . import limits, recovery, worker_cancel
 from . import scripts as S
 from .connection import RETRYABLE_ERRORS, redact_text
-from .errors import ScriptError
+from .errors import EvictionPolicyError, ScriptError
 from .keys import GROUP
+from .retrying import Backoff
 
 log = logging.getLogger("zsched.worker")
 # Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
@@ -31,6 +32,9 @@ REFUSALS = (redis.exceptions.ResponseError, ScriptError)
 class WorkerLoop:
     """run(), its loops and shutdown; mixed into Worker (`self` is the Worker: typed Any here
     because a mixin cannot name its subclass as its self type)."""
+
+    #: Set when the worker refused to start (zsched/eviction.py); run() raises it.
+    refused: EvictionPolicyError | None = None
 
     async def run(self: Any, stop: asyncio.Event | None = None) -> None:
         """Consume until `stop` is set (or SIGTERM via the CLI), then shut down cleanly."""
@@ -45,39 +49,50 @@ class WorkerLoop:
         await stop.wait()
         await self.shutdown(loops)
         log.info("worker %s stopped", self.consumer, extra={"queue": q})
+        if self.refused is not None:
+            raise self.refused
 
     async def _guard(self: Any, loop: Any, stop: asyncio.Event) -> None:
-        """Run one loop, retrying with backoff while Redis is unreachable."""
-        backoff = 0.1
+        """Run one loop, retrying with backoff while Redis is unreachable. The worker's loops
+        share one Outage (`self.outage`): an outage is one WARNING per worker, not per loop."""
+        backoff = Backoff()
+        q = self.app.queue
         while not stop.is_set():
             started = time.monotonic()
             try:
                 await loop(stop)
+            except EvictionPolicyError as exc:  # refused to start: stop, and run() raises it
+                self.refused = exc
+                stop.set()
+                return
             except REDIS_ERRORS as exc:
                 # A loop that ran well for a while starts over from a short backoff.
-                backoff = 0.1 if time.monotonic() - started > 10 else backoff
-                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
-                log.warning("worker lost Redis (%s); retrying in %.1fs", type(exc).__name__,
-                            backoff, extra={"queue": self.app.queue})  # fmt: skip
+                if time.monotonic() - started > 10:
+                    backoff.reset()
+                self.metrics.redis_errors.labels(q, "worker").inc()
+                delay = backoff.next()
+                self.outage.failed(exc, delay)
             except REFUSALS as exc:
-                self.metrics.redis_errors.labels(self.app.queue, "worker").inc()
+                self.metrics.redis_errors.labels(q, "worker").inc()
                 if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
                     self._group_ready = False
                 why = redact_text(str(exc))[:500]
+                delay = backoff.next()
                 log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
-                          backoff, extra={"queue": self.app.queue})  # fmt: skip
+                          delay, extra={"queue": q})  # fmt: skip
             except Exception:  # noqa: BLE001 - a loop must never die silently in a live process
+                delay = backoff.next()
                 log.exception("worker loop %s failed; restarting it in %.1fs",
-                              getattr(loop, "__name__", loop), backoff,
-                              extra={"queue": self.app.queue})  # fmt: skip
+                              getattr(loop, "__name__", loop), delay,
+                              extra={"queue": q})  # fmt: skip
             else:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff)
-            backoff = min(backoff * 2, 5.0)
+                await asyncio.wait_for(stop.wait(), delay)
 
     async def _read_loop(self: Any, stop: asyncio.Event) -> None:
         s = self.settings
+        await self.eviction.check(force=not self.eviction.checked)
         await self.setup()
         next_reclaim = 0.0
         # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
@@ -103,6 +118,8 @@ class WorkerLoop:
             for d in await self._read(min(free, s.read_batch), block):
                 self._start(d)
             self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
+            self.outage.ok()
+            await self.eviction.check()
             self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
 
     def _free_slots(self: Any) -> int:
@@ -110,6 +127,7 @@ class WorkerLoop:
         counting it keeps reading from outpacing the writes, else (1M runs draining) the
         backlog outlived the visibility timeout and this worker reclaimed its own entries."""
         unwritten = len(self._acks) + len(self._retries) + len(self._deads) + len(self._flushing)
+        unwritten += len(self._discards)
         return int(self.settings.concurrency) - len(self.running) - unwritten
 
     async def _reclaimable(self: Any) -> bool:
@@ -124,7 +142,7 @@ class WorkerLoop:
 
     async def _flush_loop(self: Any, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            if not (self._acks or self._retries or self._deads):  # else: left by a failed flush
+            if not (self._acks or self._retries or self._deads or self._discards):  # a failed flush
                 await self._wake_flush.wait()
             self._wake_flush.clear()
             await self.flush()
@@ -137,6 +155,8 @@ class WorkerLoop:
             if not stop.is_set():
                 self._observe_metrics()  # also while every slot holds a long handler
                 await recovery.renew_leases(self)
+                await worker_cancel.check_cancels(self)
+                await limits.renew(self)
 
     async def shutdown(self: Any, loops: list[asyncio.Task[None]]) -> None:
         """Stop reading, let running handlers finish within the grace, hand back the rest."""
@@ -162,6 +182,8 @@ class WorkerLoop:
 
     async def _hand_back(self: Any) -> None:
         """Release every entry still pending for this consumer (unfinished or never started)."""
+        if not self._group_ready:  # never read (e.g. refused to start): nothing is held
+            return
         k = self.app.keys
         mine = await recovery.own_pending(self)
         gone = [eid for eid, run_id in mine if not run_id]

@@ -32,7 +32,11 @@ def sink() -> Any:
     # One client per event loop (a worker process has one loop; keyed for safety).
     loop_id = id(asyncio.get_running_loop())
     if loop_id not in _sink:
-        _sink[loop_id] = aioredis.Redis.from_url(os.environ["CHAOS_SINK_URL"], protocol=2)
+        # A long socket timeout: the sink is not under test, and a worker SIGSTOPped (a
+        # zombie) past redis-py's default 5 s would find its pending write timed out on waking
+        # and fail the handler (a retry the checks do not expect).
+        _sink[loop_id] = aioredis.Redis.from_url(os.environ["CHAOS_SINK_URL"], protocol=2,
+                                                 socket_timeout=60)  # fmt: skip
     return _sink[loop_id]
 
 

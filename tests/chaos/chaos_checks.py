@@ -78,6 +78,7 @@ def judge(obs: Observed) -> tuple[list[str], str]:
     lost = _completeness(f, fin, by_run, workload, workload | rule_runs)
     extra, unexecuted = _accounting(f, execs, by_run, stats, len(workload))
     f += fin.get("rule_failures", [])
+    f += _logged_once(obs)
 
     def first_lags(ids: set[str]) -> list[int]:
         return [min(e.start_ms for e in es) - es[0].scheduled_ms
@@ -112,6 +113,20 @@ def _completeness(f: list[str], fin: dict[str, Any], by_run: dict[str, list[Exec
     if fin["pending"]:
         f.append(f"{fin['pending']} entries still pending in the consumer group")
     return lost
+
+
+def _logged_once(obs: Observed) -> list[str]:
+    """A process logs a Redis outage once (one WARNING), not once per attempt: no process log
+    has more "lost Redis" warnings than there were faults that cut or stalled Redis."""
+    fl = obs.faults
+    bound = fl["redis_kill"] + fl["redis_stop"] + fl["master_kill"] + fl["client_kill"]
+    out = []
+    for name, text in obs.logs.items():
+        n = sum(1 for x in text.splitlines() if " WARNING " in x and "lost Redis" in x)
+        if n > bound:
+            out.append(f"{name}: {n} 'lost Redis' warnings for {bound} Redis faults "
+                       f"(an outage must be logged once, not per attempt)")  # fmt: skip
+    return out
 
 
 def _accounting(f: list[str], execs: list[Execution], by_run: dict[str, list[Execution]],
@@ -163,6 +178,8 @@ def report(
         ("faults: SIGKILL dispatcher / worker", f"{fl['kill_dispatcher']} / {fl['kill_worker']}"),
         ("faults: zombie worker (SIGSTOP/CONT)", fl["stop"]),
         ("faults: redis-server SIGKILL + AOF", fl["redis_kill"]),
+        ("faults: redis-server SIGSTOP (hung)", fl["redis_stop"]),
+        ("faults: master SIGKILL (failover)", fl["master_kill"]),
         ("faults: SCRIPT FLUSH", fl["script_flush"]),
         ("faults: CLIENT KILL", f"{fl['client_kill']} ({fl['connections_killed']} connections)"),
         ("duplicates: extra executions (X)", extra),

@@ -147,9 +147,53 @@ def apply_fault(
         srv.kill()
         time.sleep(f.arg)  # the outage itself is the fault
         srv.start()
+    elif f.kind == "redis_stop":
+        # The harness waits out the hang too: the faults planned meanwhile come after it (a
+        # kill of the hung server would cut the hang short).
+        assert srv.proc is not None
+        srv.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(f.arg)  # hung: every client's call waits for its socket timeout
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
     elif f.kind == "script_flush":
         retrying(lambda: ctl.script_flush())
     elif f.kind == "client_kill":
         n = retrying(lambda: _client_kill(ctl, int(f.arg), rng))
         return f"killed {n}"
     return "ok"
+
+
+class SingleServer:
+    """The faulted deployment of a plain chaos run: one redis-server with an fsynced AOF."""
+
+    def __init__(self, dir: Path) -> None:
+        # The latency monitor explains a lag spike: a slow fsync, a long script, the AOF load.
+        self.srv = RedisServer("--appendonly", "yes", "--appendfsync", "always",
+                               "--latency-monitor-threshold", "100", dir=str(dir)).start()  # fmt: skip
+        self.url = self.srv.url
+        self._ctl = ctl_client(self.url)
+        self._snap = ctl_client(self.url)
+
+    def ctl(self) -> redis.Redis:
+        """The harness's client on the server that holds the queue."""
+        return self._ctl
+
+    def snapshot_client(self) -> redis.Redis:
+        return self._snap
+
+    def rules_app(self) -> Any:
+        import zsched
+
+        return zsched.App(ctl_client(self.url), queue=QUEUE)
+
+    def apply(self, f: Fault, procs: Procs, rng: random.Random) -> str:
+        return apply_fault(f, procs, self.srv, self._ctl, rng)
+
+    def alive(self) -> bool:
+        return self.srv.proc is not None and self.srv.proc.poll() is None
+
+    def stop(self) -> None:
+        self._ctl.close()
+        self._snap.close()
+        self.srv.stop()

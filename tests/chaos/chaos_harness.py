@@ -23,8 +23,7 @@ from chaos_faults import (
     REDIS_DOWN,
     Procs,
     RedisServer,
-    apply_fault,
-    ctl_client,
+    SingleServer,
     retrying,
 )
 from chaos_plan import Config, Fault, format_plan, make_plan
@@ -32,6 +31,7 @@ from chaos_rules import RULES_AVAILABLE
 
 import zsched
 from zsched.delayed import IDS_SCRIPT as DELAYED_IDS_LUA
+from zsched.keys import QueueKeys
 
 
 @dataclass
@@ -65,8 +65,8 @@ class Workload(threading.Thread):
     def __init__(self, obs: Observed, url: str, t0: float, rng: random.Random) -> None:
         super().__init__(daemon=True, name="chaos-enqueuer")
         self.obs, self.t0 = obs, t0
-        self.app = zsched.App(url, queue=QUEUE)
         cfg = obs.cfg
+        self.app = zsched.App(url, queue=QUEUE, durable=cfg.durable)
         times = sorted(t0 + 1.0 + rng.uniform(0, cfg.seconds - 1.0) for _ in range(cfg.runs))
         self.todo = [(f"c{i:06d}", t) for i, t in enumerate(times)]
         obs.run_ids = [rid for rid, _ in self.todo]
@@ -99,29 +99,31 @@ class Workload(threading.Thread):
                 ids = self.app.enqueue_many(items)
                 self.obs.enqueue_duplicates_seen += sum(1 for x in ids if x.duplicate)
                 return
-            except (*REDIS_DOWN, redis.exceptions.ResponseError) as exc:
+            except (*REDIS_DOWN, redis.exceptions.ResponseError, zsched.NotReplicated) as exc:
                 # ResponseError: NOSCRIPT racing a SCRIPT FLUSH inside a pipeline, LOADING.
+                # NotReplicated: durable (cluster runs), no replica yet after a failover.
                 self.obs.enqueue_errors[type(exc).__name__] += 1
                 time.sleep(0.05)
 
 
 class Snapshots(threading.Thread):
-    """Atomic (MULTI) reads of every place a run can be, checked for one-place-at-a-time."""
+    """Atomic (MULTI) reads of every place a run can be, checked for one-place-at-a-time.
+    `client()` gives a client on the server that holds the queue (on a cluster, after a
+    failover, another one)."""
 
-    def __init__(self, obs: Observed, url: str, every: float) -> None:
+    def __init__(self, obs: Observed, client: Any, every: float) -> None:
         super().__init__(daemon=True, name="chaos-snapshots")
-        self.obs, self.every = obs, every
-        self.r = ctl_client(url)
-        self.k = zsched.App(self.r, queue=QUEUE).keys
+        self.obs, self.every, self.client = obs, every, client
+        self.k = QueueKeys(QUEUE)
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(self.every):
             try:
-                self.obs.violations += one_place(read_places(self.r, self.k))
+                self.obs.violations += one_place(read_places(self.client(), self.k))
                 self.obs.snapshots += 1
-            except (*REDIS_DOWN, redis.exceptions.BusyLoadingError):
-                pass
+            except (*REDIS_DOWN, redis.exceptions.BusyLoadingError, redis.exceptions.MovedError):
+                pass  # MOVED: a cluster failover moved the slot; the next one reads the new owner
 
 
 def read_places(r: redis.Redis, k: Any) -> dict[str, list[str]]:
@@ -181,8 +183,9 @@ def _count(obs: Observed, f: Fault, note: str) -> None:
         obs.faults["connections_killed"] += int(note.split()[-1])
 
 
-def run(cfg: Config, out: Path, echo: Any = print) -> Observed:
-    """One chaos run in `out` (logs and AOF stay there). Returns what it observed."""
+def run(cfg: Config, out: Path, echo: Any = print, target: Any = None) -> Observed:
+    """One chaos run in `out` (logs and AOF stay there). Returns what it observed.
+    `target`: the faulted deployment (default: SingleServer; chaos_cluster.ClusterTarget)."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     plan = make_plan(cfg)
@@ -200,41 +203,31 @@ def run(cfg: Config, out: Path, echo: Any = print) -> Observed:
     rng = random.Random(cfg.seed + 1)
     for d in ("redis", "sink"):
         (out / d).mkdir(exist_ok=True)
-    # The latency monitor explains a lag spike: a slow fsync, a long script, the AOF load.
-    srv = RedisServer(
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--latency-monitor-threshold",
-        "100",
-        dir=str(out / "redis"),
-    ).start()
+    target = target or SingleServer(out / "redis")
     sink = RedisServer(dir=str(out / "sink")).start()
-    procs = Procs(cfg, srv.url, sink.url, out, use_rules)
-    ctl = ctl_client(srv.url)
-    snaps = Snapshots(obs, srv.url, cfg.snapshot_every_s)
-    rules_app = zsched.App(ctl_client(srv.url), queue=QUEUE)
+    procs = Procs(cfg, target.url, sink.url, out, use_rules)
+    snaps = Snapshots(obs, target.snapshot_client, cfg.snapshot_every_s)
+    rules_app = target.rules_app()
     t0 = time.time()
     rules_start = chaos_rules.first_slot(t0)
     try:
         obs.rules = chaos_rules.rule_specs() if use_rules else []
         for slot in procs.slots():
             procs.spawn(slot)
-        _wait_ready(ctl, cfg)
+        _wait_ready(target.ctl(), cfg)
         t0 = time.time()
         rules_start = chaos_rules.first_slot(t0)
         if use_rules:
             chaos_rules.create(rules_app, rules_start)
         obs.t0_ms = int(t0 * 1000)
-        load = Workload(obs, srv.url, t0, random.Random(cfg.seed + 2))
+        load = Workload(obs, target.url, t0, random.Random(cfg.seed + 2))
         load.start()
         snaps.start()
         pending = list(plan)
         while pending or time.time() < t0 + cfg.seconds:
             if pending and time.time() >= t0 + pending[0].at_s:
                 f = pending.pop(0)
-                note = apply_fault(f, procs, srv, ctl, rng)
+                note = target.apply(f, procs, rng)
                 _count(obs, f, note)
                 obs.fault_log.append(f"{f.describe()}  [at t+{time.time() - t0:.2f}s: {note}]")
             obs.crashes += procs.reap_crashes()
@@ -245,12 +238,12 @@ def run(cfg: Config, out: Path, echo: Any = print) -> Observed:
         obs.t_end_ms = int(time.time() * 1000)
         if use_rules:  # a finite set of slots to check: nothing fires after this
             retrying(lambda: chaos_rules.pause_all(rules_app))
-        obs.drained = _wait_drained(ctl, obs, cfg.drain_timeout_s, procs)
+        obs.drained = _wait_drained(target.ctl(), obs, cfg.drain_timeout_s, procs)
     finally:
         snaps.done.set()
         obs.exit_codes = procs.stop_all()
         try:
-            obs.final = collect(ctl, sink.url) if srv.proc and srv.proc.poll() is None else {}
+            obs.final = collect(target.ctl(), sink.url) if target.alive() else {}
             if obs.final and use_rules:
                 executed = set(obs.final["effects"])
                 fails, rows = chaos_rules.check_rules(
@@ -258,8 +251,8 @@ def run(cfg: Config, out: Path, echo: Any = print) -> Observed:
                 )
                 obs.final["rule_failures"], obs.final["rule_rows"] = fails, rows
         finally:
-            ctl.close()
-            srv.stop()
+            rules_app.close()
+            target.stop()
             sink.stop()
             obs.logs = {p.name: p.read_text(errors="replace") for p in procs.files}
             obs.seconds_total = time.monotonic() - started

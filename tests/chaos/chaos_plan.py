@@ -22,6 +22,14 @@ class Config:
     #: Workers SIGSTOPped past the visibility timeout, then SIGCONTed.
     zombies: int = 2
     redis_kills: int = 2
+    #: redis-server SIGSTOPped (hung, not dead: connections stay open, nothing answers) for
+    #: `redis_stop_s`, then SIGCONTed.
+    redis_stops: int = 1
+    redis_stop_s: float = 10.0
+    #: Redis Cluster runs (chaos_cluster.py): SIGKILLs of the master holding the queue (its
+    #: replica takes over; the old master comes back as a replica), and durable enqueues.
+    master_kills: int = 0
+    durable: bool = False
     script_flushes: int = 2
     client_kills: int = 6
     #: Give up waiting for the drain after this long (a safety net, reported as lost runs).
@@ -36,11 +44,11 @@ class Config:
 @dataclass(frozen=True)
 class Fault:
     at_s: float
-    #: kill | stop | cont | redis_kill | script_flush | client_kill
+    #: kill | stop | cont | redis_kill | redis_stop | master_kill | script_flush | client_kill
     kind: str
     #: "dispatcher-N" / "worker-N" for kill, stop, cont; "" otherwise.
     target: str = ""
-    #: stop: seconds stopped; redis_kill: seconds down; client_kill: connections killed.
+    #: stop, redis_stop: seconds stopped; redis_kill: seconds down; client_kill: connections.
     arg: float = 0.0
 
     def describe(self) -> str:
@@ -49,6 +57,9 @@ class Fault:
             "stop": f"SIGSTOP {self.target} for {self.arg:.1f}s (zombie)",
             "cont": f"SIGCONT {self.target}",
             "redis_kill": f"SIGKILL redis-server, restart from AOF after {self.arg:.2f}s",
+            "redis_stop": f"SIGSTOP redis-server for {self.arg:.1f}s (hung), then SIGCONT",
+            "master_kill": "SIGKILL the cluster master holding the queue (replica promoted, "
+            "old master back as a replica)",
             "script_flush": "SCRIPT FLUSH",
             "client_kill": f"CLIENT KILL {int(self.arg)} random connection(s)",
         }[self.kind]
@@ -91,6 +102,14 @@ def make_plan(cfg: Config) -> list[Fault]:
         faults.append(Fault(rng.uniform(0.1, 0.9) * t_end, "script_flush"))
     for _ in range(cfg.client_kills):
         faults.append(Fault(rng.uniform(0.05, 0.95) * t_end, "client_kill", "", rng.randint(1, 3)))
+    # Drawn last, so the faults above stay where a seed put them before this kind existed.
+    for i in range(cfg.redis_stops):
+        slot = t_end / cfg.redis_stops
+        faults.append(Fault(slot * i + rng.uniform(0.2, 0.6) * slot, "redis_stop", "",
+                            cfg.redis_stop_s))  # fmt: skip
+    for i in range(cfg.master_kills):
+        slot = t_end / cfg.master_kills
+        faults.append(Fault(slot * i + rng.uniform(0.3, 0.6) * slot, "master_kill"))
     return sorted(faults, key=lambda f: f.at_s)
 
 

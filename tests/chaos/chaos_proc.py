@@ -14,14 +14,21 @@ import sys
 
 from chaos_app import app
 
+from zsched.cli.processes import _at_start  # the CLI's start-up wait for Redis
+
 
 async def main(vis_ms: int, concurrency: int) -> None:
-    w = app.worker(
-        concurrency=concurrency,
-        visibility_timeout_ms=vis_ms,
-        max_deliveries=1000,
-        block_ms=1000,
-        shutdown_grace_ms=2000,
+    # Built the way `zsched worker` builds it: waiting while Redis is down (a worker restarted
+    # during a redis-server kill reads the queue's layout from Redis here).
+    w = _at_start(
+        lambda: app.worker(
+            concurrency=concurrency,
+            visibility_timeout_ms=vis_ms,
+            max_deliveries=1000,
+            block_ms=1000,
+            shutdown_grace_ms=2000,
+        ),
+        "worker",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -16,7 +16,7 @@ from chaos_main import SMOKE
 SEED = int(os.environ.get("ZSCHED_CHAOS_SEED", "20261129"))
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 def test_under_kills_zombies_redis_restarts_and_flushes_nothing_is_lost_or_done_twice(
     tmp_path, capsys
 ) -> None:
@@ -31,6 +31,7 @@ def test_under_kills_zombies_redis_restarts_and_flushes_nothing_is_lost_or_done_
         "kill_dispatcher",
         "stop",
         "redis_kill",
+        "redis_stop",
         "script_flush",
         "client_kill",
     ):

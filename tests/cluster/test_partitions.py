@@ -77,8 +77,9 @@ def test_get_run_and_cancel_find_a_run_in_its_partition(backend, queue) -> None:
     app.enqueue("t", run_id="later", delay=3600)
     assert app.get_run("later").state == "scheduled"
     assert app.cancel("later")
+    assert app.get_run("later").state == "cancelled"  # recorded in the run's partition
     with pytest.raises(zsched.RunNotFound):
-        app.get_run("later")
+        app.get_run("never")
 
 
 def test_an_app_with_another_partition_count_is_refused(backend, queue) -> None:

@@ -80,15 +80,16 @@ def test_enqueue_status_show_and_dead_letters_round_trip(redis_url, queue, capsy
     base = ["--redis", redis_url, "--queue", queue]
     out = run_json(capsys, "enqueue", "t", "--payload", '{"a": 1}', "--in", "60", "--id", "x",
                    *base)  # fmt: skip
-    assert out == {"run_id": "x", "duplicate": False}
+    assert out == {"run_id": "x", "duplicate": False, "replaced": False, "outcome": "enqueued"}
     assert run_json(capsys, "enqueue", "t", "--id", "x", *base)["duplicate"] is True
     st = run_json(capsys, "status", *base)
     assert (st["delayed"], st["stats"]["duplicate"]) == (1, 1)
     shown = run_json(capsys, "runs", "show", "x", *base)
     assert (shown["state"], shown["task"]) == ("scheduled", "t")
     assert run_json(capsys, "runs", "cancel", "x", *base)["cancelled"] is True
-    assert main(["runs", "show", "x", *base]) == 1
-    assert "no run 'x'" in capsys.readouterr().err
+    assert run_json(capsys, "runs", "show", "x", *base)["state"] == "cancelled"
+    assert main(["runs", "show", "nobody", *base]) == 1
+    assert "no run 'nobody'" in capsys.readouterr().err
     # A dead letter to list, replay and purge.
     app = zsched.App(redis_url, queue=queue)
     app.enqueue("nobody-has-this", None, run_id="d")

@@ -16,7 +16,7 @@ from redis.retry import Retry
 
 from tests.state import add_delayed
 from zsched.clock import FakeClock
-from zsched.collector import COLLECTED_METRICS, PENDING_SAMPLE, QueueCollector
+from zsched.collector import COLLECTED_COUNTERS, COLLECTED_METRICS, PENDING_SAMPLE, QueueCollector
 from zsched.keys import GROUP, QueueKeys
 
 NOW_MS = 1_800_000_000_000  # a pinned instant (2027-01-15T08:00:00Z)
@@ -251,10 +251,12 @@ def test_an_unreachable_redis_never_fails_the_scrape() -> None:
 
 def test_collected_metric_names_are_exactly_the_declared_ones(r: redis.Redis, queue: str) -> None:
     collector = QueueCollector(r, [queue])
-    assert sorted(m.name for m in collector.describe()) == sorted(COLLECTED_METRICS)
-    assert sorted(m.name for m in collector.collect()) == sorted(COLLECTED_METRICS)
+    counters = [n.removesuffix("_total") for n in COLLECTED_COUNTERS]
+    names = sorted([*COLLECTED_METRICS, *counters])
+    assert sorted(m.name for m in collector.describe()) == names
+    assert sorted(m.name for m in collector.collect()) == names
     for m in collector.collect():
-        assert m.type == "gauge"
+        assert m.type == ("counter" if m.name in counters else "gauge")
         assert all(s.labels["queue"] == queue for s in m.samples)
 
 

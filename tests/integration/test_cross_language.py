@@ -483,3 +483,41 @@ def test_every_client_makes_fresh_ids_that_sort_by_time(real, queue, node_dir) -
     everything = ids["python"] + ids["node"] + ids["shell"]
     assert everything == sorted(everything)
     assert delayed_count(real.sync, app.keys) == 6
+
+
+def test_node_reschedules_python_runs_with_the_same_outcomes(real, queue, node_dir):
+    app = real.app(queue)
+    app.enqueue("echo", None, delay=3600, run_id="later")
+    base = ("--redis", real.url, "--queue", queue, "--run-id", "later")
+    (moved,) = node(node_dir, "runs.js", "reschedule", *base, "--run-at-ms", "1900000000000")
+    assert moved == {"run_id": "later", "code": 1, "outcome": "moved", "moved": True,
+                     "due_ms": 1900000000000}  # fmt: skip
+    assert app.get_run("later").run_at == datetime.fromtimestamp(1900000000, UTC)
+    (soon,) = node(node_dir, "runs.js", "reschedule", *base, "--delay-ms", "0")
+    assert soon["moved"] and app.reschedule("later", delay=60).moved
+    base = ("--redis", real.url, "--queue", queue, "--run-id", "nobody")
+    (missing,) = node(node_dir, "runs.js", "reschedule", *base, "--delay-ms", "5")
+    assert (missing["outcome"], missing["moved"], missing["due_ms"]) == ("not_found", False, None)
+    assert app.reschedule("nobody", delay=5).outcome.name.lower() == missing["outcome"]
+
+
+def test_node_cancels_anywhere_with_the_python_outcomes(real, queue, node_dir):
+    app = real.app(queue)
+    app.enqueue("echo", None, delay=3600, run_id="later")
+    base = ("--redis", real.url, "--queue", queue, "--run-id", "later")
+    (first,) = node(node_dir, "runs.js", "cancel-run", *base)
+    assert first == {"run_id": "later", "code": 1, "outcome": "cancelled_delayed"}
+    assert app.get_run("later").state == "cancelled"
+    (again,) = node(node_dir, "runs.js", "cancel-run", *base)
+    assert again["outcome"] == "already_cancelled" == app.cancel("later").outcome.name.lower()
+
+
+def test_node_cancelling_a_delayed_rule_fire_frees_its_lease(real, queue, node_dir):
+    app = real.app(queue, clock=zsched.FakeClock(1_800_000_000_000))
+    app.schedule("nightly", "echo", every=3600, overlap="skip")
+    res = app.run_schedule_now("nightly")
+    assert real.sync.get(app.keys.lease("nightly")) == res.run_id.encode()
+    base = ("--redis", real.url, "--queue", queue, "--run-id", res.run_id)
+    (out,) = node(node_dir, "runs.js", "cancel-run", *base)
+    assert out["outcome"] == "cancelled_delayed"
+    assert not real.sync.exists(app.keys.lease("nightly"))

@@ -53,16 +53,20 @@ def test_partitioned_get_run_and_cancel_route_like_enqueue(backend, queue) -> No
         assert app.cancel(r)
 
 
+#: No replica ever comes here: give up on NotReplicated quickly (it is retried up to the bound).
+QUICK = zsched.QueueSettings(outage_retry_ms=200)
+
+
 def test_durable_refused_wait_is_not_success(real, queue) -> None:
     # A user allowed everything but WAIT: the write cannot be confirmed on a replica.
     r = real.sync
     with pytest.raises(NotReplicated):  # no replica: the baseline refuses
-        real.app(queue, durable=True).enqueue("t", run_id="d0")
+        real.app(queue, durable=True, settings=QUICK).enqueue("t", run_id="d0")
     r.execute_command("ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait")
     try:
         host, port = r.connection_pool.connection_kwargs["host"], r.connection_pool.connection_kwargs["port"]
         app = zsched.App(f"redis://nowait:pw@{host}:{port}/0", queue=queue, durable=True,
-                         metrics=Metrics())
+                         metrics=Metrics(), settings=QUICK)
         with pytest.raises((NotReplicated, redis.exceptions.ResponseError)):
             app.enqueue("t", run_id="d1")  # WAIT refused (NOPERM): not confirmed
         app.close()

@@ -58,19 +58,22 @@ def test_processes_started_while_redis_is_down_retry_then_work(tmp_path: Path, q
     url = f"redis://127.0.0.1:{port}/0"
     dlog, wlog = tmp_path / "dispatcher.log", tmp_path / "worker.log"
     app_ref = "reliability.rel_app:app"
-    d = spawn(dlog, "dispatcher", "--app", app_ref, "--queue", queue, url=url)
-    w = spawn(wlog, "worker", app_ref, "--queue", queue, url=url)
+    # -vv: the attempts after the first are DEBUG lines, so the test can count them.
+    d = spawn(dlog, "-vv", "dispatcher", "--app", app_ref, "--queue", queue, url=url)
+    w = spawn(wlog, "-vv", "worker", app_ref, "--queue", queue, url=url)
     try:
         wait_for(
-            lambda: len(lines(dlog, "retrying in")) >= 3 and len(lines(wlog, "retrying in")) >= 3,
-            "three retries of each process",
+            lambda: len(lines(dlog, "retrying in")) >= 4 and len(lines(wlog, "retrying in")) >= 4,
+            "four attempts of each process",
         )
         assert d.poll() is None and w.poll() is None
         for log in (dlog, wlog):
             text = log.read_text()
             assert "Traceback" not in text
-            # One line per attempt, naming what failed and when the next attempt is.
+            # Each attempt names what failed and when the next one is ...
             assert all("Redis" in x and "ConnectionError" in x for x in lines(log, "retrying in"))
+            # ... but only the first is a WARNING: an outage is one line at the default level.
+            assert len([x for x in lines(log, "retrying in") if " WARNING " in x]) == 1
         with RedisServer(port=port):
             r = redis.Redis.from_url(url)
             zsched.App(url, queue=queue).enqueue("quick", run_id="after-the-outage")
@@ -83,6 +86,8 @@ def test_processes_started_while_redis_is_down_retry_then_work(tmp_path: Path, q
             for p in (d, w):
                 p.send_signal(signal.SIGTERM)
                 assert p.wait(20) == 0
+        for log in (dlog, wlog):  # the end of the outage is said once too
+            assert len(lines(log, "reached Redis again")) == 1
     finally:
         for p in (d, w):
             if p.poll() is None:
@@ -132,7 +137,9 @@ async def test_lost_data_is_noticed_without_info_on_fakeredis(queue: str, caplog
 
 def test_an_enqueue_whose_reply_is_lost_is_a_duplicate_when_retried(redis_server, queue):
     proxy = Proxy(redis_server.port)
-    app = zsched.App(proxy.url, queue=queue, metrics=Metrics())
+    # outage_retry_ms=0: enqueue raises at once instead of retrying (test_ride_through.py).
+    app = zsched.App(proxy.url, queue=queue, metrics=Metrics(),
+                     settings=zsched.QueueSettings(outage_retry_ms=0))  # fmt: skip
     r = redis.Redis.from_url(redis_server.url)
     r.script_load(source("enqueue"))  # else the lost reply could be a NOSCRIPT
     proxy.lose_reply_to(b"EVALSHA")

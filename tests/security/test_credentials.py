@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 from pathlib import Path
 
@@ -52,8 +53,8 @@ def test_logs_and_metrics_of_running_processes_hold_no_password(redis_server, tm
         ]  # fmt: skip
         # A worker that cannot reach its Redis logs its retries; the URL has the password too.
         down = f"redis://default:{SECRET}@127.0.0.1:{free_port()}/0"
-        procs.append(spawn(logs[2], ["-vv", "worker", app_ref, "--queue", queue],
-                           env_for(down, redis_server.url)))  # fmt: skip
+        procs.append(spawn(logs[2], ["-vv", "--log-format", "json", "worker", app_ref, "--queue",
+                                     queue], env_for(down, redis_server.url)))  # fmt: skip
         try:
             q = ["--queue", queue]
             texts = [output(["enqueue", "quick", "--id", "c1", *q], env),
@@ -72,6 +73,8 @@ def test_logs_and_metrics_of_running_processes_hold_no_password(redis_server, tm
     texts += [p.read_text() for p in logs]
     assert "zsched_runs_dispatched_total" in texts[2]
     assert "DEBUG" in logs[0].read_text()  # the most verbose level was on
+    json_lines = [json.loads(line) for line in logs[2].read_text().splitlines() if line]
+    assert json_lines and all(line["logger"].startswith("zsched") for line in json_lines)
     assert [leaks(t) for t in texts] == [[] for _ in texts]
 
 

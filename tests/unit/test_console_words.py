@@ -20,6 +20,9 @@ from zsched.web.words import in_zone, iso_utc, why  # noqa: E402
         ("coalesced", "into nightly@2026-12-02T01:00:00Z", "", "coalesced into nightly@2026-12-02T01:00:00Z"),
         ("skipped", "dst_gap", "r@x", "skipped: the wall time fell in a DST gap (dst_gap=skip)"),
         ("skipped", "paused", "r@x", "skipped: the rule was paused"),
+        ("skipped", "paused: deploy of v2 (ana)", "r@x",
+         "skipped: the rule was paused (deploy of v2 (ana))"),
+        ("manual", "", "r@manual:2026-12-01T08:00:00Z", "run now by hand as r@manual:2026-12-01T08:00:00Z"),
         ("skipped", "grace_passed", "r@x",
          "skipped: it was later than the rule's misfire grace (misfire policy)"),
         ("ran", "queued behind r@1", "r@2", "queued: waits for r@1 to finish (overlap=queue)"),
@@ -65,8 +68,9 @@ def test_credentials_come_in_pairs_and_sessions_are_signed() -> None:
 def test_the_verdict_grows_with_backlog_and_dead_letters() -> None:
     s = Sampler()
     for i, (due, dead) in enumerate([(1, 0), (2, 0), (3, 1), (4, 3)]):
-        s.add("q", 1000 + i * 2000, {"dead": dead, "acked": 10 * i}, due)
+        s.add("q", 1000 + i * 2000, {"dead": dead, "acked": 10 * i, "retried": i}, due)
     assert s.rates("q")["acked"] == pytest.approx(30 / (6000 / 60_000))
+    assert s.rates("q")["retried"] == pytest.approx(3 / (6000 / 60_000))  # retry.lua counts it
     part = {"oldest_due_age_ms": 0, "backlog_growing": s.backlog_growing("q"), "due": 4,
             "oldest_pending_idle_ms": 0, "new_dead": s.new_dead("q"), "consumers": []}  # fmt: skip
     found = causes(part, Thresholds())

@@ -128,6 +128,17 @@ def test_a_server_that_closes_mid_reply_is_a_connection_error(pair) -> None:
         c.read(spin_s=0.001)
 
 
+def test_a_send_to_a_server_that_went_away_is_a_connection_error(pair) -> None:
+    # A batch of calls to a Redis killed mid-batch: the later sends fail with EPIPE, which
+    # must reach the caller as redis-py's ConnectionError so that retry policies apply
+    # (the chaos smoke's enqueuer died on a bare BrokenPipeError).
+    c, server = pair
+    server.close()
+    with pytest.raises(rex.ConnectionError, match="writing to socket"):
+        for _ in range(100):
+            c.send(("EVALSHA", "x" * 40, 0, "a" * 10_000))
+
+
 def test_a_negative_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="spin_us must be >= 0"):
         direct.DirectConnections(pool=None, spin_us=-1)

@@ -14,7 +14,7 @@ from observability_helpers import (
     promql_metric_names,
 )
 
-from zsched.collector import COLLECTED_METRICS
+from zsched.collector import COLLECTED_COUNTERS, COLLECTED_METRICS
 from zsched.metrics import Metrics
 
 REQUIRED_ALERTS = {
@@ -36,7 +36,7 @@ REQUIRED_PANELS = [
 
 def exposed_names() -> set[str]:
     """Sample names a scrape can show: histograms as _bucket/_sum/_count, counters as _total."""
-    names = set(COLLECTED_METRICS)
+    names = set(COLLECTED_METRICS) | set(COLLECTED_COUNTERS)
     for family in Metrics().registry.collect():
         if family.type == "histogram":
             names |= {f"{family.name}_bucket", f"{family.name}_sum", f"{family.name}_count"}
@@ -113,6 +113,43 @@ def test_queue_gauges_are_never_summed_across_processes() -> None:
     summed = re.compile(rf"\b(sum|count)\s*(\b(by|without)\s*\([^)]*\)\s*)?\(\s*({gauges})\b")
     offenders = [(w, e) for w, e in all_exprs() if summed.search(e)]
     assert not offenders
+
+
+_REDIS_COUNTER = re.compile(rf"\b({'|'.join(re.escape(n) for n in COLLECTED_COUNTERS)})\b")
+_TAKEN_WITH_MAX = re.compile(
+    r"\bmax\s+by\s*\(([^)]*)\)\s*\(\s*(?:(?:rate|increase|irate)\s*\(\s*)?$"
+)
+
+
+def test_redis_counters_are_taken_with_max_per_partition_before_any_sum() -> None:
+    """Every process serves the same Redis counters: each use is max by (queue, partition, ...)
+    of the series (or of its rate), so two scraped replicas can never count twice."""
+    uses = 0
+    for where, expr in all_exprs():
+        for m in _REDIS_COUNTER.finditer(expr):
+            uses += 1
+            taken = _TAKEN_WITH_MAX.search(expr[: m.start()])
+            assert taken, f"{where}: {m[1]} not taken with max by (...): {expr!r}"
+            grouping = {g.strip() for g in taken[1].split(",")}
+            assert {"queue", "partition"} <= grouping, f"{where}: max by {grouping} in {expr!r}"
+    assert uses >= 10
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "sum(rate(zsched_queue_runs_acked_total[5m]))",
+        "max by (queue) (zsched_queue_runs_acked_total)",
+        "sum(max by (queue, partition) (zsched_queue_runs_acked_total)) + zsched_queue_fenced_total",
+    ],
+)
+def test_the_max_check_catches_a_sum_across_processes(expr: str) -> None:
+    bad = []
+    for m in _REDIS_COUNTER.finditer(expr):
+        taken = _TAKEN_WITH_MAX.search(expr[: m.start()])
+        if not taken or not {"queue", "partition"} <= {g.strip() for g in taken[1].split(",")}:
+            bad.append(m[1])
+    assert bad
 
 
 def test_prometheus_config_holds_no_promql_but_loads_the_alerts() -> None:

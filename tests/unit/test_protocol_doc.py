@@ -154,6 +154,9 @@ def test_documented_keys_are_the_ones_the_python_wrapper_passes(name: str) -> No
     k = QueueKeys("h")
     by_name = {getattr(k, f): f for f in declared_keys() if "(" not in f}
     by_name.update({k.ledger("s"): "ledger", k.lease("s"): "lease"})  # per-rule keys
+    by_name[k.cancel_request("r")] = "cancel_request"  # a per-run key
+    by_name.update({k.limit_holders("t"): "limit_holders", k.limit_bucket("t"): "limit_bucket",
+                    k.limit_waiting("t"): "limit_waiting"})  # per-task keys
     passed = [by_name[key] for key in sample_calls(k)[name].keys]
     in_doc = re.findall(r"\|\s*KEYS\[\d+\]\s*\|\s*`(\w+)`", script_sections()[name])
     assert in_doc == passed

@@ -1,27 +1,29 @@
-"""The worker's defaults: what `zsched worker` runs with no flags, and --read-batch."""
+"""The worker's defaults: what `zsched worker` runs with no flags."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
 from zsched.cli import processes
-from zsched.cli.main import build_parser, main
+from zsched.cli.main import main
 from zsched.config import WorkerSettings
 
 
-def test_the_cli_defaults_are_the_worker_settings_defaults() -> None:
-    args = build_parser().parse_args(["worker", "m:app"])
-    assert args.concurrency == WorkerSettings.concurrency == 64
-    assert args.read_batch == WorkerSettings.read_batch
+def test_the_default_concurrency_is_64_and_the_cli_says_so(capsys) -> None:
+    assert WorkerSettings().concurrency == 64
+    with pytest.raises(SystemExit):
+        main(["worker", "--help"])
+    assert "(default 64;" in " ".join(capsys.readouterr().out.split())
 
 
 class _Stop(Exception):
     pass
 
 
-def test_read_batch_reaches_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+def _worker_kwargs(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     class FakeApp:
@@ -29,12 +31,21 @@ def test_read_batch_reaches_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
             seen.update(kw)
             raise _Stop
 
-    monkeypatch.setattr(processes, "_at_start", lambda build, role: FakeApp())
+    monkeypatch.setattr(processes, "load_app", lambda ref, args: FakeApp())
+    for k in list(os.environ):
+        if k.startswith("ZSCHED_WORKER_"):
+            monkeypatch.delenv(k)
     with pytest.raises(_Stop):
-        main(["worker", "m:app", "--read-batch", "250", "--concurrency", "300"])
-    assert seen["read_batch"] == 250 and seen["concurrency"] == 300
+        main(["worker", "m:app", *argv])
+    return seen
 
 
-def test_a_read_batch_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["worker", "m:app", "--read-batch", "0"]) == 2
-    assert "--read-batch must be >= 1, got 0" in capsys.readouterr().err
+def test_no_flags_leave_the_worker_at_its_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    kw = _worker_kwargs(monkeypatch, [])
+    assert kw.get("concurrency", WorkerSettings.concurrency) == 64
+    assert kw.get("read_batch", WorkerSettings.read_batch) == WorkerSettings.read_batch
+
+
+def test_read_batch_and_concurrency_reach_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    kw = _worker_kwargs(monkeypatch, ["--read-batch", "250", "--concurrency", "300"])
+    assert kw["read_batch"] == 250 and kw["concurrency"] == 300

@@ -10,13 +10,14 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 from conftest import TOKEN
-from console_seed import XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed
+from console_seed import XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed
 
 import zsched
 from zsched.metrics import Metrics
@@ -108,7 +109,7 @@ def console(client: Any, queue: str, env: dict[str, str]) -> Any:
 
 
 def test_every_page_and_every_action_in_a_browser(
-    browser, client, seeded_sync: Seeded, tmp_path: Path
+    browser, client, redis_url, seeded_sync: Seeded, tmp_path: Path
 ) -> None:
     q, seeded = seeded_sync.queue, seeded_sync
     app = zsched.App(client, queue=q)
@@ -134,16 +135,41 @@ def test_every_page_and_every_action_in_a_browser(
         assert "EST" in page.inner_text("#scheduled-for")
         no_injection(page)
         page.click("#cancel")
-        assert flash(page) == f"cancelled run {XSS_RUN}"
-        with pytest.raises(zsched.RunNotFound):
-            app.get_run(XSS_RUN)
-        # Overview.
+        assert flash(page).startswith(f"cancelled run {XSS_RUN}: it was waiting for its time")
+        assert app.get_run(XSS_RUN).state == "cancelled"
+        assert page.inner_text("#state") == "cancelled" and "cancelled at" in page.inner_text("#cancelled")
+        # Reschedule a delayed run: to a time, then by a delay.
+        page.goto(f"{base}/q/{q}/run?id=send-0005")
+        page.fill("#reschedule-form input[name=at]", "2030-01-02T03:04")
+        page.click("#reschedule")
+        assert flash(page) == "run send-0005 now waits until 2030-01-02T03:04:00Z"
+        assert app.get_run("send-0005").run_at == datetime(2030, 1, 2, 3, 4, tzinfo=UTC)
+        page.fill("#reschedule-form input[name=in]", "3600")
+        page.click("#reschedule")
+        assert flash(page).startswith("run send-0005 now waits until ")
+        assert app.get_run("send-0005").run_at < datetime(2030, 1, 1, tzinfo=UTC)  # type: ignore[operator]
+        # Overview: a dispatcher's heartbeat; pause the queue with a note, seen on every page.
+        beat = in_thread(lambda: one_tick_kept(app, redis_url))
         page.goto(f"{base}/")
         assert page.inner_text(".verdict")
         assert page.locator("[data-k=delayed]").first.inner_text() == str(len(seeded.delayed) - 1)
+        assert f"{beat}: heartbeat " in page.inner_text("[data-k=dispatchers]")
         page.locator("#updated", has_text="updated").wait_for()  # one live refresh: rates
         page.screenshot(path=str(shots / "console-overview.png"), full_page=True)
         no_injection(page)
+        page.fill("#pause-queue-form input[name=note]", "deploy " + XSS)
+        page.click("#pause-queue")
+        assert flash(page) == f"paused queue {q}: no run is dispatched until it resumes"
+        assert app.status().paused and app.status().pause_note == "deploy " + XSS
+        assert page.inner_text("[data-k=paused]").startswith("Paused: paused since ")
+        page.goto(f"{base}/q/{q}/dead")
+        banner = page.inner_text(f"[data-paused-queue='{q}']")
+        assert banner.startswith(f"Queue {q} is paused since ") and ("deploy " + XSS) in banner
+        no_injection(page)
+        page.goto(f"{base}/")
+        page.click("#resume-queue")
+        assert flash(page) == f"resumed queue {q}" and not app.status().paused
+        assert page.locator("[data-paused-queue]").count() == 0
         # Rules: list, a rule's ledger, pause, resume, edit, bad edit, backfill, simulate.
         page.goto(f"{base}/q/{q}/rules")
         assert page.locator("#rules tbody tr").count() == 3
@@ -154,8 +180,16 @@ def test_every_page_and_every_action_in_a_browser(
         assert page.inner_text("#audit") == "every slot past its grace has an outcome"
         ledger = page.inner_text("#ledger")
         assert "skipped: the previous run tick@" in ledger and "coalesced" in ledger
+        page.fill("#pause-form input[name=note]", "ana: " + XSS)
         page.click("#pause")
         assert flash(page) == "paused rule tick" and rule_of(app, "tick").paused
+        assert rule_of(app, "tick").pause_note == "ana: " + XSS
+        assert ("ana: " + XSS) in page.inner_text("#pause-note")
+        page.goto(f"{base}/q/{q}/rules")
+        assert ("paused since" in page.inner_text("tr[data-rule=tick]")
+                and ("ana: " + XSS) in page.inner_text("tr[data-rule=tick]"))  # fmt: skip
+        no_injection(page)
+        page.goto(f"{base}/q/{q}/rule?id=tick")
         page.click("#resume")
         assert flash(page) == "resumed rule tick" and not rule_of(app, "tick").paused
         page.fill("#edit-form input[name=every]", "-5")
@@ -178,6 +212,20 @@ def test_every_page_and_every_action_in_a_browser(
         assert page.locator("#sim tbody tr").count() >= 5 and "coalesced" in page.inner_text("#sim")
         page.screenshot(path=str(shots / "console-rule.png"), full_page=True)
         assert (shots / "console-rule.png").stat().st_size > 10_000
+        # Run a rule now: started, then skipped by its overlap lease, then forced.
+        app.schedule("solo", "report", every=3600, overlap="skip")
+        page.goto(f"{base}/q/{q}/rule?id=solo")
+        page.click("#run-now")
+        started = flash(page)
+        assert started.startswith("rule solo fired now as solo@manual:")
+        assert app.get_run(started.rsplit(" ", 1)[1]).state == "scheduled"
+        page.click("#run-now")
+        assert flash(page).startswith("rule solo was not fired: its previous run still holds")
+        page.check("#force")
+        page.click("#run-now")
+        assert flash(page).startswith("rule solo fired now as solo@manual:")
+        assert [h["outcome"] for h in app.schedule_history("solo")].count("manual") == 2
+        assert "run now by hand as solo@manual:" in page.inner_text("#ledger")
         # Remove, with a confirmation that names the rule.
         page.goto(f"{base}/q/{q}/rule?id=nightly")
         page.click("#remove")
@@ -204,6 +252,17 @@ def test_every_page_and_every_action_in_a_browser(
         page.click("#confirm")
         assert flash(page).startswith("replayed: replayed 1") and app.dead_letters() == []
         no_injection(page)
+
+
+async def one_tick_kept(app: zsched.App, redis_url: str) -> str:
+    """One dispatcher pass whose heartbeat stays (the dispatcher is not closed)."""
+    import redis.asyncio as aioredis
+
+    ac = aioredis.Redis.from_url(redis_url, protocol=2)
+    d = app.dispatcher(redis=ac)
+    await d.tick()
+    await ac.aclose()
+    return d.heartbeat.name
 
 
 def rule_of(app: zsched.App, sid: str) -> Any:

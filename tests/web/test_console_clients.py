@@ -53,3 +53,21 @@ def test_strings_from_the_node_and_shell_clients_are_escaped(client, redis_url, 
         if path != "/":
             assert escaped in body, (path, params)
     assert app.get_run(node_id).state == "scheduled" and app.get_run("dead-node").state == "dead"
+
+
+def test_pause_notes_from_the_command_line_are_escaped(client, redis_url, queue) -> None:
+    """The Node and shell clients have no pause; the `zsched` command line writes the notes."""
+    from zsched.cli.main import main
+
+    app = zsched.App(client, queue=queue, metrics=Metrics())
+    app.schedule("nightly", "report", cron="0 2 * * *", tz="UTC")
+    base = ["--redis", redis_url, "--queue", queue]
+    assert main(["pause", "--note", "cli-" + XSS, *base]) == 0
+    assert main(["schedules", "pause", "nightly", "--note", "cli-rule-" + XSS, *base]) == 0
+    assert app.status().pause_note == "cli-" + XSS
+    c = TestClient(create_app(app, environ=CREDS))
+    for path in ("/", f"/q/{queue}/rules", f"/q/{queue}/rule?id=nightly", f"/q/{queue}/dead"):
+        body = c.get(path, headers=AUTH).text
+        assert "<script>window.__xss" not in body and "<img src=x" not in body, path
+        assert "cli-&lt;script&gt;window.__xss=1&lt;/script&gt;" in body, path
+    assert "cli-rule-&lt;script&gt;" in c.get(f"/q/{queue}/rules", headers=AUTH).text

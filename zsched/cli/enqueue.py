@@ -24,6 +24,11 @@ def register(sub: Any) -> None:
                       help="due this many seconds from now")  # fmt: skip
     p.add_argument("--id", dest="run_id", default=None, metavar="RUN_ID",
                    help="idempotency key; a live or recently done id is a duplicate")  # fmt: skip
+    p.add_argument("--on-conflict", choices=("keep", "replace", "debounce"), default="keep",
+                   help="when the id is waiting: keep it (default), replace its payload and due, "
+                        "or debounce (push the due back, at most --max-delay after the first)")  # fmt: skip
+    p.add_argument("--max-delay", default=None, metavar="SECONDS",
+                   help="with --on-conflict debounce: the latest due, after the first enqueue")  # fmt: skip
     add_json(p)
     p.set_defaults(func=cmd_enqueue)
 
@@ -57,8 +62,15 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             raise UsageError(f"--payload is not valid JSON: {exc}") from None
     run_at = parse_at(args.at) if args.at else None
     delay = parse_seconds(args.delay) if args.delay is not None else None
+    max_delay = parse_seconds(args.max_delay, "--max-delay") if args.max_delay else None
+    if (args.on_conflict == "debounce") != (max_delay is not None):
+        raise UsageError("--on-conflict debounce needs --max-delay, and only it takes one")
     app = make_app(args)
-    rid = app.enqueue(args.task, payload, run_at=run_at, delay=delay, run_id=args.run_id)
+    rid = app.enqueue(args.task, payload, run_at=run_at, delay=delay, run_id=args.run_id,
+                      on_conflict=args.on_conflict, max_delay=max_delay)  # fmt: skip
     text = f"{rid} (duplicate: already live or recently done)" if rid.duplicate else str(rid)
-    emit(args, {"run_id": str(rid), "duplicate": rid.duplicate}, text)
+    if rid.replaced:
+        text = f"{rid} ({rid.outcome.value}: the waiting run took the new payload and due)"
+    emit(args, {"run_id": str(rid), "duplicate": rid.duplicate, "replaced": rid.replaced,
+                "outcome": rid.outcome.value}, text)  # fmt: skip
     return 0

@@ -10,12 +10,27 @@ from typing import NoReturn
 
 import redis.exceptions
 
+from .._version import __version__
 from ..connection import redact_text
 from ..errors import RuleError, ZschedError
-from . import dead, enqueue, lua, migrate, processes, runs, schedules, status, web
+from ..logs import LOG_FORMATS, configure_logging
+from . import (
+    celery_bridge,
+    dead,
+    enqueue,
+    lua,
+    migrate,
+    processes,
+    queue,
+    runs,
+    schedules,
+    status,
+    web,
+)
 from .common import PROG, UsageError, fail
 
-MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, web, lua]
+MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, queue, web,
+           celery_bridge, lua]  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="zsched — a durable scheduler for future work, built on Redis."
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                   help="text (default) or json: one object a line, with run_id, task, attempt, "
+                   "queue and schedule_id on lines about a run (default: $ZSCHED_LOG_FORMAT)")  # fmt: skip
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for m in MODULES:
         m.register(sub)
@@ -40,10 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:
+        configure_logging(
+            args.log_format, [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+        )
+    except ValueError as exc:  # a bad $ZSCHED_LOG_FORMAT
+        return fail(str(exc), 2)
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

@@ -16,9 +16,15 @@ from typing import Any, TypeVar
 
 import zsched
 
-from ..config import WorkerSettings
-from ..connection import RETRYABLE_ERRORS, redact_text
+from ..connection import RETRYABLE_ERRORS
+from ..retrying import Backoff, Outage
 from .common import PROG, UsageError, add_connection, make_app, partitions_arg
+from .settings_options import (
+    add_dispatcher_options,
+    add_worker_options,
+    dispatcher_values,
+    worker_values,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("zsched.cli")
@@ -32,26 +38,25 @@ def register(sub: Any) -> None:
                    help="load rules declared on this App (optional)")  # fmt: skip
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=500, help="runs per dispatch call (1..1000)")
-    p.add_argument("--max-backlog", type=int, default=50_000,
-                   help="hold back while the stream holds this many entries (0 = no limit)")  # fmt: skip
+    add_dispatcher_options(p)
+    _allow_eviction(p)
     p.set_defaults(func=cmd_dispatcher)
 
     w = sub.add_parser("worker", help="run registered tasks from the ready stream",
                        description="Run a worker: a consumer in the queue's group.")  # fmt: skip
     w.add_argument("app_ref", metavar="MODULE:APP", help="where the App with the tasks lives")
     add_connection(w)
-    w.add_argument("--concurrency", type=int, default=WorkerSettings.concurrency,
-                   help=f"runs held at once (default {WorkerSettings.concurrency})")  # fmt: skip
-    w.add_argument("--read-batch", type=int, default=WorkerSettings.read_batch,
-                   help=f"entries read per call at most (default {WorkerSettings.read_batch})")  # fmt: skip
-    w.add_argument("--visibility-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="reclaim runs of a worker silent this long (default 30)")  # fmt: skip
+    add_worker_options(w)
     w.add_argument("--metrics-port", type=int, default=None,
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
-    w.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS",
-                   help="on SIGTERM, wait this long for running handlers (default 10)")  # fmt: skip
+    _allow_eviction(w)
     w.set_defaults(func=cmd_worker)
+
+
+def _allow_eviction(p: Any) -> None:
+    p.add_argument("--allow-eviction", action="store_true",
+                   help="run even if Redis's maxmemory-policy may evict zsched's keys (the "
+                        "metric zsched_redis_eviction_risk says so; docs/reliability.md)")  # fmt: skip
 
 
 def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
@@ -71,7 +76,7 @@ def load_app(ref: str, args: argparse.Namespace) -> zsched.App:
     if args.redis or args.queue != app.queue or wanted != app.partitions:
         parts = wanted or partitions_arg(args)
         fresh = zsched.App(args.redis or app.url, queue=args.queue, partitions=parts,
-                           durable=app.durable,
+                           durable=app.durability or False,
                            durable_timeout=app.durable_timeout_ms / 1000)  # fmt: skip
         fresh.tasks.update(app.tasks)
         fresh.declared.update(app.declared)
@@ -116,24 +121,30 @@ async def _until_signal(main: Any) -> None:
 
 def _at_start(build: Callable[[], T], role: str) -> T:
     """Build the process's App (it may read the queue's layout from Redis), waiting while
-    Redis is unreachable at start-up, as the loops do later: one line per attempt."""
-    backoff = 0.1
+    Redis is unreachable at start-up, as the loops do later: one WARNING per outage."""
+    backoff = Backoff()
+    outage = Outage(log, f"{role} at start-up", "")
     while True:
         try:
-            return build()
+            app = build()
         except RETRYABLE_ERRORS as exc:
-            log.warning("%s cannot reach Redis at start-up (%s: %s); retrying in %.1fs", role,
-                        type(exc).__name__, redact_text(str(exc)), backoff)  # fmt: skip
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            delay = backoff.next()
+            outage.failed(exc, delay)
+            time.sleep(delay)
+        else:
+            outage.ok()
+            return app
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
     app = _at_start(lambda: load_app(args.app_ref, args) if args.app_ref else make_app(args),
                     "dispatcher")  # fmt: skip
-    if not 1 <= args.batch_size <= 1000:
-        raise UsageError(f"--batch-size must be 1..1000, got {args.batch_size}")
-    d = app.dispatcher(batch_size=args.batch_size, max_backlog=args.max_backlog)
+    settings = dispatcher_values(args)
+    if not 1 <= settings.get("batch_size", 500) <= 1000:
+        raise UsageError(f"--batch-size must be 1..1000, got {settings['batch_size']}")
+    # Building it reads the queue's layout from Redis, which may have gone away meanwhile.
+    d = _at_start(lambda: app.dispatcher(**settings, allow_eviction=args.allow_eviction),
+                  "dispatcher")  # fmt: skip
     _serve_metrics(app, args.metrics_port)
 
     async def main(stop: asyncio.Event) -> None:
@@ -147,19 +158,15 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if args.concurrency < 1:
-        raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
-    if args.read_batch < 1:
-        raise UsageError(f"--read-batch must be >= 1, got {args.read_batch}")
-    if not args.visibility_timeout > 0:
-        raise UsageError(f"--visibility-timeout must be > 0, got {args.visibility_timeout}")
+    settings = worker_values(args)
+    if settings.get("concurrency", 16) < 1:
+        raise UsageError(f"--concurrency must be >= 1, got {settings['concurrency']}")
+    if not settings.get("visibility_timeout_ms", 30_000) > 0:
+        raise UsageError("--visibility-timeout must be > 0")
+    if settings.get("read_batch", 100) < 1:
+        raise UsageError(f"--read-batch must be >= 1, got {settings['read_batch']}")
     app = _at_start(lambda: load_app(args.app_ref, args), "worker")
-    w = app.worker(
-        concurrency=args.concurrency,
-        read_batch=args.read_batch,
-        visibility_timeout_ms=int(args.visibility_timeout * 1000),
-        shutdown_grace_ms=int(args.shutdown_grace * 1000),
-    )
+    w = _at_start(lambda: app.worker(**settings, allow_eviction=args.allow_eviction), "worker")
     _serve_metrics(app, args.metrics_port)
 
     async def main(stop: asyncio.Event) -> None:

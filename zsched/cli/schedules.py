@@ -15,7 +15,7 @@ from .common import UsageError, add_connection, add_json, emit, make_app
 from .enqueue import parse_at, parse_seconds
 
 ACTIONS = ("list", "add", "edit", "pause", "resume", "rm", "backfill", "next", "history",
-           "audit", "simulate")  # fmt: skip
+           "audit", "simulate", "run")  # fmt: skip
 
 
 def _iso(ms: int | None, tz: str = "UTC") -> str:
@@ -67,7 +67,13 @@ def register(sub: Any) -> None:
     e = action("edit", "change some options of a rule; its next fire is recomputed", cmd_edit)
     e.add_argument("--task", help="another task name")
     _rule_options(e, required=False)
-    action("pause", "stop firing (slots until resume are recorded as skipped)", cmd_pause)
+    pz = action("pause", "stop firing (slots until resume are recorded as skipped)", cmd_pause)
+    pz.add_argument("--note", default=None, help="why (kept with the pause time, shown by list "
+                    "and in the ledger's skipped entries)")  # fmt: skip
+    rn = action("run", "fire the rule once now (run id ID@manual:<instant>; slots unchanged)",
+                cmd_run)  # fmt: skip
+    rn.add_argument("--force", action="store_true",
+                    help="start it even while a run holds the rule's overlap lease")  # fmt: skip
     action("resume", "fire again from now on", cmd_resume)
     action("rm", "remove a rule, its state and ledger", cmd_rm)
     b = action("backfill", "enqueue the slots of a past range (re-running adds nothing)",
@@ -155,12 +161,21 @@ def cmd_list(args: argparse.Namespace) -> int:
         nxt = "paused" if i.paused else _iso(i.next_fire_ms)
         lines.append(f"{i.schedule_id:<20} {i.rule:<34} {nxt:<26} {i.last_outcome or '-':<13} "
                      f"{i.missed}")  # fmt: skip
+        if i.paused and (i.paused_ms is not None or i.pause_note):
+            since = f" since {_iso(i.paused_ms)}" if i.paused_ms is not None else ""
+            lines.append(f"{'':<20} paused{since}: {i.pause_note or '(no note)'}")
     emit(args, [i.as_dict() for i in infos], "\n".join(lines) if infos else "no schedules")
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    res = make_app(args).run_schedule_now(args.schedule_id, force=args.force)
+    emit(args, res.as_dict(), f"{res.outcome.value}: {res.run_id}")
+    return 0 if res.started or res.outcome.value == "queued" else 1
+
+
 def cmd_pause(args: argparse.Namespace) -> int:
-    ok = make_app(args).pause_schedule(args.schedule_id)
+    ok = make_app(args).pause_schedule(args.schedule_id, note=args.note)
     text = "paused" if ok else "already paused"
     emit(args, {"schedule_id": args.schedule_id, "paused": ok}, text)
     return 0

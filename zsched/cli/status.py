@@ -29,7 +29,14 @@ def render(st: Any) -> str:
         ("dead letters", st.dead),
         ("done records", st.done_records),
     ]
-    rows += [(f"count: {k}", v) for k, v in sorted(st.stats.items())]
+    if getattr(st, "paused", False):
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((st.paused_ms or 0) / 1000))
+        rows.insert(
+            1, ("PAUSED", f"since {since}" + (f": {st.pause_note}" if st.pause_note else ""))
+        )
+    # Per-rule counts (ledger:..., duplicate:backfill:...) are in --json and the metrics.
+    rows += [(f"count: {k}", v) for k, v in sorted(st.stats.items())
+             if not k.startswith(("ledger:", "duplicate:backfill:"))]  # fmt: skip
     return "\n".join(f"{k:<22} {v}" for k, v in rows)
 
 

@@ -2,8 +2,8 @@
 
 An action is a name, the backend method it calls, how it reads its arguments from the form and
 which page it returns to. `ACTIONS` lists them; one route serves them all and exists only when
-the console may act, so a read-only console has no action endpoint at all. Adding an action
-(reschedule, run a rule now, pause a queue ...) is one `Action` and one backend method.
+the console may act, so a read-only console has no action endpoint at all. Adding an action is
+one `Action` and one backend method (the run controls are in run_controls.py).
 """
 
 from __future__ import annotations
@@ -118,8 +118,36 @@ def _matching(form: FormData) -> tuple[Any, ...]:
     return str(form.get("task") or ""), str(form.get("reason") or "")
 
 
-def _to_runs(request: Request, q: str, form: FormData) -> str:
-    return href(request, "q", q, "runs")  # a cancelled run has no page any more
+def _pause(form: FormData) -> tuple[Any, ...]:
+    return _field(form, "schedule_id"), str(form.get("note") or "")
+
+
+def _reschedule(form: FormData) -> tuple[Any, ...]:
+    """A new due time (`at`, ISO-8601, UTC without an offset) or a delay (`in`, seconds)."""
+    rid = _field(form, "run_id")
+    at = form.get("at")
+    when = _instant(at, "new due time") if isinstance(at, str) and at.strip() else None
+    return rid, when, _float(form, "in")
+
+
+def _run_now(form: FormData) -> tuple[Any, ...]:
+    return _field(form, "schedule_id"), form.get("force") in ("1", "on", "true")
+
+
+def _queue_note(form: FormData) -> tuple[Any, ...]:
+    return (str(form.get("note") or ""),)
+
+
+def _nothing(form: FormData) -> tuple[Any, ...]:
+    return ()
+
+
+def _to_run(request: Request, q: str, form: FormData) -> str:
+    return href(request, "q", q, "run", id=form.get("run_id"))
+
+
+def _to_overview(request: Request, q: str, form: FormData) -> str:
+    return href(request, "")
 
 
 def _to_rule(request: Request, q: str, form: FormData) -> str:
@@ -137,8 +165,10 @@ def _to_dead(request: Request, q: str, form: FormData) -> str:
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
-        Action("cancel", "cancel", _run_id, _to_runs),
-        Action("pause", "pause", _rule_id, _to_rule),
+        Action("cancel", "cancel", _run_id, _to_run),
+        Action("reschedule", "reschedule", _reschedule, _to_run),
+        Action("run-now", "run_now", _run_now, _to_rule),
+        Action("pause", "pause", _pause, _to_rule),
         Action("resume", "resume", _rule_id, _to_rule),
         Action("edit", "edit", _edit, _to_rule),
         Action("backfill", "backfill", _backfill, _to_rule),
@@ -147,6 +177,8 @@ ACTIONS: dict[str, Action] = {
         Action("purge", "purge", _selected, _to_dead),
         Action("replay-matching", "replay_matching", _matching, _to_dead),
         Action("purge-matching", "purge_matching", _matching, _to_dead),
+        Action("pause-queue", "pause_queue", _queue_note, _to_overview),
+        Action("resume-queue", "resume_queue", _nothing, _to_overview),
     )
 }
 

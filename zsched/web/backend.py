@@ -22,6 +22,8 @@ from ..schedules import build_spec, spec_options
 from ..simulate import simulate
 from . import reads
 from .health import Sampler, Thresholds, causes, verdict
+from .run_controls import RunControls
+from .words import paused_line
 
 #: Characters of a payload shown on a page; the rest is cut (and says so).
 PAYLOAD_DISPLAY_MAX = 16_384
@@ -51,8 +53,9 @@ def next_fires(spec: Any, after_ms: int, n: int = NEXT_FIRES) -> list[int]:
 
 
 @dataclass
-class SyncBackend:
-    """Reads and actions over sync Apps, one per queue (partitioned queues included)."""
+class SyncBackend(RunControls):
+    """Reads and actions over sync Apps, one per queue (partitioned queues included); the
+    run controls (reschedule, run now, pauses) come from RunControls."""
 
     apps: dict[str, App]
     thresholds: Thresholds
@@ -104,6 +107,8 @@ class SyncBackend:
             "backlog_growing": self.sampler.backlog_growing(name),
             "new_dead": self.sampler.new_dead(name),
             "consumers": [vars(c) for c in reads.consumers(r, k)],
+            "dispatchers": self.dispatchers(view, st.now_ms),
+            "paused": paused_line(st.paused_ms, st.pause_note) if st.paused else "",
             "newest_ready": [{"entry_id": e, "run_id": rid} for e, rid in reads.newest_ready(r, k)],
             "late_rule": None if late is None else {
                 "schedule_id": late[0], "late_ms": st.now_ms - late[1]},
@@ -130,13 +135,15 @@ class SyncBackend:
         app = self.app(queue)
         st = app.get_run(run_id)
         env = None
-        if st.state != "done":
+        if st.state not in ("done", "cancelled"):
             home = app.keys_for_run(run_id)
             env = reads.run_envelope(app.redis, home, run_id, dead=st.state == "dead")
         out = st.as_dict()
         out["payload"] = None if env is None else pretty_payload(env.payload)
         out["schedule_id"] = env.schedule_id if env else None
         out["max_attempts"] = env.max_attempts if env else None
+        # Outcomes are kept for tasks with keep_result=True: the return value, pretty-printed.
+        out["result_text"] = None if st.attempts is None else pretty_payload(st.result)
         return out
 
     def delayed(self, queue: str, partition: int, cursor: str, task: str) -> reads.DelayedPage:
@@ -213,14 +220,6 @@ class SyncBackend:
         return reads.dead_matching(self.app(queue), task, reason)
 
     # -- actions (each one call of the public API) ----------------------------------------------
-
-    def cancel(self, queue: str, run_id: str) -> str:
-        ok = self.app(queue).cancel(run_id)
-        return f"cancelled run {run_id}" if ok else f"run {run_id} is not delayed: not cancelled"
-
-    def pause(self, queue: str, schedule_id: str) -> str:
-        ok = self.app(queue).pause_schedule(schedule_id)
-        return f"paused rule {schedule_id}" if ok else f"rule {schedule_id} was already paused"
 
     def resume(self, queue: str, schedule_id: str) -> str:
         ok = self.app(queue).resume_schedule(schedule_id)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Counters of the `stats` hash shown as rates per minute (names as the scripts write them).
-RATE_COUNTERS = ("enqueued", "dispatched", "acked", "dead", "fired")
+RATE_COUNTERS = ("enqueued", "dispatched", "acked", "retried", "dead", "fired")
 #: Samples kept per queue partition, and the longest window a rate looks back over.
 SAMPLES = 240
 RATE_WINDOW_MS = 5 * 60_000
@@ -32,6 +32,8 @@ class Thresholds:
     stale_worker_ms: int = 60_000
     #: A rule's next fire is this far in the past.
     late_rule_ms: int = 60_000
+    #: A dispatcher's heartbeat (every 5 s while it runs) is this old.
+    stale_dispatcher_ms: int = 60_000
 
 
 @dataclass
@@ -82,12 +84,27 @@ def _secs(ms: int) -> str:
     return f"{ms / 1000:.0f}s" if ms < 120_000 else f"{ms / 60_000:.0f}min"
 
 
+def _stale_processes(part: dict[str, Any], t: Thresholds) -> list[str]:
+    """Workers that stopped reading and dispatchers whose heartbeat is old."""
+    out: list[str] = []
+    for c in part["consumers"]:
+        if c["idle_ms"] > t.stale_worker_ms:
+            out.append(f"worker {c['name']} has not read for {_secs(c['idle_ms'])} "
+                       f"(stale heartbeat)")  # fmt: skip
+    for d in part.get("dispatchers", []):
+        if d["age_ms"] > t.stale_dispatcher_ms:
+            out.append(f"dispatcher {d['name']} has not beaten for {_secs(d['age_ms'])} "
+                       f"(stale heartbeat: stopped without a goodbye, or stuck)")  # fmt: skip
+    return out
+
+
 def causes(part: dict[str, Any], t: Thresholds) -> list[str]:
     """Every reason one queue partition needs attention, worst first (empty = healthy).
     `part` is what the backend's overview reads for it."""
     out: list[str] = []
     if part["oldest_due_age_ms"] > t.lag_ms:
-        out.append(f"due runs wait for a dispatcher: the oldest was due "
+        waits = f"the queue is {part['paused']}" if part.get("paused") else "for a dispatcher"
+        out.append(f"due runs wait {waits}: the oldest was due "
                    f"{_secs(part['oldest_due_age_ms'])} ago")  # fmt: skip
     if part["backlog_growing"]:
         out.append(f"the due backlog is growing ({part['due']} runs)")
@@ -97,10 +114,7 @@ def causes(part: dict[str, Any], t: Thresholds) -> list[str]:
     if part["new_dead"]:
         out.append(f"{part['new_dead']} new dead letter(s) in the last "
                    f"{RATE_WINDOW_MS // 60_000} minutes")  # fmt: skip
-    for c in part["consumers"]:
-        if c["idle_ms"] > t.stale_worker_ms:
-            out.append(f"worker {c['name']} has not read for {_secs(c['idle_ms'])} "
-                       f"(stale heartbeat)")  # fmt: skip
+    out += _stale_processes(part, t)
     for sid, n in sorted(part.get("unaccounted", {}).items())[:5]:
         out.append(f"rule {sid} has {n} slot(s) past their grace with no outcome (audit)")
     late = part.get("late_rule")

@@ -37,6 +37,8 @@ def guarded(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
         if st.creds.enabled and not authenticated(request, st.creds, int(time.time())):
             return challenge(request, st)
         try:
+            if request.method == "GET" and not request.url.path.endswith("/api/overview"):
+                request.state.pauses = await st.console.call("pauses")  # shown on every page
             return await fn(request, st)
         except (NotFound, LookupError) as exc:
             return _error(request, 404, redact_text(str(exc).strip("'\"")))

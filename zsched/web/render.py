@@ -89,7 +89,8 @@ def page(request: Request, template: str, status: int = 200, **ctx: Any) -> Resp
     body = st.env.get_template(template).render(
         request=request, href=lambda *s, **q: href(request, *s, **q), csrf=token,
         read_only=st.read_only, read_only_reason=st.read_only_reason, queues=st.queues,
-        login=st.creds.enabled, flash=flash, redis_label=st.redis_label, **ctx,
+        login=st.creds.enabled, flash=flash, redis_label=st.redis_label,
+        pauses=getattr(request.state, "pauses", {}), **ctx,
     )  # fmt: skip
     resp = HTMLResponse(body, status_code=status)
     if fresh:

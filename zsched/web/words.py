@@ -13,13 +13,19 @@ _SKIPPED = {
 }
 
 
+def _skipped(reason: str) -> str:
+    if reason.startswith("overlap: "):
+        holder = reason[len("overlap: ") :].removesuffix(" still running")
+        return f"skipped: the previous run {holder} was still running (overlap=skip)"
+    if reason.startswith("paused: "):  # pause_schedule(note=...)
+        return f"skipped: the rule was paused ({reason[len('paused: ') :]})"
+    return _SKIPPED.get(reason, f"skipped: {reason}")
+
+
 def why(outcome: str, reason: str, run_id: str) -> str:
     """A ledger row in words: what happened to the slot, and why."""
     if outcome == "skipped":
-        if reason.startswith("overlap: "):
-            holder = reason[len("overlap: ") :].removesuffix(" still running")
-            return f"skipped: the previous run {holder} was still running (overlap=skip)"
-        return _SKIPPED.get(reason, f"skipped: {reason}")
+        return _skipped(reason)
     if reason.startswith("queued behind "):
         return f"queued: waits for {reason[len('queued behind ') :]} to finish (overlap=queue)"
     if outcome == "coalesced":
@@ -30,6 +36,8 @@ def why(outcome: str, reason: str, run_id: str) -> str:
         return f"ran late as {run_id} (a catch-up replay or a coalesced run)"
     if outcome == "duplicate":
         return f"not fired again: run {run_id} was already live or recently done"
+    if outcome == "manual":
+        return f"run now by hand as {run_id}"
     if outcome == "backfilled":
         return f"backfilled by hand as {run_id}"
     return f"{outcome}: {reason}" if reason else outcome
@@ -60,3 +68,53 @@ def age(ms: int | None) -> str:
     if s < 7200:
         return f"{s / 60:.0f}min"
     return f"{s / 3600:.1f}h"
+
+
+# -- what the run controls did (the public API's outcomes, in words) ------------------------------
+
+_CANCEL = {
+    "cancelled_delayed": "cancelled run {id}: it was waiting for its time and will not run",
+    "cancelled_ready": "cancelled run {id}: it was on the ready stream, and no worker had read it",
+    "requested": "asked the worker running {id} to stop: it ends cancelled when its handler stops",
+    "not_found": "no run {id}: never enqueued, or its records are gone",
+    "done": "run {id} has finished already: nothing to cancel",
+    "already_cancelled": "run {id} was cancelled already",
+}
+_RESCHEDULE = {
+    "not_found": "no delayed run {id}: never enqueued, cancelled, or gone",
+    "ready": "run {id} was not moved: it is on the ready stream already",
+    "running": "run {id} was not moved: a worker is running it",
+    "done": "run {id} was not moved: it has finished",
+    "dead": "run {id} was not moved: it is a dead letter (replay it instead)",
+}
+_RUN_NOW = {
+    "started": "rule {id} fired now as {run}",
+    "skipped": "rule {id} was not fired: its previous run still holds the lease (overlap=skip; "
+    "tick force to start anyway)",
+    "queued": "rule {id}: {run} waits for the rule's running run to finish (overlap=queue)",
+    "duplicate": "rule {id}: {run} exists already (fired twice in the same instant)",
+}
+
+
+def cancelled(outcome: str, run_id: str) -> str:
+    """A CancelResult's outcome (its lower-case name) in words."""
+    return _CANCEL.get(outcome, "cancel of {id}: " + outcome).format(id=run_id)
+
+
+def rescheduled(outcome: str, run_id: str, due_ms: int | None) -> str:
+    """A RescheduleResult in words."""
+    if outcome == "moved":
+        return f"run {run_id} now waits until {iso_utc(due_ms)}"
+    return _RESCHEDULE.get(outcome, "reschedule of {id}: " + outcome).format(id=run_id)
+
+
+def fired_now(outcome: str, schedule_id: str, run_id: str) -> str:
+    """A ManualFire in words."""
+    return _RUN_NOW.get(outcome, "{id}: " + outcome).format(id=schedule_id, run=run_id)
+
+
+def paused_line(paused_ms: int | None, note: str | None) -> str:
+    """'paused since <UTC>: <note>' ('' when not paused)."""
+    if paused_ms is None:
+        return ""
+    return f"paused since {iso_utc(paused_ms)}" + (f": {note}" if note else "")

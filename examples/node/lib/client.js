@@ -32,6 +32,14 @@ export const CANCELLED = 1;
 export const NOT_FOUND = 0;
 export const NOT_CANCELLABLE = 2;
 
+/** Reply codes of reschedule.lua, by name (zsched.RescheduleOutcome). */
+export const RESCHEDULE_OUTCOMES = { 0: 'not_found', 1: 'moved', 2: 'ready', 3: 'running', 4: 'done', 5: 'dead' };
+/** Reply codes of revoke.lua, by name (zsched.CancelOutcome). */
+export const REVOKE_OUTCOMES = { 0: 'not_found', 1: 'cancelled_delayed', 2: 'cancelled_ready', 3: 'requested', 4: 'done', 5: 'already_cancelled' };
+
+/** Dead letters reschedule.lua reads to tell a dead run from an unknown one (as Python does). */
+export const RESCHEDULE_DEAD_SCAN = 1000;
+
 // Run ids as the Python client makes them (docs/protocol.md, "enqueue.lua"): 8 characters of
 // the epoch ms, then 12 of a 72-bit number that starts at random each millisecond and counts
 // up within it, both in base 64 with URL-safe characters in ASCII order, so ids sort by time.
@@ -132,6 +140,50 @@ export class Client {
   /** Cancel a run still waiting in the delayed set. Returns CANCELLED, NOT_FOUND or NOT_CANCELLABLE. */
   async cancel(runId) {
     return runScript(this.redis, 'cancel', [this.keys.delayed, this.keys.runs], [runId]);
+  }
+
+  /**
+   * Cancel a run wherever it is (revoke.lua): a delayed or unread ready run is removed; a
+   * running one is asked to stop (its worker ends it `cancelled`). Returns {runId, code,
+   * outcome}. A removed rule fire holding its rule's overlap lease has the lease freed with
+   * unlease.lua, as the Python client does.
+   */
+  async cancelRun(runId, { dedupeWindowMs = this.dedupeWindowMs } = {}) {
+    const k = this.keys;
+    const [code, env] = await runScript(
+      this.redis,
+      'revoke',
+      [k.delayed, k.runs, k.entries, k.ready, k.done, k.cancelled, k.stats, k.cancelRequest(runId)],
+      ['', runId, GROUP, dedupeWindowMs],
+      { binary: true },
+    );
+    const n = Number(code);
+    if ((n === 1 || n === 2) && env && env.length) {
+      const e = safeDecode(env, runId);
+      if (e && e.schedule_id && e.lease_ms) {
+        await runScript(this.redis, 'unlease', [k.lease(e.schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
+          ['', e.schedule_id, runId, e.lease_ms]);
+      }
+    }
+    return { runId, code: n, outcome: REVOKE_OUTCOMES[n] };
+  }
+
+  /**
+   * Move a run still waiting in the delayed set to a new due time: `runAtMs` (epoch ms) or
+   * `delayMs` (after the Redis server's TIME). Returns {runId, code, outcome, moved, dueMs}.
+   */
+  async reschedule(runId, { runAtMs, delayMs } = {}) {
+    if ((runAtMs == null) === (delayMs == null)) throw new PayloadError('give exactly one of runAtMs or delayMs');
+    const value = runAtMs ?? delayMs;
+    if (!Number.isSafeInteger(value) || value < 0) throw new PayloadError(`${runAtMs != null ? 'runAtMs' : 'delayMs'} must be whole ms >= 0, got ${value}`);
+    const k = this.keys;
+    const [code, due] = await runScript(
+      this.redis,
+      'reschedule',
+      [k.delayed, k.runs, k.entries, k.ready, k.done, k.dead, k.wake],
+      ['', runId, runAtMs != null ? String(runAtMs) : `+${delayMs}`, RESCHEDULE_DEAD_SCAN, GROUP],
+    );
+    return { runId, code, outcome: RESCHEDULE_OUTCOMES[code], moved: code === 1, dueMs: code === 1 ? due : null };
   }
 
   /**

@@ -31,6 +31,8 @@ export function queueKeys(queue, partition = null) {
     stats: key('stats'), // HASH counter -> integer
     wake: key('wake'), // pub/sub CHANNEL
     rule_waiting: key('rule_waiting'), // HASH schedule_id -> a fire waiting for the lease
+    cancelled: key('cancelled'), // ZSET run_id -> cancelled_at_ms
+    cancelRequest: (runId) => key(`cancel:${runId}`), // STRING, TTL: a running run's cancel request
     lease: (scheduleId) => key(`lease:${scheduleId}`), // STRING, TTL: a rule's overlap lease
   };
 }

@@ -60,6 +60,8 @@
       var v = card.querySelector('[data-k="verdict"]');
       v.textContent = o.verdict;
       v.className = "verdict " + (o.healthy ? "ok" : "bad");
+      var pl = card.querySelector('[data-k="paused"]'), paused = o.partitions[0].paused;
+      if (pl) pl.textContent = paused ? "Paused: " + paused : "Dispatching (not paused).";
       o.partitions.forEach(function (p) {
         card.querySelectorAll("[data-part]").forEach(function (row) {
           if (row.dataset.part !== p.name) return;
@@ -68,6 +70,9 @@
           setText(row, "oldest_idle", age(p.oldest_pending_idle_ms));
           Object.keys(p.rates).forEach(function (k) {
             setText(row, "rate_" + k, p.rates[k] === null ? "-" : p.rates[k].toFixed(1));
+          });
+          list(row, "dispatchers", p.dispatchers, function (li, d) {
+            li.textContent = d.name + ": heartbeat " + age(d.age_ms) + " ago";
           });
           list(row, "consumers", p.consumers, function (li, c) {
             li.textContent = c.name + ": " + c.pending + " running, last read " + age(c.idle_ms) + " ago";

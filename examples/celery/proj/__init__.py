@@ -1,0 +1,1 @@
+"""A typical Celery project whose beat_schedule zsched runs (docs/celery.md)."""

@@ -1,0 +1,58 @@
+"""Dispatcher heartbeats in Redis (zsched/heartbeat.py): a running dispatcher beats while idle,
+at most once per interval, trims old beats and removes its own when it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from zsched import FakeClock
+from zsched import heartbeat as H
+from zsched.metrics import Metrics
+
+NOW = 1_800_000_000_000
+
+
+async def test_an_idle_dispatcher_beats_and_removes_its_beat_when_it_stops(real, queue) -> None:
+    app = real.app(queue, metrics=Metrics())
+    d = app.dispatcher(redis=real.async_client())  # nothing due: it sleeps max_idle (30 s)
+    d.heartbeat.every_s = 0.05
+    stop = asyncio.Event()
+    loop = asyncio.create_task(d.run(stop))
+    seen: set[float] = set()
+    deadline = time.monotonic() + 20
+    while len(seen) < 3:  # beats keep coming while the loop sleeps between passes
+        assert time.monotonic() < deadline, f"beats seen: {seen}"
+        score = real.sync.zscore(app.keys.dispatchers, d.heartbeat.name)
+        if score is not None:
+            seen.add(score)
+        await asyncio.sleep(0.01)
+    assert [n for n, _ in H.dispatchers(real.sync, app.keys)] == [d.heartbeat.name]
+    stop.set()
+    await asyncio.wait_for(loop, 10)
+    assert real.sync.zscore(app.keys.dispatchers, d.heartbeat.name) is None
+    await d.close()
+
+
+async def test_beats_are_rate_limited_and_old_ones_trimmed(backend, queue) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    r = backend.async_client()
+    beat = H.Heartbeat(app.keys, "me")  # every 5 s
+    backend.sync.zadd(app.keys.dispatchers, {"gone": NOW - H.KEEP_MS - 1, "recent": NOW - 10})
+    written = [await beat.beat(r, NOW + i) for i in range(100)]
+    assert written == [True] + [False] * 99  # one write, however often the loop asks
+    assert H.dispatchers(backend.sync, app.keys) == [("me", NOW), ("recent", NOW - 10)]
+    assert await beat.beat(r, NOW + 7, force=True)
+    assert backend.sync.zscore(app.keys.dispatchers, "me") == NOW + 7
+    await beat.leave(r)
+    assert H.dispatchers(backend.sync, app.keys) == [("recent", NOW - 10)]
+    await r.aclose()
+
+
+async def test_a_dispatcher_closed_after_ticks_leaves_no_beat(backend, queue) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    d = app.dispatcher(redis=backend.async_client())
+    await d.tick()
+    assert H.dispatchers(backend.sync, app.keys) == [(d.heartbeat.name, NOW)]
+    await d.close()
+    assert H.dispatchers(backend.sync, app.keys) == []

@@ -1,0 +1,128 @@
+"""AsyncApp's read-side calls on an asyncio client: one run's state, queue status, dead letters.
+
+The decoding is zsched.inspect's (the same RunStatus, QueueStatus and DeadLetter from the same
+replies); only the round trips differ, awaited instead of blocking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions
+
+from . import inspect as _inspect
+from . import scripts as S
+from .delayed import untag
+from .errors import RunNotFound
+from .keys import GROUP, QueueKeys
+from .tasks import ms_to_datetime
+
+
+async def _pending_one(r: Any, k: QueueKeys, entry: Any) -> list[Any]:
+    try:
+        return list(await r.xpending_range(k.ready, GROUP, entry, entry, 1))
+    except redis.exceptions.ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        return []  # no worker has joined yet
+
+
+async def get_run(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus:
+    """inspect.get_run, awaited."""
+    pipe = r.pipeline(transaction=False)
+    pipe.hget(k.runs, run_id)
+    pipe.hget(k.entries, run_id)
+    pipe.zscore(k.done, run_id)
+    raw, entry, done_at = await pipe.execute()
+    if raw is not None and entry is None:
+        st = _inspect._from_envelope(run_id, "scheduled", raw)
+        due = untag(raw)[0]
+        return (
+            st if due is None else _inspect.RunStatus(**{**vars(st), "run_at": ms_to_datetime(due)})
+        )
+    if raw is not None and entry is not None:
+        pending = await _pending_one(r, k, entry)
+        if pending:
+            p = pending[0]
+            return _inspect._from_envelope(
+                run_id, "running", raw, consumer=_inspect._s(p["consumer"]),
+                idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
+            )  # fmt: skip
+        return _inspect._from_envelope(run_id, "ready", raw)
+    if done_at is not None:
+        return _inspect.RunStatus(run_id, "done", done_at=ms_to_datetime(int(float(done_at))))
+    end, seen = "+", 0
+    while seen < _inspect.DEAD_SCAN_LIMIT:
+        batch = await r.xrevrange(k.dead, end, "-", count=500)
+        for _entry_id, fields in batch:
+            if _inspect._s(fields.get(b"run_id", b"")) == run_id:
+                reason = _inspect._s(fields.get(b"reason", b""))
+                return _inspect._from_envelope(
+                    run_id, "dead", fields.get(b"envelope"), dead_reason=reason
+                )
+        seen += len(batch)
+        if len(batch) < 500:
+            break
+        end = "(" + _inspect._s(batch[-1][0])
+    raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+
+
+async def _pending_summary(r: Any, k: QueueKeys) -> tuple[int, int]:
+    try:
+        summary = await r.xpending(k.ready, GROUP)
+        pending = int(summary["pending"])
+        if not pending:
+            return 0, 0
+        rows = await r.xpending_range(k.ready, GROUP, "-", "+", 100)
+        return pending, max((int(x["time_since_delivered"]) for x in rows), default=0)
+    except redis.exceptions.ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        return 0, 0
+
+
+async def queue_status(r: Any, scripts: S.AsyncScripts, k: QueueKeys) -> _inspect.QueueStatus:
+    """inspect.queue_status, awaited."""
+    sec, usec, delayed, due, head, _exact = await scripts.run(S.status(k, now_ms=None))
+    pipe = r.pipeline(transaction=False)
+    pipe.xlen(k.ready)
+    pipe.xlen(k.dead)
+    pipe.zcard(k.done)
+    pipe.hgetall(k.stats)
+    xlen, dead, done, stats = await pipe.execute()
+    now_ms = int(sec) * 1000 + int(usec) // 1000
+    oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
+    pending, oldest_idle = await _pending_summary(r, k) if xlen else (0, 0)
+    return _inspect.QueueStatus(
+        k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
+        int(dead), int(done), {_inspect._s(a): int(b) for a, b in stats.items()},
+    )  # fmt: skip
+
+
+async def dead_letters(r: Any, k: QueueKeys, count: int, start: str) -> list[_inspect.DeadLetter]:
+    """inspect.dead_letters, awaited."""
+    rows = await r.xrange(k.dead, start, "+", count=count)
+    return [_inspect._dead_letter(i, f) for i, f in rows]
+
+
+async def purge_dead(r: Any, k: QueueKeys, entry_ids: list[str] | None) -> int:
+    """inspect.purge_dead, awaited."""
+    if entry_ids is None:
+        pipe = r.pipeline(transaction=False)
+        pipe.xlen(k.dead)
+        pipe.delete(k.dead)
+        n, _ = await pipe.execute()
+        return int(n)
+    return int(await r.xdel(k.dead, *entry_ids)) if entry_ids else 0
+
+
+async def history(r: Any, k: QueueKeys, schedule_id: str, count: int) -> list[dict[str, Any]]:
+    """schedule_ops.history, awaited."""
+    rows = await r.xrevrange(k.ledger(schedule_id), "+", "-", count=count)
+    out = []
+    for _, f in rows:
+        d = {a.decode(): b.decode() for a, b in f.items()}
+        out.append({"slot_ms": int(d["slot_ms"]), "outcome": d["outcome"],
+                    "reason": d.get("reason", ""), "run_id": d.get("run_id", ""),
+                    "at_ms": int(d.get("at_ms", 0))})  # fmt: skip
+    return out

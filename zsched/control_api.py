@@ -1,0 +1,228 @@
+"""The App's run-control methods (a mixin, so app.py stays small): reschedule, ...
+
+Each method builds one `zsched.controls` call and runs it; an async App runs the same call
+on its AsyncScripts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import controls as C
+from . import durable as _durable
+from . import scripts as S
+from .envelope import decode
+from .errors import PayloadError
+from .runinput import check_names, delay_ms, to_ms
+from .scripts import Call
+
+if TYPE_CHECKING:
+    from .app import App, EnqueuedId
+    from .rule_controls import ManualFire
+
+
+def due_arg(
+    app: Any, run_at: datetime | float | None, delay: timedelta | float | None
+) -> int | str:
+    """The run_at_ms argument of a script: epoch ms, or "+N" (relative to Redis TIME) for a
+    delay unless the App's clock is pinned (a test's FakeClock)."""
+    if (run_at is None) == (delay is None):
+        raise ValueError("give exactly one of run_at or delay")
+    if run_at is not None:
+        return to_ms(run_at)
+    d = delay_ms(delay)  # type: ignore[arg-type]
+    now = app.clock.now_ms()
+    return f"+{d}" if now is None else int(now) + d
+
+
+class ControlMethods:
+    """Run controls of an App: change a promise after it is made."""
+
+    def reschedule_call(
+        self,
+        run_id: str,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+    ) -> Call[C.RescheduleResult]:
+        """The script call of `reschedule` (an async App runs it on its own scripts)."""
+        app: App = self  # type: ignore[assignment]
+        check_names("reschedule", run_id)
+        at = due_arg(app, run_at, delay)
+        return C.reschedule(app.keys_for_run(run_id), run_id, at, now_ms=app.clock.now_ms())
+
+    def reschedule(
+        self,
+        run_id: str,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+    ) -> C.RescheduleResult:
+        """Move a delayed run to a new due time (`run_at`, or `delay` from now on the Redis
+        clock), atomically. The result tells moved from not found and from a run that is
+        not delayed any more (ready, running, done, dead); moving it earlier wakes the
+        dispatchers."""
+        app: App = self  # type: ignore[assignment]
+        return app.scripts.run(self.reschedule_call(run_id, run_at=run_at, delay=delay))
+
+    def pause_queue(self, note: str | None = None) -> bool:
+        """Pause the queue (every partition): dispatchers move nothing onto the ready stream
+        until resume_queue. Delayed runs wait; rule slots are still fired into the delayed
+        set and recorded; workers finish what is on the stream. False if already paused."""
+        app: App = self  # type: ignore[assignment]
+        if note is not None and len(note.encode()) > 500:
+            raise ValueError("a pause note is at most 500 bytes")
+        now = app.clock.now_ms()
+        return any(
+            [v.scripts.run(C.pause(v.keys, note, now_ms=now)) for v in app.partition_views()]
+        )
+
+    def resume_queue(self) -> bool:
+        """End the pause (every partition) and wake the dispatchers. False if not paused."""
+        app: App = self  # type: ignore[assignment]
+        now = app.clock.now_ms()
+        return any([v.scripts.run(C.resume(v.keys, now_ms=now)) for v in app.partition_views()])
+
+    def drain(
+        self,
+        timeout: float | None = None,
+        progress: Any = None,
+        poll: float = 0.5,
+    ) -> bool:
+        """Pause the queue, then wait until its ready stream is empty (every run dispatched
+        before the pause finished) or `timeout` seconds pass. `progress(status)` is called
+        at each poll. True when drained. The queue stays paused: resume_queue after the
+        deploy."""
+        import time as _time
+
+        app: App = self  # type: ignore[assignment]
+        self.pause_queue("drain")
+        deadline = None if timeout is None else _time.monotonic() + timeout
+        while True:
+            st = app.status()
+            if progress is not None:
+                progress(st)
+            if st.stream_length == 0:
+                return True
+            if deadline is not None and _time.monotonic() >= deadline:
+                return False
+            _time.sleep(poll)
+
+    def run_schedule_now(self, schedule_id: str, force: bool = False) -> ManualFire:
+        """Fire a recurring rule once now: run id `<id>@manual:<instant>`, ledger outcome
+        `manual`, the rule's slots unchanged. The overlap policy holds (a run still holding
+        the lease: skipped, or queued behind it) unless `force=True`."""
+        from .rule_controls import run_now
+
+        app: App = self  # type: ignore[assignment]
+        return run_now(app.rule_home(schedule_id), schedule_id, force)
+
+    def enqueue_conflict_call(
+        self,
+        group: tuple[str, int | str, str, bytes],
+        on_conflict: str,
+        max_delay: timedelta | float | None,
+    ) -> Call[C.ReplaceResult]:
+        """The replace.lua call of an enqueue with on_conflict="replace" or "debounce"."""
+        app: App = self  # type: ignore[assignment]
+        if on_conflict not in C.CONFLICT_MODES:
+            raise ValueError(
+                f"on_conflict must be one of {', '.join(C.CONFLICT_MODES)}, got {on_conflict!r}"
+            )
+        if on_conflict == "keep":
+            raise ValueError("max_delay is only for on_conflict='debounce'")
+        if (on_conflict == "debounce") != (max_delay is not None):
+            raise ValueError("on_conflict='debounce' needs max_delay (and only it takes one)")
+        cap = None if max_delay is None else delay_ms(max_delay)
+        return C.replace(
+            app.keys_for_run(group[0]),
+            group,
+            now_ms=app.clock.now_ms(),
+            dedupe_window_ms=app.settings.dedupe_window_ms,
+            max_envelope_bytes=app.settings.max_payload_bytes + 4096,
+            max_delay_ms=cap,
+        )
+
+    def enqueue_conflict(
+        self,
+        group: tuple[str, int | str, str, bytes],
+        on_conflict: str,
+        max_delay: timedelta | float | None,
+    ) -> EnqueuedId:
+        """Run an enqueue with a conflict mode; count its outcome; its EnqueuedId."""
+        app: App = self  # type: ignore[assignment]
+        call = self.enqueue_conflict_call(group, on_conflict, max_delay)
+        res: C.ReplaceResult = _durable.run_calls(app, [call])[0]  # WAITs when app.durable
+        count_conflict(app, res.outcome)
+        return enqueued_id(res)
+
+    def enqueue_conflicts(self, items: list[tuple[Any, str, Any]]) -> list[EnqueuedId]:
+        """enqueue_many's runs with a conflict mode: (group, on_conflict, max_delay) each,
+        one replace.lua call per run, streamed on one connection."""
+        app: App = self  # type: ignore[assignment]
+        calls = [self.enqueue_conflict_call(g, mode, cap) for g, mode, cap in items]
+        out = []
+        for res in _durable.run_calls(app, calls):
+            count_conflict(app, res.outcome)
+            out.append(enqueued_id(res))
+        return out
+
+
+def enqueued_id(res: C.ReplaceResult) -> EnqueuedId:
+    """The EnqueuedId of a replace.lua answer."""
+    from .app import EnqueuedId
+
+    dup = res.outcome in (C.EnqueueOutcome.DUPLICATE, C.EnqueueOutcome.DUPLICATE_DONE)
+    return EnqueuedId(res.run_id, dup, res.outcome)
+
+
+def count_conflict(app: Any, outcome: C.EnqueueOutcome) -> None:
+    """Count an enqueue's outcome in the App's metrics (as enqueue counts its own)."""
+    if outcome is C.EnqueueOutcome.ENQUEUED:
+        app.metrics.enqueued.labels(app.queue).inc()
+    elif outcome in (C.EnqueueOutcome.REPLACED, C.EnqueueOutcome.DEBOUNCED):
+        app.metrics.replaced.labels(app.queue, outcome.value).inc()
+    else:
+        app.metrics.duplicates.labels(app.queue, "enqueue").inc()
+
+
+def _lease_calls(app: Any, res: C.CancelResult) -> list[Call[Any]]:
+    """The unlease call that frees a removed rule fire's overlap lease (none for other runs);
+    run after the cancel (a crash in between: the lease ends with its TTL)."""
+    if res.envelope is None:
+        return []
+    try:
+        env = decode(res.envelope, res.run_id)
+    except PayloadError:
+        return []
+    if not (env.schedule_id and env.lease_ms):
+        return []
+    keys = app.keys_for_run(res.run_id)
+    return [S.unlease(keys, env.schedule_id, res.run_id, env.lease_ms, now_ms=app.clock.now_ms())]
+
+
+class CancelMethods:
+    """cancel of an App (mixed in with ControlMethods)."""
+
+    def cancel_calls(self, run_id: str) -> tuple[Call[C.CancelResult], Any]:
+        """The revoke call of `cancel`, and a function of its result giving the follow-up
+        calls (freeing a rule's lease), so an async App runs the same steps."""
+        app: App = self  # type: ignore[assignment]
+        check_names("cancel", run_id)
+        call = C.revoke(app.keys_for_run(run_id), run_id, now_ms=app.clock.now_ms(),
+                        dedupe_window_ms=app.settings.dedupe_window_ms)  # fmt: skip
+        return call, lambda res: _lease_calls(app, res)
+
+    def cancel_run(self, run_id: str) -> C.CancelResult:
+        """Cancel a run wherever it is: delayed or ready runs are removed at once (the result
+        is true); a running run is asked to stop (`.requested`): its worker learns within its
+        lease renewal interval, cancels an async handler's task or sets a sync handler's
+        `current_run().cancel_requested`, and the run ends `cancelled`. Otherwise the result
+        says not found, done or cancelled already. A rule fire's overlap lease is freed."""
+        app: App = self  # type: ignore[assignment]
+        call, then = self.cancel_calls(run_id)
+        res: C.CancelResult = app.scripts.run(call)
+        for follow in then(res):
+            app.scripts.run(follow)
+        return res
