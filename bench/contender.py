@@ -129,3 +129,39 @@ class Zsched:
         if self.app is not None:
             self.app.close()
             self.app = None
+
+
+class ZschedAsync(Zsched):
+    """zsched with its asyncio client (zsched.AsyncApp) on the enqueue side, one awaited call
+    after another on an event loop of its own; the consumers are zsched's (CLI defaults)."""
+
+    name = "zsched"
+
+    def __init__(self) -> None:
+        super().__init__(cli_defaults=True)
+        self.config = "zsched.AsyncApp enqueue (await, one call at a time); " + self.config
+        self.loop: Any = None
+        self.aio: Any = None
+
+    def open(self, url: str, queue: str) -> None:
+        import asyncio
+
+        import zsched
+
+        super().open(url, queue)
+        self.loop = asyncio.new_event_loop()
+        self.aio = zsched.AsyncApp(url, queue)
+
+    def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
+        self.loop.run_until_complete(self.aio.enqueue("noop", payload, run_at=due_ms / 1000))
+
+    def enqueue_many(self, items: list[Item]) -> None:
+        runs = [{"task": "noop", "payload": p, "run_at": due / 1000} for due, p in items]
+        self.loop.run_until_complete(self.aio.enqueue_many(runs))
+
+    def close(self) -> None:
+        if self.aio is not None:
+            self.loop.run_until_complete(self.aio.aclose())
+            self.loop.close()
+            self.aio = self.loop = None
+        super().close()

@@ -27,6 +27,10 @@ def maker(name: str, concurrency: int | None) -> Callable[[], Contender]:
     at the settings `zsched worker` / `zsched dispatcher` use with no flags."""
     if name == "zsched-cli":
         return lambda: Zsched(cli_defaults=True)
+    if name == "zsched-async":  # the asyncio client on the enqueue side
+        from ..contender import ZschedAsync
+
+        return ZschedAsync
     if name == "zsched-one":  # the dispatcher inside the worker process
         w = {"concurrency": concurrency} if concurrency else None
         return lambda: Zsched(worker=w, cli_defaults=concurrency is not None, embedded=True)
@@ -129,7 +133,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m bench.peers")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
-    ap.add_argument("--only", nargs="*", default=None, help=f"contender names: {PEERS}, zsched-one")
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help=f"contender names: {PEERS}, zsched-one, zsched-async",
+    )
     ap.add_argument("--workloads", nargs="*", default=None)
     ap.add_argument(
         "--concurrency",
