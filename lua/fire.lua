@@ -21,6 +21,8 @@
 --   failed (nothing written: another dispatcher fired, or the rule was edited).
 -- Invariant: each slot gets exactly one ledger outcome and at most one run; a rule with
 --   overlap skip|queue has at most one run holding its lease and at most one fire waiting.
+-- Publishes on `wake` when the rule's next fire becomes earlier (or appears: a resume) or it
+--   gains a catch-up backlog, and when a fire is the new head of `delayed`.
 -- Bound: 1000 fires and 1000 records per call.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
 --   into every script that uses it, and a test keeps the copies equal. Edit it there.
@@ -333,8 +335,14 @@ if max_age > 0 then
 end
 
 redis.call('HSET', rule_state, sid, ARGV[7])
+-- A next fire earlier than before (a resumed rule had none) or a new catch-up backlog: a
+-- dispatcher sleeping until its own next due time must hear of it now.
+local was_catchup = redis.call('ZSCORE', catchup, sid)
+local sooner = (new_next >= 0 and (not cur_next or new_next < tonumber(cur_next)))
+  or (catchup_head >= 0 and not was_catchup)
 if new_next >= 0 then redis.call('ZADD', rule_next, new_next, sid) else redis.call('ZREM', rule_next, sid) end
 if catchup_head >= 0 then redis.call('ZADD', catchup, catchup_head, sid) else redis.call('ZREM', catchup, sid) end
+if sooner then redis.call('PUBLISH', wake, new_next >= 0 and new_next or now_ms) end
 if fired > 0 then redis.call('HINCRBY', stats, 'fired', fired) end
 if dups > 0 then redis.call('HINCRBY', stats, 'fire_duplicate', dups) end
 if skipped > 0 then redis.call('HINCRBY', stats, 'overlap_skip', skipped) end
