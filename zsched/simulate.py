@@ -146,7 +146,10 @@ class Driver:
             head = await self.redis.zrange(leaf, 0, 0, withscores=True)
             candidates.append(int(head[0][1]))
         if await self.redis.zcard(k.rule_catchup):
-            candidates.append(t + 20)
+            # Replays that wait for a run to end go on when it ends (a candidate already).
+            blocked = any(getattr(p, "blocked", 0) for p in self.dispatcher.parts)
+            if not (blocked and self.running):
+                candidates.append(t + (1000 if blocked else 20))
         later = [c for c in candidates if c > t]
         return min(later) if later else t + 10**15
 
