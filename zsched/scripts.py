@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
-    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate",
+    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "hold",
 )  # fmt: skip
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000
@@ -378,6 +378,13 @@ def unlease(
         [_now(now_ms), schedule_id, run_id, lease_ms],
         lambda r: (bool(int(r[0])), _s(r[1])),
     )
+
+
+def hold(k: QueueKeys, schedule_id: str, run_id: str, ttl_ms: int) -> Call[bool]:
+    """Keep a rule's overlap lease for its run while the run waits for a retry.
+    Reply: True held (or taken back after it lapsed), False another run holds it."""
+    return Call("hold", [k.lease(schedule_id), k.runs], [run_id, max(1, int(ttl_ms))],
+                lambda r: bool(int(r)))  # fmt: skip
 
 
 # -- runners ----------------------------------------------------------------------------------

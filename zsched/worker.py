@@ -335,8 +335,7 @@ class Worker(WorkerLoop):
                     codes = await self.scripts.run(S.retry(k, self.consumer, retries, now_ms=now))
                     done_r, retries = retries, []
                     self._fenced("retry", done_r, codes)
-                    for r in done_r:  # the run is not finished: its rule lease stays held
-                        self._leases.pop(r[0], None)
+                    await self._hold(done_r, codes)
                 if deads:
                     codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
                     done_d, deads = deads, []
@@ -360,6 +359,16 @@ class Worker(WorkerLoop):
             await self.scripts.run(
                 S.unlease(self.app.keys, sid, run_id, lease_ms, now_ms=self.app.clock.now_ms())
             )
+
+    async def _hold(self, items: list[Any], codes: list[int]) -> None:
+        """A rule's run waits for its retry: not finished, so its overlap lease stays held,
+        for the wait and a lease beyond it (no worker renews it meanwhile)."""
+        for it, code in zip(items, codes, strict=True):
+            lease = self._leases.pop(it[0], None)
+            if lease is None or code != S.OK:
+                continue
+            sid, run_id, lease_ms = lease
+            await self.scripts.run(S.hold(self.app.keys, sid, run_id, it[2] + lease_ms))
 
     def _fenced(self, what: str, items: list[Any], codes: list[int]) -> None:
         lost = [it for it, c in zip(items, codes, strict=True) if c == S.FENCED]

@@ -30,3 +30,40 @@ async def test_catch_up_replays_run_one_after_another_under_overlap(backend, que
     # Never two runs of the rule at once.
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:], strict=False))
     await drv.close()
+
+
+async def test_the_overlap_lease_lasts_while_the_run_waits_for_its_retry(real, queue) -> None:
+    """Defect 3: a run that raised Retry(delay=300) sits in the delayed set and nobody renews
+    its lease; the lease must outlive the wait, so the next slot is judged against it."""
+    import zsched
+    from zsched import FakeClock
+
+    clock = FakeClock(T0)
+    app = real.app(queue, clock=clock)
+    calls = []
+
+    @app.task(name="sweep")
+    def sweep(payload):
+        calls.append(zsched.current_run().run_id)
+        if len(calls) == 1:
+            raise zsched.Retry(delay=300)
+
+    # A lease of 2 s: shorter than the retry's 300 s wait (real seconds: the lease is a TTL).
+    app.schedule("sweep", "sweep", every=60, overlap="skip", lease=2)
+    d = app.dispatcher(redis=real.async_client())
+    w = app.worker(redis=real.async_client())
+    await d.tick()
+    await w.tick()
+    await w.flush()
+    first = slot_run_id("sweep", T0)
+    assert calls == [first]
+    lease = app.keys.lease("sweep")
+    assert real.sync.get(lease) == first.encode()
+    # Held for the wait and a lease beyond it, not for the 2 s lease alone.
+    assert real.sync.pttl(lease) > 300_000
+    clock.set(T0 + 60_000)  # the next slot, while the run waits for its retry
+    await d.tick()
+    rows = one_outcome_per_slot(app, "sweep")
+    assert (rows[1].outcome, rows[1].reason) == ("skipped", f"overlap: {first} still running")
+    await d.close()
+    await w.close()
