@@ -23,6 +23,7 @@ import redis.exceptions
 
 from . import recovery
 from . import scripts as S
+from .clock import ServerTime
 from .config import WorkerSettings, settings_from
 from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
@@ -98,6 +99,8 @@ class Worker(WorkerLoop):
         self._reader = self.redis if redis is not None else make()
         self._max_block_ms = _max_block_ms(self._reader)
         self.scripts = S.AsyncScripts(self.redis)
+        #: The server's clock for start lags and retry due times (invariant 3).
+        self.server_time = ServerTime(app.clock)
         self.metrics = app.metrics
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.running: dict[str, Delivery] = {}
@@ -149,6 +152,8 @@ class Worker(WorkerLoop):
 
     async def _read(self, count: int, block_ms: int | None) -> list[Delivery]:
         k = self.app.keys
+        if self.server_time.stale():  # once a minute: one TIME round trip
+            await self.server_time.ameasure(self.redis)
         self._observe_metrics()  # start lags of long handlers show before they finish
         if block_ms and self._max_block_ms:
             block_ms = min(block_ms, self._max_block_ms)
@@ -218,10 +223,10 @@ class Worker(WorkerLoop):
         dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
         info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms), q,
                        env.schedule_id, d.deliveries, dispatched)  # fmt: skip
-        started = time.time()
+        started_ms = self.server_time.now_ms()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
         tm = self._metrics_of(task.name)
-        tm.lags.append(max(0.0, started - due / 1000))
+        tm.lags.append(max(0.0, (started_ms - due) / 1000))
         t0 = time.perf_counter()
         try:
             await self._call(task, env, info)
@@ -289,7 +294,7 @@ class Worker(WorkerLoop):
         # Retry(delay=) is finite and >= 0 (it checks), but may be longer than the scripts
         # allow (a due after 9999-12-31 refuses the whole retry call): cut there.
         delay_ms = int(min(max(0.0, delay), MAX_RETRY_DELAY_S) * 1000)
-        nxt = env.next_attempt(int(time.time() * 1000) + delay_ms)
+        nxt = env.next_attempt(self.server_time.now_ms() + delay_ms)
         self._retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
         self.metrics.completed.labels(q, task.name, outcome).inc()
         self.metrics.retried.labels(q, task.name).inc()
