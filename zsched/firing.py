@@ -173,7 +173,9 @@ def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
     trig = spec.trigger
     if not isinstance(trig, Cron) or trig.dst_gap != "skip" or next_ms is None:
         return [], state.gap_checked_ms
-    lo = state.gap_checked_ms if state.gap_checked_ms is not None else next_ms - 1
+    # Never checked yet: from the rule's creation, so a gap before its first fire is listed.
+    first = state.created_ms if state.created_ms is not None else next_ms
+    lo = state.gap_checked_ms if state.gap_checked_ms is not None else first - 1
     lo = max(lo, (state.created_ms or lo) - 1)
     if now_ms <= lo:
         return [], state.gap_checked_ms

@@ -67,3 +67,41 @@ async def test_the_overlap_lease_lasts_while_the_run_waits_for_its_retry(real, q
     assert (rows[1].outcome, rows[1].reason) == ("skipped", f"overlap: {first} still running")
     await d.close()
     await w.close()
+
+
+async def test_a_dst_gap_between_creation_and_the_first_fire_is_recorded(backend, queue):
+    """Defect 5: created after 2026-03-28's fire, the rule's first fire is 2026-03-30; the
+    gap of 2026-03-29 (02:30 Berlin does not exist) falls before it and gets its record."""
+    from datetime import UTC, datetime
+
+    noon28 = int(datetime(2026, 3, 28, 12, tzinfo=UTC).timestamp() * 1000)
+    app, clock, drv = setup(backend, queue, start=noon28)
+    app.schedule("night", "t", cron="30 2 * * *", tz="Europe/Berlin", dst_gap="skip")
+    await drv.run_until(noon28, noon28 + 2 * 24 * H)
+    rows = one_outcome_per_slot(app, "night")
+    got = [(datetime.fromtimestamp(r.slot_ms / 1000, UTC).isoformat(), r.outcome,
+            r.reason) for r in rows]  # fmt: skip
+    assert got == [
+        ("2026-03-29T01:00:00+00:00", "skipped", "dst_gap"),
+        ("2026-03-30T00:30:00+00:00", "ran", ""),
+    ]
+    await drv.close()
+
+
+async def test_the_audit_sees_a_dst_gap_that_has_no_record(backend, queue):
+    """Defect 5, the audit's half: a dst_gap="skip" rule whose gap got no record shows up."""
+    from datetime import UTC, datetime
+
+    from zsched.audit import audit
+
+    noon28 = int(datetime(2026, 3, 28, 12, tzinfo=UTC).timestamp() * 1000)
+    gap = int(datetime(2026, 3, 29, 1, tzinfo=UTC).timestamp() * 1000)
+    app, clock, drv = setup(backend, queue, start=noon28)
+    app.schedule("night", "t", cron="30 2 * * *", tz="Europe/Berlin", dst_gap="skip")
+    # No dispatcher ran: at noon on the 29th the gap's instant has no outcome.
+    (report,) = audit(app, now_ms=noon28 + 24 * H)
+    assert report.unaccounted == [gap]
+    await drv.run_until(noon28 + 2 * 24 * H, noon28 + 2 * 24 * H)
+    (report,) = audit(app, now_ms=noon28 + 2 * 24 * H + 5 * H)
+    assert report.unaccounted == []
+    await drv.close()
