@@ -24,6 +24,8 @@ from .schedules import State
 if TYPE_CHECKING:
     from .app import App
 
+#: Dispatch rounds at one instant (each finished run may start one waiting fire).
+MAX_ROUNDS_PER_STEP = 100
 #: Slots shown after the outage, so its aftermath (catch-up, queued overlap) is visible.
 SLOTS_AFTER = 5
 
@@ -97,10 +99,18 @@ class Driver:
         self._group = False
 
     async def step(self, t: int) -> None:
-        """Everything that happens at instant `t`: finish runs, dispatch, start runs."""
+        """Everything that happens at instant `t`: finish runs, dispatch, start runs; again
+        while a finished run started a fire that waited for it (unlease wakes the real
+        dispatchers at once: that fire runs now, not at the next slot)."""
         self.clock.set(t)
         await self._finish(t)
-        await self.dispatcher.tick()
+        for _ in range(MAX_ROUNDS_PER_STEP):
+            await self.dispatcher.tick()
+            await self._start_ready(t)
+            if not await self._finish(t):
+                break
+
+    async def _start_ready(self, t: int) -> None:
         k = self.app.keys
         if not self._group:
             self._group = True
@@ -113,7 +123,6 @@ class Driver:
                 self.running[eid.decode()] = (finish, env.run_id, env.schedule_id or "",
                                               env.lease_ms)  # fmt: skip
                 self.started.append((env.run_id, t, finish))
-        await self._finish(t)
 
     async def run_until(self, start: int, end: int) -> None:
         t = start
@@ -121,8 +130,10 @@ class Driver:
             await self.step(t)
             t = await self._next_event(t)
 
-    async def _finish(self, t: int) -> None:
+    async def _finish(self, t: int) -> bool:
+        """Finish the runs due to end by `t`; True if one started a fire that waited."""
         k = self.app.keys
+        started = False
         for eid, (finish, run_id, sid, lease_ms) in sorted(self.running.items(),
                                                            key=lambda x: x[1][0]):  # fmt: skip
             if finish > t:
@@ -132,7 +143,9 @@ class Driver:
             await self.scripts.run(S.ack(k, "sim", [(eid, run_id)], now_ms=t,
                                          dedupe_window_ms=window))  # fmt: skip
             if lease_ms:
-                await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t))
+                _, woke = await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t))
+                started = started or bool(woke)
+        return started
 
     async def _next_event(self, t: int) -> int:
         k = self.app.keys
