@@ -14,6 +14,7 @@ import secrets
 import socket
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -266,13 +267,33 @@ class Worker(WorkerLoop):
             else:
                 await coro
             return
-        fut = asyncio.get_running_loop().run_in_executor(
-            self._executor, _call_sync, task.fn, env.payload, info
-        )
-        if task.timeout:
-            await asyncio.wait_for(fut, task.timeout)
-        else:
+        loop = asyncio.get_running_loop()
+        began = asyncio.Event()
+        fut = loop.run_in_executor(self._executor, _call_sync, task.fn, env.payload, info,
+                                   lambda: loop.call_soon_threadsafe(began.set))  # fmt: skip
+        if not task.timeout:
             await fut
+            return
+        await began.wait()  # waiting for a thread is not the handler's time
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), task.timeout)
+        except TimeoutError:
+            await self._outlast(fut, info, task.timeout)
+            raise
+
+    async def _outlast(self, fut: asyncio.Future[Any], info: RunInfo, timeout: float) -> None:
+        """A sync handler ran past its timeout. Its thread cannot be stopped: the run stays
+        held (renewed) until the thread ends, so its retry cannot start beside it, and the
+        lost thread is shown rather than hidden; the attempt then counts as timed out."""
+        q, g = self.app.queue, self.metrics.stuck_handlers.labels(self.app.queue)
+        log.warning("run %s: sync handler still running after its %.1fs timeout; its thread "
+                    "and run slot stay taken until it returns", info.run_id, timeout,
+                    extra={"queue": q, "run_id": info.run_id})  # fmt: skip
+        g.inc()
+        try:
+            await asyncio.gather(fut, return_exceptions=True)
+        finally:
+            g.dec()
 
     def _retry(
         self,
@@ -408,7 +429,8 @@ def _max_block_ms(client: Any) -> int | None:
     return max(1, int(min(ms * 0.8, ms - 200)))
 
 
-def _call_sync(fn: Any, payload: Any, info: RunInfo) -> Any:
+def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -> Any:
+    began()
     set_current(info)
     try:
         return fn(payload)
