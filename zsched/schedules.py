@@ -197,12 +197,22 @@ def build_spec(
         misfire_grace_ms=grace if grace is not None else default_grace_ms(trigger),
         overlap=Overlap.parse(overlap),
         max_catch_up=max_catch_up,
-        jitter_ms=_ms(jitter, "jitter") or 0,
+        jitter_ms=_jitter_ms(schedule_id, trigger, jitter),
         start_ms=start_ms,
         end_ms=end_ms,
         paused=bool(paused),
         lease_ms=_lease_ms(schedule_id, lease),
     )
+
+
+def _jitter_ms(schedule_id: str, trigger: Rule, jitter: timedelta | float | None) -> int:
+    """A jitter up to the rule's shortest period: a longer one would reorder its fires."""
+    ms = _ms(jitter, "jitter") or 0
+    gap = min_gap_ms(trigger)
+    if ms > gap:
+        raise RuleError(f"schedule {schedule_id}: jitter {ms / 1000:g}s is longer than the "
+                        f"rule's shortest period ({gap / 1000:g}s); it would reorder its fires")  # fmt: skip
+    return ms
 
 
 def _lease_ms(schedule_id: str, lease: timedelta | float | None) -> int:
@@ -233,7 +243,7 @@ def _trigger(schedule_id: str, cron: str | None, every: float | timedelta | None
         return Cron(cron, tz, dst_gap=dst_gap, dst_repeat=dst_repeat)
     if tz is not None or dst_gap or dst_repeat:
         raise RuleError(f"schedule {schedule_id}: tz and DST options apply to cron rules only")
-    return Every(every, start_at=start_ms)
+    return Every.from_ms(Every(every).interval_ms, start_ms or 0)
 
 
 def with_paused(spec: Spec, paused: bool) -> Spec:
