@@ -1,0 +1,93 @@
+"""Drive the model and the real system through the same operations, and compare them slot by
+slot after each one; check the ledger invariants on the real system."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from tests.model.real_system import RealSystem
+from tests.model.rule_model import Fate, Model, RuleDef
+from zsched.audit import audit
+
+
+def fate_table(table: Sequence[Fate]) -> Any:
+    """A fate per (run id, attempt), the same in the model and the real system: a retry only
+    on a first attempt (the second then succeeds)."""
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        f = table[zlib.crc32(f"{rid}|{attempt}".encode()) % len(table)]
+        if attempt > 1 and f.kind == "retry":
+            return replace(f, kind="ok")
+        return f
+
+    return fate_of
+
+
+class Pair:
+    """One model and one real system of the same rule."""
+
+    def __init__(self, real: Any, queue: str, rule: RuleDef, table: Sequence[Fate], start: int,
+                 dispatchers: int = 1) -> None:  # fmt: skip
+        self.fate_of = fate_table(table)
+        self.model = Model(rule, self.fate_of, now=start)
+        self.system = RealSystem(real, queue, rule, self.fate_of, start, dispatchers)
+        self.steps: list[str] = []
+
+    async def start(self, paused: bool = False) -> None:
+        await self.system.start()
+        self.model.create(paused)
+        await self.system.create(paused)
+        self.steps.append(f"create(paused={paused})")
+        self.check()
+
+    async def do(self, op: str, *args: Any) -> None:
+        self.steps.append(f"{op}{args!r}")
+        getattr(self.model, op)(*args)
+        await getattr(self.system, op)(*args)
+        self.check()
+
+    async def edit(self, **changes: Any) -> None:
+        self.steps.append(f"edit({changes!r})")
+        self.model.edit(**changes)
+        await self.system.edit(self.model.rule)
+        self.check()
+
+    def check(self) -> None:
+        m, s = self.model, self.system
+        where = f"at {s.clock.now_ms()} after {self.steps}"
+        got = s.ledger()
+        want = sorted((slot, o, r) for slot, o, r, _ in m.ledger)
+        assert got == want, f"ledger differs {where}:\n real  {got}\n model {want}"
+        assert s.live() == m.live(), (
+            f"live runs differ {where}: {s.live()} != {m.live()}\n real started {s.started}"
+            f"\n model started {m.started}\n gates {s.gates}"
+        )
+        if m.rule.overlap != "allow":
+            held = m.lease if m._lease_held() else None
+            real_lease = s.lease()
+            if real_lease is not None and real_lease not in s.live():
+                real_lease = None  # stale: freed at the next fire
+            assert real_lease == held, f"lease differs {where}: {real_lease} != {held}"
+            assert s.waiting() == (m.waiting is not None), f"waiting fire differs {where}"
+        self.invariants(where)
+
+    def invariants(self, where: str) -> None:
+        """The issue's ledger invariants, on the real system."""
+        s, rule = self.system, self.model.rule
+        slots = Counter(slot for slot, _, _ in s.ledger())
+        assert all(n == 1 for n in slots.values()), f"a slot has two outcomes {where}"
+        fired = Counter(rid for rid, attempt, _ in s.started if attempt == 1)
+        assert all(n == 1 for n in fired.values()), f"a slot fired twice {where}"
+        if rule.overlap != "allow":
+            live = s.live()
+            assert len(live) <= 1, f"{len(live)} live runs under overlap={rule.overlap} {where}"
+        if s.up and not self.model.paused:
+            (report,) = audit(s.app, now_ms=s.clock.now_ms())
+            assert report.unaccounted == [], f"unaccounted slots {report.unaccounted} {where}"
+
+    async def close(self) -> None:
+        await self.system.close()
