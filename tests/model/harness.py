@@ -32,7 +32,7 @@ class Pair:
 
     def __init__(self, real: Any, queue: str, rule: RuleDef, table: Sequence[Fate], start: int,
                  dispatchers: int = 1) -> None:  # fmt: skip
-        self.fate_of = fate_table(table)
+        self.fate_of = table if callable(table) else fate_table(table)
         self.model = Model(rule, self.fate_of, now=start)
         self.system = RealSystem(real, queue, rule, self.fate_of, start, dispatchers)
         self.steps: list[str] = []
