@@ -104,6 +104,10 @@ class RealSystem:
         self.app.resume_schedule(self.sid)
         await self.settle()
 
+    async def remove(self) -> None:
+        self.app.unschedule(self.sid)
+        await self.settle()
+
     async def set_up(self, up: bool) -> None:
         self.up = up
         await self.settle()

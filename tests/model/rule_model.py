@@ -19,7 +19,8 @@ document states them:
   done or dead;
 - pause: no slot fires; on resume the slots from the pause up to now are `skipped: paused`,
   the rule goes on from the first slot after now; catch-up replays waiting are kept;
-- a `dst_gap="skip"` cron rule records `skipped: dst_gap` at the instant a gap dropped a slot;
+- a `dst_gap="skip"` cron rule records `skipped: dst_gap` at the instant a gap dropped a slot
+  (written when the rule next comes due);
 - jitter: a fire is due `crc32("<schedule_id>@<slot ms>") % jitter_ms` after its slot.
 
 Time moves in events (`advance_to`). At one instant, runs that end then end first (freeing
@@ -146,6 +147,13 @@ class Model:
             self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
         self.paused, self.paused_at = False, None
         self.next_slot = self._first_after(self.now)
+        self.settle()
+
+    def remove(self) -> None:
+        """The rule goes with its state, ledger, lease and waiting fire; runs it made stay."""
+        self.removed = True
+        self.ledger, self.backlog = [], []
+        self.next_slot, self.lease, self.waiting = None, None, None
         self.settle()
 
     def set_up(self, up: bool) -> None:

@@ -175,18 +175,30 @@ class RuleMachine(RuleBasedStateMachine):
         assert self.pair
         self.run(self.pair.do("set_up", True))
 
-    @precondition(lambda self: self.pair is not None and not self.pair.model.paused)
+    @precondition(lambda self: self.pair is not None and not self.pair.model.paused
+                  and not self.pair.model.removed)  # fmt: skip
     @rule()
     def pause(self) -> None:
         assert self.pair
         self.run(self.pair.do("pause"))
 
-    @precondition(lambda self: self.pair is not None and self.pair.model.paused)
+    @precondition(lambda self: self.pair is not None and self.pair.model.paused
+                  and not self.pair.model.removed)  # fmt: skip
     @rule()
     def resume(self) -> None:
         assert self.pair
         self.run(self.pair.do("resume"))
 
+    @precondition(lambda self: self.pair is not None and len(self.pair.steps) >= 8
+                  and not self.pair.model.removed)  # fmt: skip
+    @rule()
+    def remove(self) -> None:
+        """Late in an example: the rule goes; the runs it made finish as usual."""
+        assert self.pair
+        self.run(self.pair.do("remove"))
+        event("a removed rule")
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
     @rule(misfire=st.sampled_from(["catch_up", "coalesce", "skip"]),
           overlap=st.sampled_from(["allow", "skip", "queue"]), cap=st.sampled_from([3, 0, 1]))  # fmt: skip
     def edit(self, misfire: str, overlap: str, cap: int) -> None:
