@@ -109,3 +109,54 @@ async def test_the_audit_sees_a_dst_gap_that_has_no_record(backend, queue):
     (report,) = audit(app, now_ms=later)
     assert report.unaccounted == [gap]
     await drv.close()
+
+
+async def test_a_run_reclaimed_after_its_worker_died_keeps_the_lease(real, queue) -> None:
+    """The lease lasts for the run's whole life, also while its entry waits to be reclaimed
+    from a worker that died mid-run: the next slot is judged against it (overlap=skip)."""
+    import asyncio
+    import time
+
+    import zsched
+    from zsched import FakeClock
+    from zsched.keys import GROUP
+    from zsched.recovery import ensure_group
+
+    clock = FakeClock(T0)
+    app = real.app(queue, clock=clock)
+    done: list[str] = []
+
+    @app.task(name="sweep")
+    def sweep(payload):
+        done.append(zsched.current_run().run_id)
+
+    app.schedule("sweep", "sweep", every=60, overlap="skip")
+    d = app.dispatcher(redis=real.async_client())
+    await d.tick()
+    first = slot_run_id("sweep", T0)
+    # A worker reads the fire and dies before it finishes: its entry stays pending.
+    aio = real.async_client()
+    await ensure_group(aio, app.keys)
+    assert await aio.xreadgroup(GROUP, "died", {app.keys.ready: ">"}, count=10)
+    clock.set(T0 + 60_000)  # the next slot, while the run waits to be reclaimed
+    await d.tick()
+    rows = one_outcome_per_slot(app, "sweep")
+    assert (rows[1].outcome, rows[1].reason) == ("skipped", f"overlap: {first} still running")
+    # Another worker reclaims it after the visibility timeout, runs it, frees the lease.
+    w = app.worker(redis=real.async_client(), visibility_timeout_ms=200)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(w.run(stop))
+    deadline = time.monotonic() + 20
+    while real.sync.exists(app.keys.lease("sweep")):
+        assert time.monotonic() < deadline, "the reclaimed run never freed the lease"
+        await asyncio.sleep(0.02)
+    stop.set()
+    await asyncio.wait_for(loop, 20)
+    assert done == [first]
+    clock.set(T0 + 120_000)
+    await d.tick()
+    rows = one_outcome_per_slot(app, "sweep")
+    assert (rows[2].outcome, rows[2].reason) == ("ran", "")
+    for c in (d, w):
+        await c.close()
+    await aio.aclose()
