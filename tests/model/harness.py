@@ -9,9 +9,41 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import zsched
 from tests.model.real_system import RealSystem
 from tests.model.rule_model import Fate, Model, RuleDef
 from zsched.audit import audit
+from zsched.metrics import Metrics
+
+
+class Backend:
+    """A sync and an asyncio client on real Redis or fakeredis, as tests/conftest.py's
+    Backend (whose module name `conftest` is ambiguous in a whole-suite run)."""
+
+    def __init__(self, url: str | None) -> None:
+        import redis
+
+        self.url = url
+        if url:
+            self.sync: Any = redis.Redis.from_url(url, protocol=2)
+        else:
+            import fakeredis
+
+            self.server = fakeredis.FakeServer()
+            self.sync = fakeredis.FakeRedis(server=self.server, protocol=2)
+
+    def async_client(self) -> Any:
+        if self.url:
+            import redis.asyncio as aioredis
+
+            return aioredis.Redis.from_url(self.url, protocol=2)
+        import fakeredis
+
+        return fakeredis.FakeAsyncRedis(server=self.server, protocol=2)
+
+    def app(self, queue: str, **kw: Any) -> zsched.App:
+        kw.setdefault("metrics", Metrics())
+        return zsched.App(self.sync, queue=queue, **kw)
 
 
 def fate_table(table: Sequence[Fate]) -> Any:

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,12 +28,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import Backend  # noqa: E402
-
-from tests.model.harness import Pair  # noqa: E402
-from tests.model.rule_model import Fate, RuleDef, shortest_period  # noqa: E402
-from zsched.rules import Cron, Every  # noqa: E402
+from tests.model.harness import Backend, Pair
+from tests.model.rule_model import Fate, RuleDef, shortest_period
+from zsched.rules import Cron, Every
 
 #: What the examples covered (printed by make model, recorded in docs/reliability.md).
 SEEN: Counter[str] = Counter()
@@ -137,7 +132,7 @@ class RuleMachine(RuleBasedStateMachine):
         rule, trig = data.draw(rule_defs())
         self.period = shortest_period(trig.rule)
         table = data.draw(fate_tables(self.period))
-        self.real = Backend("redis", self.url)
+        self.real = Backend(self.url)
         queue = "m-" + uuid.uuid4().hex[:12]
         self.pair = Pair(self.real, queue, rule, table, trig.start_ms, dispatchers)
         self.run(self.pair.start(paused))

@@ -5,19 +5,15 @@ fast and slow runs: operators trust its answer before an outage."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from conftest import Backend  # noqa: E402
-
-from tests.model.rule_model import Fate, Model, RuleDef, shortest_period  # noqa: E402
-from zsched import FakeClock  # noqa: E402
-from zsched.rules import Cron, Every  # noqa: E402
-from zsched.simulate import SLOTS_AFTER, simulate  # noqa: E402
+from tests.model.harness import Backend
+from tests.model.rule_model import Fate, Model, RuleDef, shortest_period
+from zsched import FakeClock
+from zsched.rules import Cron, Every
+from zsched.simulate import SLOTS_AFTER, simulate
 
 H = 3_600_000
 TRIGGERS = {
@@ -51,7 +47,7 @@ def _model(rule: RuleDef, start: int, down_to: int, slow_ms: int) -> list[tuple[
 async def test_the_simulator_agrees_with_the_model(queue: str, trigger: str, slow: float,
                                                    overlap: str, misfire: str) -> None:  # fmt: skip
     # The simulator copies the rule into its own fakeredis, whatever the app's backend.
-    backend = Backend("fake", None)
+    backend = Backend(None)
     trig, start = TRIGGERS[trigger]
     period = shortest_period(trig)
     rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=3)
