@@ -104,6 +104,10 @@ class RealSystem:
         self.app.resume_schedule(self.sid)
         await self.settle()
 
+    async def backfill(self, lo: int, hi: int) -> None:
+        self.app.backfill(self.sid, lo / 1000, hi / 1000)
+        await self.settle()
+
     async def remove(self) -> None:
         self.app.unschedule(self.sid)
         await self.settle()

@@ -115,6 +115,7 @@ class Model:
     lease: str | None = None
     waiting: tuple[str, int] | None = None
     started: list[tuple[str, int, int]] = field(default_factory=list)  # run, attempt, at
+    backfilled: set[str] = field(default_factory=set)
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -147,6 +148,20 @@ class Model:
             self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
         self.paused, self.paused_at = False, None
         self.next_slot = self._first_after(self.now)
+        self.settle()
+
+    def backfill(self, lo: int, hi: int) -> None:
+        """The rule's slots in [lo, hi] that the ledger does not show as run, due now with
+        their usual run ids (none whose run is live or done), recorded `backfilled`. They
+        hold no lease: overlap does not apply to them."""
+        done = {s for s, o, _, _ in self.ledger if o in ("ran", "ran_late", "backfilled")}
+        for s in self.rule.trigger.slots_between(lo - 1, hi, 10_000):
+            rid = run_id(self.rule.schedule_id, s)
+            if s in done or (rid in self.runs and self.runs[rid].state != "dead"):
+                continue
+            self.runs[rid] = Run(rid, s, due=self.now)
+            self.backfilled.add(rid)
+            self._record(s, "backfilled", "backfill", rid)
         self.settle()
 
     def remove(self) -> None:

@@ -184,6 +184,15 @@ class RuleMachine(RuleBasedStateMachine):
         assert self.pair
         self.run(self.pair.do("resume"))
 
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
+    @rule(back=st.sampled_from([3, 1, 10]))
+    def backfill(self, back: int) -> None:
+        """Back-fill the last `back` periods (slots already run are not enqueued again)."""
+        assert self.pair
+        now = self.pair.model.now
+        self.run(self.pair.do("backfill", now - back * self.period, now))
+        event("a backfill")
+
     @precondition(lambda self: self.pair is not None and len(self.pair.steps) >= 8
                   and not self.pair.model.removed)  # fmt: skip
     @rule()
