@@ -40,9 +40,16 @@ class RealSystem:
         self.app.task(name="t", max_attempts=5)(self._handler)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
                             for _ in range(dispatchers)]  # fmt: skip
-        self.worker = self.app.worker(redis=real.async_client(), concurrency=64)
+        self.worker = self._new_worker()
         self._stop = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
+        #: Attempts started again by a worker that reclaimed them (not a second fire).
+        self.reclaimed: list[tuple[str, int, int]] = []
+
+    def _new_worker(self) -> Any:
+        # A short visibility timeout (real time): a dead worker's runs are reclaimed at once.
+        return self.app.worker(redis=self.real.async_client(), concurrency=64,
+                               visibility_timeout_ms=300)  # fmt: skip
 
     async def _handler(self, payload: Any) -> None:
         info = zsched.current_run()
@@ -51,7 +58,7 @@ class RealSystem:
         now = self.clock.now_ms()
         gate = [now + fate.duration_ms, asyncio.Event(), fate, False]
         self.gates[key] = gate
-        self.started.append((info.run_id, info.attempt, now))
+        (self.reclaimed if info.deliveries > 1 else self.started).append((*key, now))
         await gate[1].wait()
         if fate.kind == "retry":
             raise zsched.Retry(delay=fate.retry_delay_ms / 1000)
@@ -110,6 +117,21 @@ class RealSystem:
 
     async def remove(self) -> None:
         self.app.unschedule(self.sid)
+        await self.settle()
+
+    async def kill_worker(self) -> None:
+        """The worker dies mid-run (nothing handed back, no outcome written); a new one
+        reclaims its runs after the visibility timeout and runs them again."""
+        me = asyncio.current_task()
+        doomed = [t for t in asyncio.all_tasks() if t is not me]
+        for t in doomed:
+            t.cancel()
+        await asyncio.gather(*doomed, return_exceptions=True)
+        await self.worker.close()
+        self.gates = {k: g for k, g in self.gates.items() if g[3]}  # those handlers died
+        self.worker = self._new_worker()
+        self._stop = asyncio.Event()
+        await self.start()
         await self.settle()
 
     async def set_up(self, up: bool) -> None:

@@ -164,6 +164,14 @@ class Model:
             self._record(s, "backfilled", "backfill", rid)
         self.settle()
 
+    def kill_worker(self) -> None:
+        """The worker dies: each running attempt starts again now (reclaimed by another
+        worker, same attempt, its duration again); the lease stays with its run."""
+        for r in self.runs.values():
+            if r.state == "running":
+                r.finish = self.now + r.fate.duration_ms
+        self.settle()
+
     def remove(self) -> None:
         """The rule goes with its state, ledger, lease and waiting fire; runs it made stay."""
         self.removed = True

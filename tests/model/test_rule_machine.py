@@ -184,6 +184,15 @@ class RuleMachine(RuleBasedStateMachine):
         assert self.pair
         self.run(self.pair.do("resume"))
 
+    @precondition(lambda self: self.pair is not None
+                  and any(r.state == "running" for r in self.pair.model.runs.values()))  # fmt: skip
+    @rule()
+    def kill_worker(self) -> None:
+        """The worker dies mid-run; another reclaims its runs."""
+        assert self.pair
+        self.run(self.pair.do("kill_worker"))
+        event("a worker died mid-run")
+
     @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
     @rule(back=st.sampled_from([3, 1, 10]))
     def backfill(self, back: int) -> None:
