@@ -382,7 +382,7 @@ def unlease(
 
 def hold(k: QueueKeys, schedule_id: str, run_id: str, ttl_ms: int) -> Call[bool]:
     """Keep a rule's overlap lease for its run while the run waits for a retry.
-    Reply: True held (or taken back after it lapsed), False another run holds it."""
+    Reply: True held (its TTL extended), False not held by this run."""
     return Call("hold", [k.lease(schedule_id), k.runs], [run_id, max(1, int(ttl_ms))],
                 lambda r: bool(int(r)))  # fmt: skip
 

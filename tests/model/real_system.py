@@ -215,11 +215,13 @@ class RealSystem:
         return bool(due)
 
     def _written(self, key: tuple[str, int], fate: Fate) -> bool:
-        rid = key[0]
-        raw = self.real.sync.hget(self.app.keys.runs, rid)
-        if fate.kind == "retry":
-            return raw is not None and untag(raw)[0] is not None
-        return raw is None and self.lease() != rid
+        """The worker wrote the attempt's outcome: its stream entry is gone (a run's value
+        in `runs` keeps its due tag while on the stream, so that says nothing), and a
+        finished run freed its lease."""
+        rid, k = key[0], self.app.keys
+        if self.real.sync.hexists(k.entries, rid):
+            return False
+        return fate.kind == "retry" or self.lease() != rid
 
     async def _picked_up(self) -> None:
         """Wait until every run on the stream is running in a handler."""
