@@ -79,6 +79,8 @@ class Pair:
         self.check()
 
     async def do(self, op: str, *args: Any) -> None:
+        if op == "advance_to":
+            return await self._advance(*args)
         self.steps.append(f"{op}{args!r}")
         getattr(self.model, op)(*args)
         await getattr(self.system, op)(*args)
@@ -89,6 +91,22 @@ class Pair:
         self.exclusive = self.exclusive and changes.get("overlap") != "allow"
         self.model.edit(**changes)
         await self.system.edit(self.model.rule)
+        self.check()
+
+    async def _advance(self, t: int) -> None:
+        """Through every event instant of either side, comparing them at each."""
+        self.steps.append(f"advance_to({t})")
+        while True:
+            events = [e for e in (self.model.next_event(), await self.system.next_event())
+                      if e is not None]  # fmt: skip
+            e = min(events) if events else None
+            if e is None or e > t:
+                break
+            self.model.advance_to(e)
+            await self.system.advance_to(e)
+            self.check()
+        self.model.advance_to(t)
+        await self.system.advance_to(t)
         self.check()
 
     def check(self) -> None:

@@ -45,3 +45,23 @@ async def test_a_cron_rule_across_berlins_spring_gap(real, queue) -> None:
         await p.do("advance_to", start + 3 * 24 * H)
     finally:
         await p.close()
+
+
+async def test_a_removed_rule_gets_no_lease_back_from_a_retrying_run(real, queue) -> None:
+    """Shrunk from make model: a run that retries after its rule was removed (which deleted
+    the lease) must not bring the lease back (hold.lua took back an absent lease)."""
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        return Fate(30_000, "retry", 30_000) if attempt < 3 else Fate(0)
+
+    rule = RuleDef("r", Every(60), overlap="queue")
+    p = Pair(real, queue, rule, fate_of, T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 10_000)
+        await p.do("remove")
+        await p.do("advance_to", T0 + 40_000)  # attempt 1 retried: waits until T0 + 60 s
+        assert p.system.lease() is None
+        await p.do("advance_to", T0 + 5 * M)
+    finally:
+        await p.close()
