@@ -128,8 +128,13 @@ class Model:
         self.settle()
 
     def edit(self, **changes: Any) -> None:
-        """Change policies (same trigger): the next fire stays; waiting replays are kept."""
+        """Change the rule: a slot already due fires under the new definition; otherwise the
+        next fire is recomputed from now; waiting replays are kept."""
+        old = self.rule.trigger
         self.rule = replace(self.rule, **changes)
+        nxt = self.next_slot
+        if self.rule.trigger != old and not self.paused and (nxt is None or nxt > self.now):
+            self.next_slot = self._first_after(self.now)
         self.settle()
 
     def pause(self) -> None:

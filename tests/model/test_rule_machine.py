@@ -184,14 +184,14 @@ class RuleMachine(RuleBasedStateMachine):
         assert self.pair
         self.run(self.pair.do("resume"))
 
-    @precondition(lambda self: self.pair is not None
-                  and any(r.state == "running" for r in self.pair.model.runs.values()))  # fmt: skip
-    @rule()
-    def kill_worker(self) -> None:
-        """The worker dies mid-run; another reclaims its runs."""
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed
+                  and isinstance(self.pair.model.rule.trigger, Every))  # fmt: skip
+    @rule(seconds=st.sampled_from([90, 60, 45]))
+    def edit_interval(self, seconds: int) -> None:
+        """Change an interval rule's interval: its next fire is recomputed."""
         assert self.pair
-        self.run(self.pair.do("kill_worker"))
-        event("a worker died mid-run")
+        self.run(self.pair.edit(trigger=Every(seconds)))
+        event("an edited trigger")
 
     @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
     @rule(back=st.sampled_from([3, 1, 10]))
