@@ -15,12 +15,16 @@
 --   server's TIME, which stamps the entry ids; 0 = keep)
 -- ARGV[14] n_fires
 -- ARGV[15..] n_fires groups of 5: run_id, run_at_ms, slot_ms, envelope, outcome
---   (ran | ran_late); then groups of 4 ledger records decided by policy: slot_ms, outcome,
---   reason, run_id (coalesced, skipped ...). At most 1000 fires and 1000 records.
+--   (ran | ran_late | replay: a catch-up replay, recorded ran_late); then groups of 4 ledger
+--   records decided by policy: slot_ms, outcome, reason, run_id (coalesced, skipped ...).
+--   At most 1000 fires and 1000 records.
 -- Returns {ok, fired, duplicates, overlap_skipped, queued}; ok = 0 when the compare-and-set
---   failed (nothing written: another dispatcher fired, or the rule was edited).
+--   failed (nothing written: another dispatcher fired, or the rule was edited, or a replay
+--   would start while a live run holds the lease of an overlap skip|queue rule).
 -- Invariant: each slot gets exactly one ledger outcome and at most one run; a rule with
 --   overlap skip|queue has at most one run holding its lease and at most one fire waiting.
+-- Publishes on `wake` when the rule's next fire becomes earlier (or appears: a resume) or it
+--   gains a catch-up backlog, and when a fire is the new head of `delayed`.
 -- Bound: 1000 fires and 1000 records per call.
 -- Counts in `stats`: fired, fire_duplicate, overlap_skip, ledger:<outcome>:<reason>:<schedule_id>.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
@@ -291,9 +295,20 @@ local function start(run_id, at, env)
   if overlap ~= 'allow' then redis.call('SET', lease, run_id, 'PX', lease_ms) end
 end
 
+-- A catch-up replay starts only while no run holds the lease (the caller read it free): if
+-- one does now, nothing is written and the caller reads again (one after another).
+local holder0 = redis.call('GET', lease)
+if overlap ~= 'allow' then
+  local held = holder0 and redis.call('HEXISTS', runs, holder0) == 1
+  held = held or (overlap == 'queue' and redis.call('HEXISTS', waiting, sid) == 1)
+  if held then
+    for i = 15, first_rec - 1, 5 do
+      if ARGV[i + 4] == 'replay' then return {0, 0, 0, 0, 0} end
+    end
+  end
+end
 -- A lease whose run is no longer live (done or dead, but its worker died before unlease)
 -- is stale: free it now rather than wait for its TTL.
-local holder0 = redis.call('GET', lease)
 if holder0 and redis.call('HEXISTS', runs, holder0) == 0 then redis.call('DEL', lease) end
 -- A fire left waiting by a run whose lease expired or went stale goes first.
 if overlap == 'queue' and redis.call('EXISTS', lease) == 0 then
@@ -315,6 +330,7 @@ end
 local fired, dups, skipped, queued, earliest = 0, 0, 0, 0, nil
 for i = 15, first_rec - 1, 5 do
   local run_id, at, slot, env, outcome = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  if outcome == 'replay' then outcome = 'ran_late' end
   local holder = redis.call('GET', lease)
   if live_or_done(run_id) then
     record(slot, 'duplicate', 'run id already live or done', run_id)
@@ -341,8 +357,14 @@ if max_age > 0 then
 end
 
 redis.call('HSET', rule_state, sid, ARGV[7])
+-- A next fire earlier than before (a resumed rule had none) or a new catch-up backlog: a
+-- dispatcher sleeping until its own next due time must hear of it now.
+local was_catchup = redis.call('ZSCORE', catchup, sid)
+local sooner = (new_next >= 0 and (not cur_next or new_next < tonumber(cur_next)))
+  or (catchup_head >= 0 and not was_catchup)
 if new_next >= 0 then redis.call('ZADD', rule_next, new_next, sid) else redis.call('ZREM', rule_next, sid) end
 if catchup_head >= 0 then redis.call('ZADD', catchup, catchup_head, sid) else redis.call('ZREM', catchup, sid) end
+if sooner then redis.call('PUBLISH', wake, new_next >= 0 and new_next or now_ms) end
 if fired > 0 then redis.call('HINCRBY', stats, 'fired', fired) end
 if dups > 0 then redis.call('HINCRBY', stats, 'fire_duplicate', dups) end
 if skipped > 0 then redis.call('HINCRBY', stats, 'overlap_skip', skipped) end

@@ -8,6 +8,8 @@
 --   is the waiting fire now due, or "" (none waited, or its run id was live again: dropped).
 -- Invariant: only the run holding a lease frees it; a waiting fire starts in the same call
 --   that hands it the lease, so at most one run of the rule holds it.
+-- Publishes on `wake` when it frees the lease (a catch-up replay may wait for it) or starts
+--   a waiting fire.
 -- Bound: one rule per call.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
 --   into every script that uses it, and a test keeps the copies equal. Edit it there.
@@ -236,6 +238,8 @@ local released = 0
 if redis.call('GET', lease) == run_id then
   redis.call('DEL', lease)
   released = 1
+  -- Catch-up replays of the rule may wait for the lease: dispatchers look again now.
+  redis.call('PUBLISH', wake, now_ms)
 end
 local started = ''
 if redis.call('EXISTS', lease) == 0 then

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -14,7 +13,7 @@ from . import inspect as _inspect
 from . import partitions as _partitions
 from . import scripts as S
 from . import tracing as _tracing
-from .clock import Clock, SystemClock
+from .clock import Clock, ServerTime, SystemClock
 from .config import QueueSettings, redis_url_from_env
 from .connection import sync_client
 from .control_api import CancelMethods, ControlMethods
@@ -189,9 +188,17 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         return self._scripts
 
     def _local_ms(self) -> int:
-        # Informational only (envelope fields); due times of relative delays come from Redis TIME.
+        # Envelope fields (scheduled_for of a relative delay): on the server's clock, through a
+        # measured offset; due times of relative delays come from Redis TIME in the script.
         now = self.clock.now_ms()
-        return now if now is not None else int(time.time() * 1000)
+        if now is not None:
+            return now
+        st = self.__dict__.get("_server_time")
+        if st is None or st.clock is not self.clock:
+            st = self.__dict__["_server_time"] = ServerTime(self.clock)
+        if st.stale():
+            st.measure(self.redis)
+        return st.now_ms()
 
     def build(
         self,

@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .firing import LEDGER_MAX_AGE_MS
+from .rules import Cron
 from .schedule_ops import server_now_ms
-from .schedules import decode_spec, decode_state, min_gap_ms
+from .schedules import Spec, decode_spec, decode_state, min_gap_ms
 
 if TYPE_CHECKING:
     from .app import App
@@ -50,10 +51,27 @@ def audit(app: App, now_ms: int | None = None) -> list[AuditResult]:
         if spec.paused and state.paused_at_ms is not None:
             end = min(end, state.paused_at_ms - 1)
         start = max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
-        expected = spec.trigger.slots_between(start, end, MAX_AUDITED_SLOTS) if end > start else []
+        expected = _expected(spec, start, end, state.gap_checked_ms)
         seen = {int(f[b"slot_ms"]) for _, f in r.xrange(k.ledger(sid))}
         waiting = [s for s in expected if s in state.backlog]
         missing = [s for s in expected if s not in seen and s not in state.backlog]
         results.append(AuditResult(sid, len(expected), len(expected) - len(missing) - len(waiting),
                                    len(waiting), missing))  # fmt: skip
     return results
+
+
+def _expected(spec: Spec, start: int, end: int, gaps_checked: int | None) -> list[int]:
+    """The slots that need an outcome: the trigger's, and for a `dst_gap="skip"` cron rule
+    the instants where a gap dropped one (recorded `skipped: dst_gap` when the rule next
+    comes due: so only up to where the dispatcher has checked)."""
+    if end <= start:
+        return []
+    trig = spec.trigger
+    own = trig.slots_between(start, end, MAX_AUDITED_SLOTS)
+    if not isinstance(trig, Cron) or trig.dst_gap != "skip" or gaps_checked is None:
+        return own
+    shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
+    mine = set(own)
+    upto = min(end, gaps_checked)
+    gaps = [g for g in shifted.slots_between(start, upto, MAX_AUDITED_SLOTS) if g not in mine]
+    return sorted(mine.union(gaps))

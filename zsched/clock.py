@@ -7,7 +7,8 @@ pinned instant that the wrappers pass as `now_ms`, so tests move time without sl
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -39,3 +40,65 @@ class FakeClock:
 
     def advance(self, ms: int) -> None:
         self._now_ms += int(ms)
+
+
+#: How often a process measures its offset from the Redis server's clock again.
+OFFSET_REFRESH_S = 60.0
+
+
+class ServerTime:
+    """The Redis server's clock read from this process: local wall time plus an offset
+    measured with TIME (half the round trip taken as the one-way delay). For the times a
+    process must stamp itself (an envelope's due, a start lag): DESIGN.md invariant 3."""
+
+    def __init__(self, clock: Clock, refresh_s: float = OFFSET_REFRESH_S) -> None:
+        self.clock = clock
+        self.refresh_s = refresh_s
+        self.offset_ms: float | None = None
+        self._measured_at = float("-inf")
+
+    def stale(self) -> bool:
+        """Whether a measurement is due (never with an injected clock)."""
+        if self.clock.now_ms() is not None:
+            return False
+        return time.monotonic() - self._measured_at >= self.refresh_s
+
+    def learn(self, reply: tuple[Any, Any], sent_ms: float, received_ms: float) -> None:
+        """Take a TIME reply sent at `sent_ms` and answered at `received_ms` (local wall ms)."""
+        server_ms = int(reply[0]) * 1000 + int(reply[1]) / 1000
+        self.offset_ms = server_ms - (sent_ms + received_ms) / 2
+        self._measured_at = time.monotonic()
+
+    def measure(self, redis: Any) -> None:
+        """Measure with a sync client; a refused or odd reply keeps the last offset."""
+        sent = time.time() * 1000
+        try:
+            reply = redis.time()
+        except Exception:  # noqa: BLE001 - an ACL without TIME: this process's clock stays
+            self._measured_at = time.monotonic()
+            return
+        self._take(reply, sent)
+
+    async def ameasure(self, redis: Any) -> None:
+        """Measure with an asyncio client; a refused or odd reply keeps the last offset."""
+        sent = time.time() * 1000
+        try:
+            reply = await redis.time()
+        except Exception:  # noqa: BLE001 - as in measure
+            self._measured_at = time.monotonic()
+            return
+        self._take(reply, sent)
+
+    def _take(self, reply: Any, sent_ms: float) -> None:
+        if isinstance(reply, (tuple, list)) and len(reply) == 2:
+            self.learn((reply[0], reply[1]), sent_ms, time.time() * 1000)
+        else:  # a cluster client's answer per node: not one clock to learn from
+            self._measured_at = time.monotonic()
+
+    def now_ms(self) -> int:
+        """The injected clock's now, else the server's (this process's own clock until the
+        first measurement)."""
+        now = self.clock.now_ms()
+        if now is not None:
+            return now
+        return int(time.time() * 1000 + (self.offset_ms or 0.0))

@@ -25,12 +25,18 @@ from .schedules import Spec, State, decode_spec, decode_state
 
 log = logging.getLogger(__name__)
 
+#: The fire outcome of a catch-up replay: recorded `ran_late`; fire.lua refuses the whole call
+#: (compare-and-set) if a run holds the rule's overlap lease when a replay would start.
+REPLAY = "replay"
 #: Slots examined per rule per pass; a longer outage is counted without listing every slot.
 MAX_SLOTS_PER_PASS = 1000
 LEDGER_MAXLEN = 10_000
 #: How soon a dispatcher comes back to drain catch-up fires held back by the budget.
 CATCH_UP_PAUSE_MS = 20
 LEDGER_MAX_AGE_MS = 30 * 24 * 3600 * 1000
+#: How soon a dispatcher looks again at replays that wait for a run of their rule to end
+#: (unlease publishes on `wake` when it does; this bounds the wait if nobody publishes).
+CATCH_UP_BLOCKED_MS = 1000
 
 
 @dataclass
@@ -67,9 +73,11 @@ def due_slots(spec: Spec, next_ms: int, now_ms: int) -> tuple[list[int], int | N
     return slots, slot
 
 
-def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int) -> Plan:
+def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int,
+         lease_free: bool = True) -> Plan:  # fmt: skip
     """Decide the fires and outcomes of one rule at `now_ms`. Pure: no I/O, no clock.
-    `next_ms` is the rule's stored next fire if it is due, else None (catch-up only)."""
+    `next_ms` is the rule's stored next fire if it is due, else None (catch-up only).
+    `lease_free`: no live run holds the rule's overlap lease (read by the caller)."""
     slots, new_next = due_slots(spec, next_ms, now_ms) if next_ms is not None else ([], None)
     # An outage longer than one pass lists stays due (new_next <= now): the next pass goes on.
     p = Plan(new_next=new_next)
@@ -83,10 +91,12 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         backlog = _misfire(spec, p, backlog, on_time, late, now_ms, last_pass)
     for s in on_time:
         p.fires.append((s, s + jitter_ms(spec, s), "ran"))
-    # Catch-up replays drain under the budget, after the on-time fires.
-    take = backlog[: max(0, budget)]
+    # Catch-up replays drain under the budget, after the on-time fires. Under overlap skip or
+    # queue they run one after another: one at a time, only while no run holds the lease,
+    # so no replay is ever skipped or queued because of another (docs/policies.md).
+    take = backlog[: max(0, _replay_room(spec, p, budget, lease_free))]
     for s in take:
-        p.fires.append((s, now_ms, "ran_late"))
+        p.fires.append((s, now_ms, REPLAY))
     p.budget_used = len(take)
     backlog = backlog[len(take) :]
     gaps, gap_checked = dst_gap_skips(spec, state, next_ms, now_ms)
@@ -102,6 +112,13 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         gap_checked_ms=gap_checked,
     )
     return p
+
+
+def _replay_room(spec: Spec, p: Plan, budget: int, lease_free: bool) -> int:
+    """How many catch-up replays may start in this pass."""
+    if spec.overlap is Overlap.ALLOW:
+        return budget
+    return min(budget, 1) if lease_free and not p.fires else 0
 
 
 def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: list[int],
@@ -156,7 +173,9 @@ def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
     trig = spec.trigger
     if not isinstance(trig, Cron) or trig.dst_gap != "skip" or next_ms is None:
         return [], state.gap_checked_ms
-    lo = state.gap_checked_ms if state.gap_checked_ms is not None else next_ms - 1
+    # Never checked yet: from the rule's creation, so a gap before its first fire is listed.
+    first = state.created_ms if state.created_ms is not None else next_ms
+    lo = state.gap_checked_ms if state.gap_checked_ms is not None else first - 1
     lo = max(lo, (state.created_ms or lo) - 1)
     if now_ms <= lo:
         return [], state.gap_checked_ms
@@ -222,6 +241,8 @@ class RuleFirer:
         self.catch_up_budget = catch_up_budget
         self.max_backlog = max_backlog
         self.conflicts = 0
+        #: Rules of the last pass whose catch-up replays wait for the overlap lease.
+        self.blocked = 0
         self.audit_every_s = 60.0
         self._next_audit = 0.0
         # What the last pass learned: the earliest next fire (Redis clock; None: no rule) and
@@ -280,6 +301,7 @@ class RuleFirer:
         if not ids:
             return self._learn(int(heads[0][1]) if heads else None, now, read_at)
         budget = int(self.catch_up_budget * max(0.0, 1 - backlog / max(1, self.max_backlog)))
+        self.blocked = 0
         await self._fire(ids, now, budget)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrange(k.rule_next, 0, 0, withscores=True)
@@ -287,7 +309,9 @@ class RuleFirer:
         nxt, more = await pipe.execute()
         head = int(nxt[0][1]) if nxt else None
         if more:  # catch-up left to drain under the budget: come back soon, not at once
-            soon = now + CATCH_UP_PAUSE_MS
+            # Replays that only wait for a run to end: unlease publishes when it does.
+            pause = CATCH_UP_BLOCKED_MS if self.blocked >= more else CATCH_UP_PAUSE_MS
+            soon = now + pause
             head = min(head, soon) if head is not None else soon
         return self._learn(head, now, read_at)
 
@@ -314,7 +338,10 @@ class RuleFirer:
         pipe.hmget(k.rules, ids)
         pipe.hmget(k.rule_state, ids)
         pipe.zmscore(k.rule_next, ids)
-        specs, states, nexts = await pipe.execute()
+        for sid in ids:
+            pipe.get(k.lease(sid))
+        specs, states, nexts, *holders = await pipe.execute()
+        free = await self._leases_free(ids, holders)
         for sid, raw_spec, raw_state, nxt in zip(ids, specs, states, nexts, strict=True):
             if raw_spec is None:
                 continue
@@ -325,7 +352,9 @@ class RuleFirer:
                 continue
             next_ms = int(nxt) if nxt is not None else None
             fire_now = next_ms if next_ms is not None and next_ms <= now else None
-            p = plan(spec, decode_state(raw_state), fire_now, now, budget)
+            p = plan(spec, decode_state(raw_state), fire_now, now, budget, free[sid])
+            if p.state.backlog and not p.budget_used and not free[sid]:
+                self.blocked += 1
             # Not due, only draining catch-up: the next fire stays as it is.
             new_next = p.new_next if fire_now is not None else next_ms
             args = fire_args(spec, raw_spec, raw_state or b"", next_ms, new_next, p, now)
@@ -339,6 +368,18 @@ class RuleFirer:
                 continue
             budget -= p.budget_used
             self._count(spec, p, r)
+
+    async def _leases_free(self, ids: list[str], holders: list[Any]) -> dict[str, bool]:
+        """Whether each rule's overlap lease is free: no key, or its run is no longer live."""
+        held = [(sid, h) for sid, h in zip(ids, holders, strict=True) if h is not None]
+        free = {sid: True for sid in ids}
+        if held:
+            pipe = self.redis.pipeline(transaction=False)
+            for _, h in held:
+                pipe.hexists(self.app.keys.runs, h)
+            for (sid, _), live in zip(held, await pipe.execute(), strict=True):
+                free[sid] = not live
+        return free
 
     def _count(self, spec: Spec, p: Plan, r: S.FireResult) -> None:
         m, q, sid = self.app.metrics, self.app.queue, spec.schedule_id

@@ -174,6 +174,11 @@ class Metrics:
             "Unix time of the last loop pass of this dispatcher or worker process.",
             ["queue", "role"], registry=r,
         )  # fmt: skip
+        self.stuck_handlers = Gauge(
+            "zsched_worker_stuck_handlers",
+            "Sync handlers still running past their timeout: threads (and run slots) lost.",
+            ["queue"], registry=r,
+        )  # fmt: skip
         self.in_flight = Gauge(
             "zsched_worker_in_flight_runs", "Runs this worker holds (running or buffered).",
             ["queue"], registry=r,

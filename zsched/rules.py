@@ -169,8 +169,9 @@ class Cron(_Base):
 class Every(_Base):
     """A fixed interval in absolute time (DST never matters), whole milliseconds.
 
-    Slots are start_at + k * interval for k >= 0; the first slot is `start_at` (default: the
-    epoch, so slots are aligned to multiples of the interval). Give the interval as seconds,
+    Slots are start_at + k * interval for k >= 0; the first slot is `start_at` (an aware
+    datetime or epoch seconds; default: the epoch, so slots are aligned to multiples of the
+    interval). `Every.from_ms` takes whole milliseconds, as stored. Give the interval as seconds,
     a timedelta, or keywords: `Every(600)`, `Every(timedelta(minutes=10))`, `Every(minutes=10)`.
     """
 
@@ -181,7 +182,7 @@ class Every(_Base):
         self,
         seconds: float | timedelta | None = None,
         *,
-        start_at: datetime | int | None = None,
+        start_at: datetime | float | None = None,
         **kw: float,
     ) -> None:
         interval_ms = _round_ms(_interval(seconds, kw))
@@ -189,6 +190,11 @@ class Every(_Base):
             raise RuleError(f"interval must be at least 1 ms, got {interval_ms} ms")
         object.__setattr__(self, "interval_ms", interval_ms)
         object.__setattr__(self, "start_ms", _start_ms(start_at))
+
+    @classmethod
+    def from_ms(cls, interval_ms: int, start_ms: int = 0) -> Every:
+        """An Every from whole milliseconds (stored rules, the wire)."""
+        return cls(timedelta(milliseconds=interval_ms), start_at=dst.from_ms(start_ms))
 
     def next_after_ms(self, ms: int) -> int:
         if ms < self.start_ms:
@@ -232,7 +238,7 @@ def rule_from_dict(d: object) -> Rule:
             interval_ms, start_ms = d["interval_ms"], d["start_ms"]
             if not _is_int(interval_ms) or not _is_int(start_ms):
                 raise RuleError(f"interval_ms and start_ms must be integers in {d!r}")
-            return Every(timedelta(milliseconds=interval_ms), start_at=start_ms)
+            return Every.from_ms(interval_ms, start_ms)
     except KeyError as exc:
         raise RuleError(f"{kind} rule dict lacks {exc}") from exc
     raise RuleError(f"unknown rule kind {kind!r}; valid: 'cron', 'every'")
@@ -386,16 +392,19 @@ def _round_ms(value: timedelta) -> int:
     return whole_ms + (rest_us >= 500)
 
 
-def _start_ms(start_at: datetime | int | None) -> int:
+def _start_ms(start_at: datetime | float | None) -> int:
     if start_at is None:
         return 0
     if isinstance(start_at, datetime):
         if start_at.utcoffset() is None:
             raise RuleError(f"start_at must be an aware datetime, got naive {start_at!r}")
         return _round_ms(start_at - dst.from_ms(0))
-    if _is_int(start_at):
-        return start_at
-    raise RuleError(f"start_at must be an aware datetime or epoch ms, got {start_at!r}")
+    # Epoch seconds, as everywhere in the Python API (app.schedule, enqueue's run_at).
+    if isinstance(start_at, int | float) and not isinstance(start_at, bool):
+        if not math.isfinite(start_at):
+            raise RuleError(f"start_at must be finite epoch seconds, got {start_at!r}")
+        return int(round(start_at * 1000))
+    raise RuleError(f"start_at must be an aware datetime or epoch seconds, got {start_at!r}")
 
 
 def _human_ms(ms: int) -> str:

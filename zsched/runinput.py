@@ -34,7 +34,10 @@ def to_ms(run_at: datetime | float | int) -> int:
                 f"run_at {run_at.isoformat()} is a naive datetime; pass an aware one "
                 "(e.g. datetime.now(timezone.utc)) so the instant is unambiguous"
             )
-        return int(round(run_at.timestamp() * 1000))
+        ms = int(round(run_at.timestamp() * 1000))
+        if ms < 0:  # the scripts refuse negative instants: say so here, naming the field
+            raise ValueError(f"run_at {run_at.isoformat()} is before 1970-01-01T00:00:00Z")
+        return ms
     if isinstance(run_at, bool) or not isinstance(run_at, int | float):
         raise ValueError(f"run_at must be an aware datetime or epoch seconds, got {run_at!r}")
     if not math.isfinite(run_at) or run_at < 0:

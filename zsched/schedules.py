@@ -201,12 +201,22 @@ def build_spec(
         misfire_grace_ms=grace if grace is not None else default_grace_ms(trigger),
         overlap=Overlap.parse(overlap),
         max_catch_up=max_catch_up,
-        jitter_ms=_ms(jitter, "jitter") or 0,
+        jitter_ms=_jitter_ms(schedule_id, trigger, jitter),
         start_ms=start_ms,
         end_ms=end_ms,
         paused=bool(paused),
         lease_ms=_lease_ms(schedule_id, lease),
     )
+
+
+def _jitter_ms(schedule_id: str, trigger: Rule, jitter: timedelta | float | None) -> int:
+    """A jitter up to the rule's shortest period: a longer one would reorder its fires."""
+    ms = _ms(jitter, "jitter") or 0
+    gap = min_gap_ms(trigger)
+    if ms > gap:
+        raise RuleError(f"schedule {schedule_id}: jitter {ms / 1000:g}s is longer than the "
+                        f"rule's shortest period ({gap / 1000:g}s); it would reorder its fires")  # fmt: skip
+    return ms
 
 
 def _lease_ms(schedule_id: str, lease: timedelta | float | None) -> int:
@@ -246,7 +256,7 @@ def _trigger(schedule_id: str, cron: str | Cron | None, every: float | timedelta
         raise RuleError(f"schedule {schedule_id}: tz and DST options apply to cron rules only")
     if isinstance(every, Every):
         return _every_from(schedule_id, every, start_ms)
-    return Every(every, start_at=start_ms)
+    return Every.from_ms(Every(every).interval_ms, start_ms or 0)
 
 
 def _every_from(schedule_id: str, every: Every, start_ms: int | None) -> Every:
@@ -256,7 +266,7 @@ def _every_from(schedule_id: str, every: Every, start_ms: int | None) -> Every:
         return every
     if every.start_ms:
         raise RuleError(f"schedule {schedule_id}: start_at differs from the Every's start_at")
-    return Every(timedelta(milliseconds=every.interval_ms), start_at=start_ms)
+    return Every.from_ms(every.interval_ms, start_ms)
 
 
 def with_paused(spec: Spec, paused: bool) -> Spec:

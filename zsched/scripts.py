@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
-    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill",
+    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill", "hold",
     "reschedule", "replace", "revoke", "discard", "record", "pause", "resume",
     "acquire",
 )  # fmt: skip
@@ -405,6 +405,13 @@ def backfill(
         [_now(now_ms), dedupe_window_ms, schedule_id, ledger_maxlen, recorded, *_flatten(slots)],
         _int_list,
     )
+
+
+def hold(k: QueueKeys, schedule_id: str, run_id: str, ttl_ms: int) -> Call[bool]:
+    """Keep a rule's overlap lease for its run while the run waits for a retry.
+    Reply: True held (its TTL extended), False not held by this run."""
+    return Call("hold", [k.lease(schedule_id), k.runs], [run_id, max(1, int(ttl_ms))],
+                lambda r: bool(int(r)))  # fmt: skip
 
 
 # -- runners ----------------------------------------------------------------------------------

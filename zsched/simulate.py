@@ -25,6 +25,8 @@ from .schedules import State
 if TYPE_CHECKING:
     from .app import App
 
+#: Dispatch rounds at one instant (each finished run may start one waiting fire).
+MAX_ROUNDS_PER_STEP = 100
 #: Slots shown after the outage, so its aftermath (catch-up, queued overlap) is visible.
 SLOTS_AFTER = 5
 
@@ -106,10 +108,18 @@ class Driver:
         self._group = False
 
     async def step(self, t: int) -> None:
-        """Everything that happens at instant `t`: finish runs, dispatch, start runs."""
+        """Everything that happens at instant `t`: finish runs, dispatch, start runs; again
+        while a finished run started a fire that waited for it (unlease wakes the real
+        dispatchers at once: that fire runs now, not at the next slot)."""
         self.clock.set(t)
         await self._finish(t)
-        await self.dispatcher.tick()
+        for _ in range(MAX_ROUNDS_PER_STEP):
+            await self.dispatcher.tick()
+            await self._start_ready(t)
+            if not await self._finish(t):
+                break
+
+    async def _start_ready(self, t: int) -> None:
         k = self.app.keys
         if not self._group:
             self._group = True
@@ -122,7 +132,6 @@ class Driver:
                 self.running[eid.decode()] = (finish, env.run_id, env.schedule_id or "",
                                               env.lease_ms)  # fmt: skip
                 self.started.append((env.run_id, t, finish))
-        await self._finish(t)
 
     async def run_until(self, start: int, end: int) -> None:
         t = start
@@ -130,8 +139,10 @@ class Driver:
             await self.step(t)
             t = await self._next_event(t)
 
-    async def _finish(self, t: int) -> None:
+    async def _finish(self, t: int) -> bool:
+        """Finish the runs due to end by `t`; True if one started a fire that waited."""
         k = self.app.keys
+        started = False
         for eid, (finish, run_id, sid, lease_ms) in sorted(self.running.items(),
                                                            key=lambda x: x[1][0]):  # fmt: skip
             if finish > t:
@@ -141,7 +152,9 @@ class Driver:
             await self.scripts.run(S.ack(k, "sim", [(eid, run_id)], now_ms=t,
                                          dedupe_window_ms=window))  # fmt: skip
             if lease_ms:
-                await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t))
+                _, woke = await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t))
+                started = started or bool(woke)
+        return started
 
     async def _next_event(self, t: int) -> int:
         k = self.app.keys
@@ -155,7 +168,10 @@ class Driver:
             head = await self.redis.zrange(leaf, 0, 0, withscores=True)
             candidates.append(int(head[0][1]))
         if await self.redis.zcard(k.rule_catchup):
-            candidates.append(t + 20)
+            # Replays that wait for a run to end go on when it ends (a candidate already).
+            blocked = any(getattr(p, "blocked", 0) for p in self.dispatcher.parts)
+            if not (blocked and self.running):
+                candidates.append(t + (1000 if blocked else 20))
         later = [c for c in candidates if c > t]
         return min(later) if later else t + 10**15
 

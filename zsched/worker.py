@@ -15,6 +15,7 @@ import secrets
 import socket
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from . import outcomes as _outcomes
 from . import recovery
 from . import scripts as S
 from . import tracing as _tracing
+from .clock import ServerTime
 from .config import WorkerSettings, settings_from
 from .connection import async_client, async_from_sync
 from .envelope import Envelope, decode
@@ -116,6 +118,8 @@ class Worker(WorkerLoop):
         self._reader = self.redis if redis is not None else make()
         self._max_block_ms = _max_block_ms(self._reader)
         self.scripts = S.AsyncScripts(self.redis)
+        #: The server's clock for start lags and retry due times (invariant 3).
+        self.server_time = ServerTime(app.clock)
         self.metrics = app.metrics
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.running: dict[str, Delivery] = {}
@@ -175,6 +179,8 @@ class Worker(WorkerLoop):
 
     async def _read(self, count: int, block_ms: int | None) -> list[Delivery]:
         k = self.app.keys
+        if self.server_time.stale():  # once a minute: one TIME round trip
+            await self.server_time.ameasure(self.redis)
         self._observe_metrics()  # start lags of long handlers show before they finish
         if block_ms and self._max_block_ms:
             block_ms = min(block_ms, self._max_block_ms)
@@ -269,10 +275,10 @@ class Worker(WorkerLoop):
 
     async def _run(self, d: Delivery, env: Envelope, task: Task, info: RunInfo) -> None:
         """Run the handler and buffer its outcome."""
-        started = time.time()
+        started_ms = self.server_time.now_ms()
         due = d.due_ms if d.due_ms is not None else env.run_at_ms
         tm = self._metrics_of(task.name)
-        tm.lags.append(max(0.0, started - due / 1000))
+        tm.lags.append(max(0.0, (started_ms - due) / 1000))
         t0 = time.perf_counter()
         set_current(info)  # this task's log lines about the run carry it too (zsched/logs.py)
         span = _tracing.start_attempt(env, self.app.queue, d.deliveries, d.entry_id, due)
@@ -342,13 +348,34 @@ class Worker(WorkerLoop):
             if task.timeout:
                 return await asyncio.wait_for(coro, task.timeout)
             return await coro
+        loop = asyncio.get_running_loop()
+        began = asyncio.Event()
         # In a copy of this context: the handler's thread sees the run span (zsched/tracing.py).
-        fut = asyncio.get_running_loop().run_in_executor(
-            self._executor, contextvars.copy_context().run, _call_sync, task.fn, env.payload, info
-        )
-        if task.timeout:
-            return await asyncio.wait_for(fut, task.timeout)
-        return await fut
+        fut = loop.run_in_executor(self._executor, contextvars.copy_context().run, _call_sync,
+                                   task.fn, env.payload, info,
+                                   lambda: loop.call_soon_threadsafe(began.set))  # fmt: skip
+        if not task.timeout:
+            return await fut
+        await began.wait()  # waiting for a thread is not the handler's time
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), task.timeout)
+        except TimeoutError:
+            await self._outlast(fut, info, task.timeout)
+            raise
+
+    async def _outlast(self, fut: asyncio.Future[Any], info: RunInfo, timeout: float) -> None:
+        """A sync handler ran past its timeout. Its thread cannot be stopped: the run stays
+        held (renewed) until the thread ends, so its retry cannot start beside it, and the
+        lost thread is shown rather than hidden; the attempt then counts as timed out."""
+        q, g = self.app.queue, self.metrics.stuck_handlers.labels(self.app.queue)
+        log.warning("run %s: sync handler still running after its %.1fs timeout; its thread "
+                    "and run slot stay taken until it returns", info.run_id, timeout,
+                    extra={"queue": q, "run_id": info.run_id})  # fmt: skip
+        g.inc()
+        try:
+            await asyncio.gather(fut, return_exceptions=True)
+        finally:
+            g.dec()
 
     def _retry(
         self,
@@ -372,7 +399,7 @@ class Worker(WorkerLoop):
         # Retry(delay=) is finite and >= 0 (it checks), but may be longer than the scripts
         # allow (a due after 9999-12-31 refuses the whole retry call): cut there.
         delay_ms = int(min(max(0.0, delay), MAX_RETRY_DELAY_S) * 1000)
-        nxt = env.next_attempt(int(time.time() * 1000) + delay_ms)
+        nxt = env.next_attempt(self.server_time.now_ms() + delay_ms)
         self._retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
         _tracing.event("zsched.retry", failed=exc is not None, delay_s=delay_ms / 1000,
                        reason=str(exc) if exc is not None else reason)  # fmt: skip
@@ -424,8 +451,8 @@ class Worker(WorkerLoop):
                     codes = await self.scripts.run(S.retry(k, self.consumer, retries, now_ms=now))
                     done_r, retries = retries, []
                     self._fenced("retry", done_r, codes)
-                    for r in done_r:  # the run is not finished: its rule lease stays held
-                        self._leases.pop(r[0], None)
+                    await self._hold(done_r, codes)
+                    for r in done_r:  # the kept outcome belongs to the run's last attempt
                         self._kept.pop(r[0], None)
                 if deads:
                     codes = await self.scripts.run(S.dead(k, self.consumer, deads, now_ms=now))
@@ -483,6 +510,16 @@ class Worker(WorkerLoop):
                 S.unlease(self.app.keys, sid, run_id, lease_ms, now_ms=self.app.clock.now_ms())
             )
 
+    async def _hold(self, items: list[Any], codes: list[int]) -> None:
+        """A rule's run waits for its retry: not finished, so its overlap lease stays held,
+        for the wait and a lease beyond it (no worker renews it meanwhile)."""
+        for it, code in zip(items, codes, strict=True):
+            lease = self._leases.pop(it[0], None)
+            if lease is None or code != S.OK:
+                continue
+            sid, run_id, lease_ms = lease
+            await self.scripts.run(S.hold(self.app.keys, sid, run_id, it[2] + lease_ms))
+
     def _fenced(self, what: str, items: list[Any], codes: list[int]) -> None:
         lost = [it for it, c in zip(items, codes, strict=True) if c == S.FENCED]
         for it in lost:
@@ -516,7 +553,8 @@ def _max_block_ms(client: Any) -> int | None:
     return max(1, int(min(ms * 0.8, ms - 200)))
 
 
-def _call_sync(fn: Any, payload: Any, info: RunInfo) -> Any:
+def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -> Any:
+    began()
     set_current(info)
     try:
         return fn(payload)

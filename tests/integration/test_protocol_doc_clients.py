@@ -157,6 +157,30 @@ def test_node_worker_releases_the_overlap_lease_of_a_rule_fire(real, queue, node
     assert real.sync.exists(app.keys.lease("sweep")) == 0
 
 
+def test_node_worker_keeps_the_overlap_lease_of_a_rule_fire_it_retries(real, queue, node_dir):
+    # "call hold.lua after retry.lua": the lease outlives the retry's wait (issue 18).
+    from zsched import FakeClock
+
+    t0 = 1_800_000_000_000 // 3_600_000 * 3_600_000
+    app = real.app(queue, clock=FakeClock(t0))
+    app.schedule("sweep", "fail", every=60, overlap="skip", lease=2)
+
+    async def fire() -> None:
+        d = app.dispatcher(redis=real.async_client())
+        try:
+            await d.tick()
+        finally:
+            await d.close()
+
+    asyncio.run(fire())
+    (out,) = node(node_dir, "worker.js", "--redis", real.url, "--queue", queue, "--once",
+                  "--retry-delay-ms", "300000")  # fmt: skip
+    assert (out["outcome"], out["written"]) == ("retry", True)
+    lease = app.keys.lease("sweep")
+    assert real.sync.get(lease) == b"sweep@" + out["run_id"].split("@", 1)[1].encode()
+    assert real.sync.pttl(lease) > 300_000  # the wait and a lease beyond, not the 2 s lease
+
+
 def test_shell_client_writes_a_json_envelope_a_worker_can_decode(real, queue):
     # The script took run_at_ms "007" (decimal digits) and pasted it into the JSON envelope as
     # is; JSON forbids leading zeros, so the run was enqueued, then dead-lettered as undecodable.

@@ -261,7 +261,10 @@ def test_every_is_anchored_at_start_at_and_first_fires_there() -> None:
     rule = Every(minutes=10, start_at=at(2026, 1, 1, 0, 3))
     assert rule.next_after(at(2025, 6, 1)) == at(2026, 1, 1, 0, 3)
     assert fires(rule, at(2026, 1, 1, 0, 5), 2) == [at(2026, 1, 1, 0, 13), at(2026, 1, 1, 0, 23)]
-    assert Every(60, start_at=ms(at(2026, 1, 1, 0, 3))) == Every(60, start_at=at(2026, 1, 1, 0, 3))
+    # Epoch seconds, as in app.schedule and enqueue (issue 18: it was ms here).
+    assert Every(60, start_at=ms(at(2026, 1, 1, 0, 3)) / 1000) == Every(
+        60, start_at=at(2026, 1, 1, 0, 3)
+    )
 
 
 def test_every_counts_absolute_time_across_dst() -> None:
@@ -289,7 +292,8 @@ def test_every_rounds_the_interval_to_whole_milliseconds() -> None:
         ((), {}, "needs an interval"),
         ((), {"fortnights": 1}, "unknown unit 'fortnights'"),
         ((60,), {"start_at": datetime(2026, 1, 1)}, "start_at must be an aware datetime"),
-        ((60,), {"start_at": 1.5}, "start_at must be"),
+        ((60,), {"start_at": "soon"}, "start_at must be"),
+        ((60,), {"start_at": float("nan")}, "start_at must be finite"),
     ],
 )
 def test_every_refuses_bad_intervals(

@@ -8,10 +8,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
-from console_seed import Seeded, seed
-
-TOKEN = "t0ken-for-tests"
-CREDS = {"ZSCHED_WEB_TOKEN": TOKEN, "ZSCHED_WEB_USER": "ops", "ZSCHED_WEB_PASSWORD": "pw"}
+from console_seed import CREDS, TOKEN, Seeded, seed  # noqa: F401 - shared with the test modules
 
 
 @pytest.fixture

@@ -12,6 +12,10 @@ from zsched import Fail, FakeClock
 from zsched.metrics import Metrics
 
 M = 60_000
+# The console's credentials in the tests (imported from here: every tests/ folder has a
+# conftest, so `from conftest import` finds whichever was imported first in a whole run).
+TOKEN = "t0ken-for-tests"
+CREDS = {"ZSCHED_WEB_TOKEN": TOKEN, "ZSCHED_WEB_USER": "ops", "ZSCHED_WEB_PASSWORD": "pw"}
 #: If any of these ran, the page would set window.__xss (the browser tests check it never is).
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 XSS_RUN = "run-" + XSS

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from conftest import TOKEN
-from console_seed import XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed
+from console_seed import TOKEN, XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed
 
 import zsched
 from zsched.metrics import Metrics

@@ -7,8 +7,7 @@ import asyncio
 import json
 
 import redis.asyncio as aioredis
-from conftest import CREDS, TOKEN
-from console_seed import XSS
+from console_seed import CREDS, TOKEN, XSS
 from starlette.testclient import TestClient
 
 import zsched

@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio as aioredis
-from conftest import CREDS
-from console_seed import XSS, Seeded, server_ms
+from console_seed import CREDS, XSS, Seeded, server_ms
 from starlette.testclient import TestClient
 from test_console_http import AUTH, console, flash, post
 

@@ -14,8 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from conftest import CREDS, TOKEN
-from console_seed import XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, server_ms
+from console_seed import CREDS, TOKEN, XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, server_ms
 from redis_server import RedisServer
 from starlette.applications import Starlette
 from starlette.routing import Mount

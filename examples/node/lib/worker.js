@@ -200,8 +200,18 @@ export class Worker {
           o.written = codes[j] === OK;
           if (!o.written) o.fenced = true; // another consumer owns the entry now
         });
-        if (kind !== 'retry') await this.unlease(chunk.filter((o) => o.written && o.lease));
+        const leased = chunk.filter((o) => o.written && o.lease);
+        if (kind === 'retry') await this.hold(leased);
+        else await this.unlease(leased);
       }
+    }
+  }
+
+  /** Runs of rules that wait for a retry: keep each rule's lease for the wait (hold.lua). */
+  async hold(waiting) {
+    const k = this.keys;
+    for (const { delayMs, lease: [scheduleId, runId, leaseMs] } of waiting) {
+      await runScript(this.redis, 'hold', [k.lease(scheduleId), k.runs], [runId, Math.max(1, delayMs + leaseMs)]);
     }
   }
 

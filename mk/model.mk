@@ -1,0 +1,15 @@
+# The executable reference model of rules (issue 18, "Rules keep their word where policies
+# meet"). `make test` runs tests/model with a bounded, derandomised profile (~1 minute: 12
+# examples per misfire x overlap combination). `make model` is the weekly long exploration:
+# new random examples each run (MODEL_EXAMPLES per combination, 9 combinations: 20,000 in
+# all by default), printing what they covered; record the result in docs/reliability.md.
+MODEL_EXAMPLES ?= 2223
+MODEL_STEPS ?= 15
+
+.PHONY: model
+
+model: venv redis
+	ZSCHED_MODEL_EXAMPLES=$(MODEL_EXAMPLES) ZSCHED_MODEL_STEPS=$(MODEL_STEPS) \
+	ZSCHED_MODEL_RANDOM=1 ZSCHED_MODEL_TIMEOUT=0 \
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider \
+	tests/model/test_rule_machine.py $(PYTEST_ARGS)

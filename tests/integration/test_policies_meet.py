@@ -1,0 +1,162 @@
+"""Where policies meet (issue 18): catch-up replays under overlap skip/queue, the overlap
+lease of a run waiting for its retry. Each test failed before its fix."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.integration.test_schedules import T0, H, one_outcome_per_slot, setup
+from zsched.rules import slot_run_id
+
+
+@pytest.mark.parametrize("overlap", ["skip", "queue"])
+@pytest.mark.parametrize("slow_s", [None, 600])
+async def test_catch_up_replays_run_one_after_another_under_overlap(backend, queue, overlap,
+                                                                    slow_s) -> None:  # fmt: skip
+    """The README's rule: catch_up, max_catch_up=3, overlap=queue (and skip). Every replay
+    runs; none is skipped or queued because of another replay."""
+    app, clock, drv = setup(backend, queue, slow_s=slow_s)
+    app.schedule("r", "report", every=3600, misfire="catch_up", max_catch_up=3, overlap=overlap)
+    await drv.step(T0)
+    await drv.run_until(T0 + 10 * H + 5, T0 + 10 * H + 50 * 60_000)
+    rows = one_outcome_per_slot(app, "r")
+    got = Counter((r.outcome, r.reason.split(" ")[0]) for r in rows)
+    assert dict(got) == {("ran", ""): 2, ("ran_late", ""): 3, ("skipped", "catch_up_cap"): 6}
+    runs = [r for r, *_ in drv.started]
+    assert runs == [slot_run_id("r", T0 + i * H) for i in (0, 10, 7, 8, 9)]
+    starts = sorted((s, f) for _, s, f in drv.started)
+    # Never two runs of the rule at once.
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:], strict=False))
+    await drv.close()
+
+
+async def test_the_overlap_lease_lasts_while_the_run_waits_for_its_retry(real, queue) -> None:
+    """Defect 3: a run that raised Retry(delay=300) sits in the delayed set and nobody renews
+    its lease; the lease must outlive the wait, so the next slot is judged against it."""
+    import zsched
+    from zsched import FakeClock
+
+    clock = FakeClock(T0)
+    app = real.app(queue, clock=clock)
+    calls = []
+
+    @app.task(name="sweep")
+    def sweep(payload):
+        calls.append(zsched.current_run().run_id)
+        if len(calls) == 1:
+            raise zsched.Retry(delay=300)
+
+    # A lease of 2 s: shorter than the retry's 300 s wait (real seconds: the lease is a TTL).
+    app.schedule("sweep", "sweep", every=60, overlap="skip", lease=2)
+    d = app.dispatcher(redis=real.async_client())
+    w = app.worker(redis=real.async_client())
+    await d.tick()
+    await w.tick()
+    await w.flush()
+    first = slot_run_id("sweep", T0)
+    assert calls == [first]
+    lease = app.keys.lease("sweep")
+    assert real.sync.get(lease) == first.encode()
+    # Held for the wait and a lease beyond it, not for the 2 s lease alone.
+    assert real.sync.pttl(lease) > 300_000
+    clock.set(T0 + 60_000)  # the next slot, while the run waits for its retry
+    await d.tick()
+    rows = one_outcome_per_slot(app, "sweep")
+    assert (rows[1].outcome, rows[1].reason) == ("skipped", f"overlap: {first} still running")
+    await d.close()
+    await w.close()
+
+
+async def test_a_dst_gap_between_creation_and_the_first_fire_is_recorded(backend, queue):
+    """Defect 5: created after 2026-03-28's fire, the rule's first fire is 2026-03-30; the
+    gap of 2026-03-29 (02:30 Berlin does not exist) falls before it and gets its record."""
+    from datetime import UTC, datetime
+
+    noon28 = int(datetime(2026, 3, 28, 12, tzinfo=UTC).timestamp() * 1000)
+    app, clock, drv = setup(backend, queue, start=noon28)
+    app.schedule("night", "t", cron="30 2 * * *", tz="Europe/Berlin", dst_gap="skip")
+    await drv.run_until(noon28, noon28 + 2 * 24 * H)
+    rows = one_outcome_per_slot(app, "night")
+    got = [(datetime.fromtimestamp(r.slot_ms / 1000, UTC).isoformat(), r.outcome,
+            r.reason) for r in rows]  # fmt: skip
+    assert got == [
+        ("2026-03-29T01:00:00+00:00", "skipped", "dst_gap"),
+        ("2026-03-30T00:30:00+00:00", "ran", ""),
+    ]
+    await drv.close()
+
+
+async def test_the_audit_sees_a_dst_gap_that_has_no_record(backend, queue):
+    """Defect 5, the audit's half: a dst_gap="skip" rule whose gap got no record shows up."""
+    from datetime import UTC, datetime
+
+    from zsched.audit import audit
+
+    noon28 = int(datetime(2026, 3, 28, 12, tzinfo=UTC).timestamp() * 1000)
+    gap = int(datetime(2026, 3, 29, 1, tzinfo=UTC).timestamp() * 1000)
+    app, clock, drv = setup(backend, queue, start=noon28)
+    app.schedule("night", "t", cron="30 2 * * *", tz="Europe/Berlin", dst_gap="skip")
+    await drv.run_until(noon28 + 2 * 24 * H, noon28 + 2 * 24 * H)
+    later = noon28 + 2 * 24 * H + 5 * H
+    (report,) = audit(app, now_ms=later)
+    assert report.unaccounted == []
+    # The gap's record lost (what defect 5 did: never written): the audit says so.
+    ledger = app.keys.ledger("night")
+    (entry,) = [i for i, f in backend.sync.xrange(ledger) if int(f[b"slot_ms"]) == gap]
+    backend.sync.xdel(ledger, entry)
+    (report,) = audit(app, now_ms=later)
+    assert report.unaccounted == [gap]
+    await drv.close()
+
+
+async def test_a_run_reclaimed_after_its_worker_died_keeps_the_lease(real, queue) -> None:
+    """The lease lasts for the run's whole life, also while its entry waits to be reclaimed
+    from a worker that died mid-run: the next slot is judged against it (overlap=skip)."""
+    import asyncio
+    import time
+
+    import zsched
+    from zsched import FakeClock
+    from zsched.keys import GROUP
+    from zsched.recovery import ensure_group
+
+    clock = FakeClock(T0)
+    app = real.app(queue, clock=clock)
+    done: list[str] = []
+
+    @app.task(name="sweep")
+    def sweep(payload):
+        done.append(zsched.current_run().run_id)
+
+    app.schedule("sweep", "sweep", every=60, overlap="skip")
+    d = app.dispatcher(redis=real.async_client())
+    await d.tick()
+    first = slot_run_id("sweep", T0)
+    # A worker reads the fire and dies before it finishes: its entry stays pending.
+    aio = real.async_client()
+    await ensure_group(aio, app.keys)
+    assert await aio.xreadgroup(GROUP, "died", {app.keys.ready: ">"}, count=10)
+    clock.set(T0 + 60_000)  # the next slot, while the run waits to be reclaimed
+    await d.tick()
+    rows = one_outcome_per_slot(app, "sweep")
+    assert (rows[1].outcome, rows[1].reason) == ("skipped", f"overlap: {first} still running")
+    # Another worker reclaims it after the visibility timeout, runs it, frees the lease.
+    w = app.worker(redis=real.async_client(), visibility_timeout_ms=200)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(w.run(stop))
+    deadline = time.monotonic() + 20
+    while real.sync.exists(app.keys.lease("sweep")):
+        assert time.monotonic() < deadline, "the reclaimed run never freed the lease"
+        await asyncio.sleep(0.02)
+    stop.set()
+    await asyncio.wait_for(loop, 20)
+    assert done == [first]
+    clock.set(T0 + 120_000)
+    await d.tick()
+    rows = one_outcome_per_slot(app, "sweep")
+    assert (rows[2].outcome, rows[2].reason) == ("ran", "")
+    for c in (d, w):
+        await c.close()
+    await aio.aclose()

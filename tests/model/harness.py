@@ -1,0 +1,158 @@
+"""Drive the model and the real system through the same operations, and compare them slot by
+slot after each one; check the ledger invariants on the real system."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import zsched
+from tests.model.real_system import RealSystem
+from tests.model.rule_model import Fate, Model, RuleDef
+from zsched.audit import audit
+from zsched.metrics import Metrics
+
+
+class Backend:
+    """A sync and an asyncio client on real Redis or fakeredis, as tests/conftest.py's
+    Backend (whose module name `conftest` is ambiguous in a whole-suite run)."""
+
+    def __init__(self, url: str | None) -> None:
+        import redis
+
+        self.url = url
+        if url:
+            self.sync: Any = redis.Redis.from_url(url, protocol=2)
+        else:
+            import fakeredis
+
+            self.server = fakeredis.FakeServer()
+            self.sync = fakeredis.FakeRedis(server=self.server, protocol=2)
+
+    def async_client(self) -> Any:
+        if self.url:
+            import redis.asyncio as aioredis
+
+            return aioredis.Redis.from_url(self.url, protocol=2)
+        import fakeredis
+
+        return fakeredis.FakeAsyncRedis(server=self.server, protocol=2)
+
+    def app(self, queue: str, **kw: Any) -> zsched.App:
+        kw.setdefault("metrics", Metrics())
+        return zsched.App(self.sync, queue=queue, **kw)
+
+
+def fate_table(table: Sequence[Fate]) -> Any:
+    """A fate per (run id, attempt), the same in the model and the real system: a retry only
+    on a first attempt (the second then succeeds)."""
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        f = table[zlib.crc32(f"{rid}|{attempt}".encode()) % len(table)]
+        if attempt > 1 and f.kind == "retry":
+            return replace(f, kind="ok")
+        return f
+
+    return fate_of
+
+
+class Pair:
+    """One model and one real system of the same rule."""
+
+    def __init__(self, real: Any, queue: str, rule: RuleDef, table: Sequence[Fate], start: int,
+                 dispatchers: int = 1) -> None:  # fmt: skip
+        self.fate_of = table if callable(table) else fate_table(table)
+        self.model = Model(rule, self.fate_of, now=start)
+        self.system = RealSystem(real, queue, rule, self.fate_of, start, dispatchers)
+        self.steps: list[str] = []
+        #: Never overlap=allow: at most one live run at any time.
+        self.exclusive = rule.overlap != "allow"
+
+    async def start(self, paused: bool = False) -> None:
+        await self.system.start()
+        self.model.create(paused)
+        await self.system.create(paused)
+        self.steps.append(f"create(paused={paused})")
+        self.check()
+
+    async def do(self, op: str, *args: Any) -> None:
+        if op == "advance_to":
+            return await self._advance(*args)
+        self.steps.append(f"{op}{args!r}")
+        getattr(self.model, op)(*args)
+        await getattr(self.system, op)(*args)
+        self.check()
+
+    async def edit(self, **changes: Any) -> None:
+        self.steps.append(f"edit({changes!r})")
+        self.exclusive = self.exclusive and changes.get("overlap") != "allow"
+        self.model.edit(**changes)
+        await self.system.edit(self.model.rule)
+        self.check()
+
+    async def _advance(self, t: int) -> None:
+        """Through every event instant of either side, comparing them at each."""
+        self.steps.append(f"advance_to({t})")
+        while True:
+            events = [e for e in (self.model.next_event(), await self.system.next_event())
+                      if e is not None]  # fmt: skip
+            e = min(events) if events else None
+            if e is None or e > t:
+                break
+            self.model.advance_to(e)
+            await self.system.advance_to(e)
+            self.check()
+        self.model.advance_to(t)
+        await self.system.advance_to(t)
+        self.check()
+
+    def check(self) -> None:
+        m, s = self.model, self.system
+        where = f"at {s.clock.now_ms()} after {self.steps}"
+        got = s.ledger()
+        want = sorted((slot, o, r) for slot, o, r, _ in m.ledger)
+        assert got == want, f"ledger differs {where}:\n real  {got}\n model {want}"
+        assert s.live() == m.live(), (
+            f"live runs differ {where}: {s.live()} != {m.live()}\n real started {s.started}"
+            f"\n model started {m.started}\n gates {s.gates}"
+        )
+        if m.rule.overlap != "allow":
+            held = m.lease if m._lease_held() else None
+            real_lease = s.lease()
+            if real_lease is not None and real_lease not in s.live():
+                real_lease = None  # stale: freed at the next fire
+            assert real_lease == held, f"lease differs {where}: {real_lease} != {held}"
+            assert s.waiting() == (m.waiting is not None), f"waiting fire differs {where}"
+        self.invariants(where)
+
+    def invariants(self, where: str) -> None:
+        """The issue's ledger invariants, on the real system."""
+        s, rule = self.system, self.model.rule
+        # A backfill adds a record (and a run, without a lease) to a slot that has one.
+        slots = Counter(slot for slot, o, _ in s.ledger() if o != "backfilled")
+        assert all(n == 1 for n in slots.values()), f"a slot has two outcomes {where}"
+        fired = Counter(rid for rid, attempt, _ in s.started if attempt == 1)
+        assert all(n == 1 for n in fired.values()), f"a slot fired twice {where}"
+        if self.exclusive:
+            live = s.live() - self.model.backfilled
+            assert len(live) <= 1, f"{len(live)} live runs under overlap={rule.overlap} {where}"
+        if s.up and not self.model.paused and not self.model.removed:
+            (report,) = audit(s.app, now_ms=s.clock.now_ms())
+            assert report.unaccounted == [], f"unaccounted slots {report.unaccounted} {where}"
+
+    async def quiet(self, period: int) -> None:
+        """Dispatchers up, the rule resumed, time enough for every run and retry to end: the
+        two still agree and the audit finds nothing unaccounted for."""
+        if not self.model.up:
+            await self.do("set_up", True)
+        if self.model.paused and not self.model.removed:
+            await self.do("resume")
+        await self.do("advance_to", self.model.now + 12 * period)
+        for report in audit(self.system.app, now_ms=self.system.clock.now_ms()):
+            assert report.unaccounted == [], f"unaccounted after quiet: {report.unaccounted}"
+
+    async def close(self) -> None:
+        await self.system.close()

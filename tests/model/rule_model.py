@@ -1,0 +1,363 @@
+"""An executable reference model of one recurring rule, written from docs/policies.md.
+
+Pure Python, no Redis, and it does not import the planner (zsched.firing): it takes a rule's
+slot instants from its trigger (zsched.rules, whose calendar math is checked against a
+brute-force minute scan in tests/unit/test_rules_dst.py) and applies the policies as the
+document states them:
+
+- a slot within `misfire_grace` of the pass that handles it is on time and fires (`ran`);
+- missed slots: `catch_up` replays them oldest first, at most `max_catch_up` (the newest),
+  the older ones `skipped: catch_up_cap`; `coalesce` runs one for all (the on-time fire if one
+  is due, else the newest missed slot, `ran_late`), the others `coalesced into <run id>`;
+  `skip` records each `skipped: grace_passed`;
+- on-time fires first, then replays; under overlap skip/queue replays run one at a time, only
+  while no run holds the lease and no new fire starts in the same pass;
+- overlap (a new fire while a live run holds the lease): `allow` runs it; `skip` records
+  `skipped: overlap: <holder> still running`; `queue` keeps one waiting (recorded with
+  `queued behind <holder>`; it starts when the holder ends), a further one is skipped;
+- the lease lasts for the run's whole life (ready, running, waiting for a retry) and ends at
+  done or dead;
+- pause: no slot fires; on resume the slots from the pause up to now are `skipped: paused`,
+  the rule goes on from the first slot after now; catch-up replays waiting are kept;
+- a `dst_gap="skip"` cron rule records `skipped: dst_gap` at the instant a gap dropped a slot
+  (written when the rule next comes due);
+- jitter: a fire is due `crc32("<schedule_id>@<slot ms>") % jitter_ms` after its slot.
+
+Time moves in events (`advance_to`). At one instant, runs that end then end first (freeing
+the lease, starting a waiting fire), then the dispatcher's pass, then due runs start at once
+(workers are never the bottleneck here), again until nothing changes. A run's fate is a
+function of (run id, attempt): its duration, and whether it succeeds, retries after a delay
+or fails (dead letter).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from zsched.rules import Cron, Every
+
+Trigger = Cron | Every
+
+
+@dataclass(frozen=True)
+class Fate:
+    """What one attempt of a run does: takes `duration_ms`, then ok | retry | fail."""
+
+    duration_ms: int = 0
+    kind: str = "ok"
+    retry_delay_ms: int = 0
+
+
+@dataclass(frozen=True)
+class RuleDef:
+    schedule_id: str
+    trigger: Trigger
+    misfire: str = "coalesce"
+    grace_ms: int | None = None  # None: the documented default
+    max_catch_up: int = 10
+    overlap: str = "allow"
+    jitter_ms: int = 0
+
+    def grace(self) -> int:
+        if self.grace_ms is not None:
+            return self.grace_ms
+        # "half the rule's shortest period, at most 60 s"
+        return min(60_000, shortest_period(self.trigger) // 2)
+
+
+def shortest_period(trigger: Trigger) -> int:
+    if isinstance(trigger, Every):
+        return trigger.interval_ms
+    slots = trigger.slots_between(946_684_800_000, 2**53, 12)
+    return min(b - a for a, b in zip(slots, slots[1:], strict=False))
+
+
+def run_id(sid: str, slot: int) -> str:
+    """`<schedule_id>@<slot in UTC ISO-8601>` (docs: "Each fire is a run with the id ...")."""
+    dt = datetime.fromtimestamp(slot / 1000, UTC)
+    frac = f".{slot % 1000:03d}" if slot % 1000 else ""
+    return f"{sid}@{dt.strftime('%Y-%m-%dT%H:%M:%S')}{frac}Z"
+
+
+@dataclass
+class Run:
+    run_id: str
+    slot: int
+    attempt: int = 1
+    state: str = "delayed"  # delayed | running | done | dead
+    due: int = 0
+    finish: int = 0
+    fate: Fate = field(default_factory=Fate)
+
+
+@dataclass
+class Model:
+    """One rule, its runs and its ledger. Drive it with the operations; read `ledger`,
+    `live()` and `lease`."""
+
+    rule: RuleDef
+    fate_of: Callable[[str, int], Fate]
+    now: int = 0
+    up: bool = True
+    paused: bool = False
+    created: bool = False
+    removed: bool = False
+    next_slot: int | None = None
+    paused_at: int | None = None
+    gap_checked: int | None = None
+    backlog: list[int] = field(default_factory=list)
+    ledger: list[tuple[int, str, str, str]] = field(default_factory=list)
+    runs: dict[str, Run] = field(default_factory=dict)
+    lease: str | None = None
+    waiting: tuple[str, int] | None = None
+    started: list[tuple[str, int, int]] = field(default_factory=list)  # run, attempt, at
+    backfilled: set[str] = field(default_factory=set)
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def create(self, paused: bool = False) -> None:
+        self.created, self.paused = True, paused
+        self.created_at = self.now
+        self.gap_checked = self.now - 1
+        self.next_slot = None if paused else self._first_after(self.now - 1)
+        self.paused_at = self.now if paused else None
+        self.settle()
+
+    def edit(self, **changes: Any) -> None:
+        """Change the rule: a slot already due fires under the new definition; otherwise the
+        next fire is recomputed from now; waiting replays are kept."""
+        old = self.rule.trigger
+        self.rule = replace(self.rule, **changes)
+        nxt = self.next_slot
+        if self.rule.trigger != old and not self.paused and (nxt is None or nxt > self.now):
+            self.next_slot = self._first_after(self.now)
+        self.settle()
+
+    def pause(self) -> None:
+        if self.paused:
+            return
+        self.paused = True
+        self.paused_at = self.next_slot if self.next_slot is not None else self.now
+        self.next_slot = None
+        self.settle()
+
+    def resume(self) -> None:
+        if not self.paused:
+            return
+        since = self.paused_at if self.paused_at is not None else self.now
+        for s in self.rule.trigger.slots_between(since - 1, self.now, 1000):
+            self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
+        self.paused, self.paused_at = False, None
+        self.next_slot = self._first_after(self.now)
+        self.settle()
+
+    def backfill(self, lo: int, hi: int) -> None:
+        """The rule's slots in [lo, hi] that the ledger does not show as run, due now with
+        their usual run ids (none whose run is live or done), recorded `backfilled`. They
+        hold no lease: overlap does not apply to them."""
+        done = {s for s, o, _, _ in self.ledger if o in ("ran", "ran_late", "backfilled")}
+        for s in self.rule.trigger.slots_between(lo - 1, hi, 10_000):
+            rid = run_id(self.rule.schedule_id, s)
+            if s in done or (rid in self.runs and self.runs[rid].state != "dead"):
+                continue
+            self.runs[rid] = Run(rid, s, due=self.now)
+            self.backfilled.add(rid)
+            self._record(s, "backfilled", "backfill", rid)
+        self.settle()
+
+    def kill_worker(self) -> None:
+        """The worker dies: each running attempt starts again now (reclaimed by another
+        worker, same attempt, its duration again); the lease stays with its run."""
+        for r in self.runs.values():
+            if r.state == "running":
+                r.finish = self.now + r.fate.duration_ms
+        self.settle()
+
+    def remove(self) -> None:
+        """The rule goes with its state, ledger, lease and waiting fire; runs it made stay."""
+        self.removed = True
+        self.ledger, self.backlog = [], []
+        self.next_slot, self.lease, self.waiting = None, None, None
+        self.settle()
+
+    def set_up(self, up: bool) -> None:
+        self.up = up
+        self.settle()
+
+    def advance_to(self, t: int) -> None:
+        """Move time to `t`, through every event on the way."""
+        while True:
+            e = self.next_event()
+            if e is None or e > t:
+                break
+            self.now = e
+            self.settle()
+        self.now = t
+        self.settle()
+
+    # -- what can be read ---------------------------------------------------------------------
+
+    def live(self) -> set[str]:
+        """Run ids that exist (delayed, ready, running, waiting for a retry)."""
+        return {r.run_id for r in self.runs.values() if r.state in ("delayed", "running")}
+
+    def outcomes(self) -> dict[int, list[tuple[str, str]]]:
+        out: dict[int, list[tuple[str, str]]] = {}
+        for slot, outcome, reason, _ in self.ledger:
+            out.setdefault(slot, []).append((outcome, reason))
+        return out
+
+    def next_event(self) -> int | None:
+        cands = [r.finish for r in self.runs.values() if r.state == "running"]
+        if self.up:
+            cands += [r.due for r in self.runs.values() if r.state == "delayed"]
+            if self.next_slot is not None and not self.removed:
+                cands.append(self.next_slot)
+        later = [c for c in cands if c > self.now]
+        return min(later) if later else None
+
+    # -- one instant --------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Everything that happens at `now`, until nothing changes."""
+        for _ in range(1000):
+            changed = self._finish_runs()
+            if self.up and self.created and not self.removed:
+                changed |= self._pass()
+            if self.up:
+                changed |= self._start_due()
+            if not changed:
+                return
+        raise AssertionError("the model did not settle")
+
+    def _finish_runs(self) -> bool:
+        done = sorted((r for r in self.runs.values()
+                       if r.state == "running" and r.finish <= self.now),
+                      key=lambda r: (r.finish, r.run_id))  # fmt: skip
+        for r in done:
+            if r.fate.kind == "retry":
+                r.attempt += 1
+                r.state, r.due = "delayed", r.finish + r.fate.retry_delay_ms
+                continue  # the lease stays with the run
+            r.state = "done" if r.fate.kind == "ok" else "dead"
+            self._unlease(r.run_id)
+        return bool(done)
+
+    def _unlease(self, rid: str) -> None:
+        if self.lease == rid:
+            self.lease = None
+        if self.lease is None and self.waiting is not None:
+            wid, slot = self.waiting
+            self.waiting = None
+            if wid not in self.runs or self.runs[wid].state in ("done", "dead"):
+                self.runs[wid] = Run(wid, slot, due=self.now)
+                self.lease = wid
+
+    def _lease_held(self) -> bool:
+        return self.lease is not None and self.runs[self.lease].state in ("delayed", "running")
+
+    def _pass(self) -> bool:
+        rule, now = self.rule, self.now
+        before = (len(self.ledger), len(self.runs), self.next_slot, list(self.backlog))
+        slots: list[int] = []
+        if not self.paused and self.next_slot is not None and self.next_slot <= now:
+            slots = self.rule.trigger.slots_between(self.next_slot - 1, now, 1000)
+            self.next_slot = self._first_after(now)
+            self._dst_gaps()  # checked when the rule comes due
+        on_time = [s for s in slots if now - s <= rule.grace()]
+        late = [s for s in slots if now - s > rule.grace()]
+        fires = [(s, s + self._jitter(s), "ran") for s in on_time]
+        fires += self._misfire(on_time, late)
+        room = self._replay_room(bool(fires))
+        fires += [(s, now, "ran_late") for s in self.backlog[:room]]
+        self.backlog = self.backlog[room:]
+        self._fire(fires)
+        return before != (len(self.ledger), len(self.runs), self.next_slot, self.backlog)
+
+    def _misfire(self, on_time: list[int], late: list[int]) -> list[tuple[int, int, str]]:
+        """Records for the missed slots; returns a coalesced fire, if any."""
+        rule, sid = self.rule, self.rule.schedule_id
+        if not late:
+            return []
+        if rule.misfire == "catch_up":
+            self.backlog += late
+            cut = max(0, len(self.backlog) - rule.max_catch_up)
+            for s in self.backlog[:cut]:
+                self._record(s, "skipped", "catch_up_cap", run_id(sid, s))
+            self.backlog = self.backlog[cut:]
+            return []
+        if rule.misfire == "skip":
+            for s in late:
+                self._record(s, "skipped", "grace_passed", run_id(sid, s))
+            return []
+        target = on_time[0] if on_time else late[-1]
+        into = run_id(sid, target)
+        for s in late:
+            if s != target:
+                self._record(s, "coalesced", f"into {into}", into)
+        return [] if on_time else [(target, self.now + self._jitter(target), "ran_late")]
+
+    def _replay_room(self, new_fires: bool) -> int:
+        """Replays that may start now: all (within the budget) under allow; else one, only
+        while no run holds the lease and no new fire starts in this pass."""
+        if self.paused:
+            return 0
+        if self.rule.overlap == "allow":
+            return 100
+        free = not self._lease_held() and self.waiting is None
+        return 1 if free and not new_fires else 0
+
+    def _fire(self, fires: list[tuple[int, int, str]]) -> None:
+        sid = self.rule.schedule_id
+        for slot, due, outcome in fires:
+            rid = run_id(sid, slot)
+            if rid in self.runs and self.runs[rid].state != "dead":  # live or done
+                self._record(slot, "duplicate", "run id already live or done", rid)
+            elif self.rule.overlap != "allow" and self._lease_held():
+                if self.rule.overlap == "queue" and self.waiting is None:
+                    self.waiting = (rid, slot)
+                    self._record(slot, outcome, f"queued behind {self.lease}", rid)
+                else:
+                    self._record(slot, "skipped", f"overlap: {self.lease} still running", rid)
+            else:
+                self.runs[rid] = Run(rid, slot, due=due)
+                if self.rule.overlap != "allow":
+                    self.lease = rid
+                self._record(slot, outcome, "", rid)
+
+    def _start_due(self) -> bool:
+        due = sorted((r for r in self.runs.values() if r.state == "delayed" and r.due <= self.now),
+                     key=lambda r: (r.due, r.run_id))  # fmt: skip
+        for r in due:
+            r.fate = self.fate_of(r.run_id, r.attempt)
+            r.state, r.finish = "running", self.now + r.fate.duration_ms
+            self.started.append((r.run_id, r.attempt, self.now))
+        return bool(due)
+
+    def _dst_gaps(self) -> None:
+        trig = self.rule.trigger
+        if not isinstance(trig, Cron) or trig.dst_gap != "skip" or self.gap_checked is None:
+            return
+        if self.now <= self.gap_checked:
+            return
+        shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
+        own = set(trig.slots_between(self.gap_checked, self.now, 1000))
+        for g in shifted.slots_between(self.gap_checked, self.now, 1000):
+            if g not in own:
+                self._record(g, "skipped", "dst_gap", run_id(self.rule.schedule_id, g))
+        self.gap_checked = self.now
+
+    def _jitter(self, slot: int) -> int:
+        j = self.rule.jitter_ms
+        return zlib.crc32(f"{self.rule.schedule_id}@{slot}".encode()) % j if j else 0
+
+    def _first_after(self, ms: int) -> int | None:
+        nxt = self.rule.trigger.slots_between(ms, 2**53, 1)
+        return nxt[0] if nxt else None
+
+    def _record(self, slot: int, outcome: str, reason: str, rid: str) -> None:
+        self.ledger.append((slot, outcome, reason, rid))

@@ -1,0 +1,67 @@
+"""The executable model against the real system, on fixed scenarios (the state machine in
+test_rule_machine.py explores random ones; its shrunk counterexamples are kept here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.model.harness import Pair
+from tests.model.rule_model import Fate, RuleDef
+from zsched.rules import Cron, Every
+
+M = 60_000
+H = 3_600_000
+T0 = 1_800_000_000_000 // H * H
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+@pytest.mark.parametrize("misfire", ["catch_up", "coalesce", "skip"])
+async def test_an_outage_with_slow_runs_and_retries(real, queue, misfire, overlap) -> None:
+    rule = RuleDef("r", Every(60), misfire=misfire, overlap=overlap, max_catch_up=3)
+    table = [Fate(90_000), Fate(0), Fate(30_000, "retry", 100_000), Fate(10_000, "fail")]
+    p = Pair(real, queue, rule, table, T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 5 * M)
+        await p.do("set_up", False)
+        await p.do("advance_to", T0 + 17 * M + 5)
+        await p.do("set_up", True)
+        await p.do("advance_to", T0 + 30 * M)
+        await p.do("pause")
+        await p.do("advance_to", T0 + 34 * M + 7)
+        await p.do("resume")
+        await p.do("advance_to", T0 + 40 * M)
+    finally:
+        await p.close()
+
+
+async def test_a_cron_rule_across_berlins_spring_gap(real, queue) -> None:
+    rule = RuleDef("r", Cron("30 2 * * *", "Europe/Berlin", dst_gap="skip"), overlap="skip",
+                   grace_ms=60_000)  # fmt: skip
+    start = 1_774_656_000_000  # 2026-03-28T00:00Z
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start()
+        await p.do("advance_to", start + 3 * 24 * H)
+    finally:
+        await p.close()
+
+
+async def test_a_removed_rule_gets_no_lease_back_from_a_retrying_run(real, queue) -> None:
+    """Shrunk from make model: a run that retries after its rule was removed (which deleted
+    the lease) must not bring the lease back (hold.lua took back an absent lease)."""
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        return Fate(30_000, "retry", 30_000) if attempt < 3 else Fate(0)
+
+    rule = RuleDef("r", Every(60), overlap="queue")
+    p = Pair(real, queue, rule, fate_of, T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 10_000)
+        await p.do("remove")
+        await p.do("advance_to", T0 + 40_000)  # attempt 1 retried: waits until T0 + 60 s
+        assert p.system.lease() is None
+        await p.do("advance_to", T0 + 5 * M)
+    finally:
+        await p.close()

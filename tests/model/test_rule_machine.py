@@ -1,0 +1,259 @@
+"""A stateful property test: random sequences of rule operations drive the real system (1 to
+3 real dispatchers, a real worker, a FakeClock, the real redis-server) and the executable
+model; after every step the ledger, the live runs, the lease and the waiting fire must agree
+slot by slot, and the ledger invariants must hold (tests/model/harness.py).
+
+`make test` runs a bounded, derandomised profile (ZSCHED_MODEL_EXAMPLES, default 25);
+`make model` a long exploration (mk/model.mk). A divergence is a bug in one of the two: keep
+each shrunk counterexample as a plain test in test_model_vs_real.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tests.model.harness import Backend, Pair
+from tests.model.rule_model import Fate, RuleDef, shortest_period
+from zsched.rules import Cron, Every
+
+#: What the examples covered (printed by make model, recorded in docs/reliability.md).
+SEEN: Counter[str] = Counter()
+
+
+def event(what: str) -> None:
+    SEEN[what] += 1
+
+
+#: Examples per misfire x overlap combination (9 of them).
+EXAMPLES = int(os.environ.get("ZSCHED_MODEL_EXAMPLES", "12"))
+STEPS = int(os.environ.get("ZSCHED_MODEL_STEPS", "12"))
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A trigger and an instant shortly before something interesting happens to it."""
+
+    rule: Every | Cron
+    start_ms: int
+
+
+H = 3_600_000
+TRIGGERS = [
+    Trigger(Every(60), 1_800_000_000_000 - 1),
+    Trigger(Every(90), 1_800_000_000_000 + 7),
+    # Berlin springs forward 2026-03-29T01:00Z and falls back 2026-10-25T01:00Z.
+    Trigger(Cron("*/15 * * * *", "Europe/Berlin"), 1_774_742_400_000 - H // 2),
+    Trigger(Cron("*/15 * * * *", "Europe/Berlin"), 1_792_890_000_000 - H),
+    Trigger(Cron("30 2 * * *", "Europe/Berlin", dst_gap="skip"), 1_774_656_000_000),
+    Trigger(Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both"), 1_792_800_000_000),
+    # Lord Howe: +10:30 -> +11 on 2026-10-03T15:30Z (a 30-minute shift).
+    Trigger(Cron("*/15 * * * *", "Australia/Lord_Howe"), 1_791_041_400_000 - H // 2),
+    Trigger(Cron("15 2 * * *", "Australia/Lord_Howe", dst_gap="skip"), 1_790_985_600_000),
+    # Santiago: midnight shift, -04 -> -03 on 2026-09-06T04:00Z.
+    Trigger(Cron("0 0 * * *", "America/Santiago"), 1_788_570_000_000),
+    Trigger(Cron("*/30 * * * *", "America/Santiago"), 1_788_667_200_000 - H),
+]
+
+
+@st.composite
+def rule_defs(draw: Any) -> tuple[RuleDef, Trigger]:
+    trig = draw(st.sampled_from(TRIGGERS))
+    period = shortest_period(trig.rule)
+    rule = RuleDef(
+        "r",
+        trig.rule,
+        misfire=RuleMachine.misfire,
+        overlap=RuleMachine.overlap,
+        # Sampled, the simplest first: derandomised examples start from the first choice.
+        max_catch_up=draw(st.sampled_from([3, 1, 0, 2])),
+        jitter_ms=draw(st.sampled_from([0, 0, period // 4])),
+    )
+    return rule, trig
+
+
+@st.composite
+def fate_tables(draw: Any, period: int) -> list[Fate]:
+    def fate() -> st.SearchStrategy[Fate]:
+        duration = st.sampled_from([0, period // 2, period * 3 // 2, period * 5 // 2])
+        return st.builds(
+            Fate,
+            duration,
+            st.sampled_from(["ok", "ok", "retry", "fail"]),
+            st.sampled_from([0, period // 2, period * 2]),
+        )
+
+    return draw(st.lists(fate(), min_size=1, max_size=4))
+
+
+class RuleMachine(RuleBasedStateMachine):
+    url = ""
+    #: The policies every example starts with (edits change them); set per test.
+    misfire = "catch_up"
+    overlap = "allow"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.pair: Pair | None = None
+        self.real: Backend | None = None
+        self.period = 60_000
+
+    def run(self, coro: Any) -> None:
+        self.loop.run_until_complete(coro)
+
+    def _events(self) -> None:
+        """What this example's ledger shows (counted once per example)."""
+        assert self.pair
+        m = self.pair.model
+        outcomes = {(o, r.split(" ")[0].rstrip(":")) for _, o, r, _ in m.ledger}
+        for o, r in sorted(outcomes):
+            event(f"outcome {o} {r}".rstrip())
+        if any(attempt > 1 for _, attempt, _ in m.started):
+            event("a retried run")
+
+    @initialize(data=st.data(), dispatchers=st.integers(1, 3), paused=st.booleans())
+    def create(self, data: Any, dispatchers: int, paused: bool) -> None:
+        rule, trig = data.draw(rule_defs())
+        self.period = shortest_period(trig.rule)
+        table = data.draw(fate_tables(self.period))
+        self.real = Backend(self.url)
+        queue = "m-" + uuid.uuid4().hex[:12]
+        self.pair = Pair(self.real, queue, rule, table, trig.start_ms, dispatchers)
+        self.run(self.pair.start(paused))
+        event("example")
+        event(f"{dispatchers} dispatcher(s)")
+        event(f"trigger {trig.rule!r}")
+
+    @rule(times=st.sampled_from([0.5, 1, 1.5, 3, 10]), extra=st.sampled_from([0, 5, 1000]))
+    def advance(self, times: float, extra: int) -> None:
+        assert self.pair
+        t = self.pair.model.now + int(self.period * times) + extra
+        self.run(self.pair.do("advance_to", t))
+        if not self.pair.model.up:
+            event("advanced while the dispatchers were down")
+
+    @precondition(lambda self: self.pair is not None and self.pair.model.up)
+    @rule(times=st.sampled_from([1.5, 3, 7, 20]), extra=st.sampled_from([5, 1000]))
+    def outage(self, times: float, extra: int) -> None:
+        """Every dispatcher down for a while, then up again."""
+        assert self.pair
+        self.run(self.pair.do("set_up", False))
+        self.run(self.pair.do("advance_to", self.pair.model.now + int(self.period * times) + extra))
+        self.run(self.pair.do("set_up", True))
+        event("an outage")
+
+    @precondition(lambda self: self.pair is not None and self.pair.model.up)
+    @rule()
+    def dispatchers_down(self) -> None:
+        assert self.pair
+        self.run(self.pair.do("set_up", False))
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.up)
+    @rule()
+    def dispatchers_up(self) -> None:
+        assert self.pair
+        self.run(self.pair.do("set_up", True))
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.paused
+                  and not self.pair.model.removed)  # fmt: skip
+    @rule()
+    def pause(self) -> None:
+        assert self.pair
+        self.run(self.pair.do("pause"))
+
+    @precondition(lambda self: self.pair is not None and self.pair.model.paused
+                  and not self.pair.model.removed)  # fmt: skip
+    @rule()
+    def resume(self) -> None:
+        assert self.pair
+        self.run(self.pair.do("resume"))
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed
+                  and isinstance(self.pair.model.rule.trigger, Every))  # fmt: skip
+    @rule(seconds=st.sampled_from([90, 60, 45]))
+    def edit_interval(self, seconds: int) -> None:
+        """Change an interval rule's interval: its next fire is recomputed."""
+        assert self.pair
+        self.run(self.pair.edit(trigger=Every(seconds)))
+        event("an edited trigger")
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
+    @rule(back=st.sampled_from([3, 1, 10]))
+    def backfill(self, back: int) -> None:
+        """Back-fill the last `back` periods (slots already run are not enqueued again)."""
+        assert self.pair
+        now = self.pair.model.now
+        self.run(self.pair.do("backfill", now - back * self.period, now))
+        event("a backfill")
+
+    @precondition(lambda self: self.pair is not None and len(self.pair.steps) >= 8
+                  and not self.pair.model.removed)  # fmt: skip
+    @rule()
+    def remove(self) -> None:
+        """Late in an example: the rule goes; the runs it made finish as usual."""
+        assert self.pair
+        self.run(self.pair.do("remove"))
+        event("a removed rule")
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
+    @rule(misfire=st.sampled_from(["catch_up", "coalesce", "skip"]),
+          overlap=st.sampled_from(["allow", "skip", "queue"]), cap=st.sampled_from([3, 0, 1]))  # fmt: skip
+    def edit(self, misfire: str, overlap: str, cap: int) -> None:
+        assert self.pair
+        self.run(self.pair.edit(misfire=misfire, overlap=overlap, max_catch_up=cap))
+
+    def teardown(self) -> None:
+        try:
+            if self.pair is not None:
+                self.run(self.pair.quiet(self.period))
+                self._events()
+        finally:
+            if self.pair is not None:
+                self.run(self.pair.close())
+            if self.real is not None:
+                self.real.sync.close()
+            self.loop.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+@pytest.mark.parametrize("misfire", ["catch_up", "coalesce", "skip"])
+def test_the_real_system_agrees_with_the_model(redis_url: str, misfire: str, overlap: str) -> None:
+    RuleMachine.url, RuleMachine.misfire, RuleMachine.overlap = redis_url, misfire, overlap
+    profile = settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=STEPS,
+        # make test: the same examples every run; make model (ZSCHED_MODEL_RANDOM=1): new ones
+        # each week, each failure printed with the blob that reproduces it.
+        derandomize=os.environ.get("ZSCHED_MODEL_RANDOM") != "1",
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+    SEEN.clear()
+    try:
+        run_state_machine_as_test(RuleMachine, settings=profile)
+    finally:
+        print(f"\nmodel exploration, {misfire} x {overlap}: {EXAMPLES} examples of up to "
+              f"{STEPS} steps:")  # fmt: skip
+        for what, n in sorted(SEEN.items()):
+            print(f"  {n:6d}  {what}")
+
+
+pytestmark = pytest.mark.timeout(int(os.environ.get("ZSCHED_MODEL_TIMEOUT", "600")))
