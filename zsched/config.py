@@ -60,6 +60,10 @@ class WorkerSettings:
     visibility_timeout_ms: int = 30_000
     #: Entries read per XREADGROUP call at most.
     read_batch: int = 100
+    #: Finished runs whose ack is not written yet that do not hold a handler slot: reads run
+    #: ahead of the writes by this many (+26-30 % end to end at concurrency 50, BENCHMARKS.md);
+    #: a worker holds at most concurrency + this many pending entries. 0: an ack holds its slot.
+    max_unwritten_acks: int = 1000
     #: How long one blocking read waits for new entries (ms).
     block_ms: int = 5_000
     #: An entry delivered more often than this goes to the dead letters.

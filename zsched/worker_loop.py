@@ -123,12 +123,16 @@ class WorkerLoop:
             self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
 
     def _free_slots(self: Any) -> int:
-        """Slots for new runs. A run whose outcome is not written yet still holds its entry:
-        counting it keeps reading from outpacing the writes, else (1M runs draining) the
-        backlog outlived the visibility timeout and this worker reclaimed its own entries."""
-        unwritten = len(self._acks) + len(self._retries) + len(self._deads) + len(self._flushing)
-        unwritten += len(self._discards)
-        return int(self.settings.concurrency) - len(self.running) - unwritten
+        """Slots for new runs. Reads run ahead of up to `max_unwritten_acks` acks not written
+        yet (two ids each), so a read need not wait for the round trip of the last batch's
+        acks; past that budget an unwritten ack holds a slot again, which keeps reading from
+        outpacing the writes (else, 1M runs draining, the backlog outlived the visibility
+        timeout and this worker reclaimed its own entries). Retries, dead letters and
+        discards (they carry envelopes) always hold their slot."""
+        acks = len(self._acks) + len(self._flushing)
+        over = max(0, acks - int(self.settings.max_unwritten_acks))
+        heavy = len(self._retries) + len(self._deads) + len(self._discards)
+        return int(self.settings.concurrency) - len(self.running) - heavy - over
 
     async def _reclaimable(self: Any) -> bool:
         """Whether any pending entry is idle past the visibility timeout: one XPENDING IDLE,

@@ -44,6 +44,8 @@ WORKER_OPTIONS = (
     Option("visibility_timeout_ms", "--visibility-timeout",
            "reclaim runs of a worker silent this long"),
     Option("read_batch", "--read-batch", "entries read per XREADGROUP call at most"),
+    Option("max_unwritten_acks", "--max-unwritten-acks",
+           "finished runs whose ack is not written yet that hold no handler slot"),
     Option("block_ms", "--block", "how long one blocking read waits for new entries"),
     Option("max_deliveries", "--max-deliveries",
            "an entry delivered more often than this is dead-lettered"),
