@@ -59,7 +59,79 @@ async def _drive_sync(app: zsched.App) -> list[Any]:
     st = app.status().as_dict()
     st.pop("queue"), st.pop("now_ms")  # status reads the server TIME
     out.append(st)
+    out.extend(_controls_sync(app))
     return out
+
+
+def _ids(ids: Any) -> Any:
+    """What an EnqueuedId says (str equality alone would hide its flags)."""
+    if isinstance(ids, list):
+        return [_ids(i) for i in ids]
+    return (str(ids), ids.duplicate, ids.replaced, ids.outcome)
+
+
+def _conflict_items() -> list[dict[str, Any]]:
+    return [
+        {"task": "t", "payload": "new", "run_id": "r10", "delay": 30, "on_conflict": "replace"},
+        {"task": "t", "payload": "deb", "run_id": "r11", "delay": 90,
+         "on_conflict": "debounce", "max_delay": 600},
+        {"task": "t", "payload": "plain", "run_id": "r12"},  # keep: a duplicate
+        {"task": "t", "payload": "fresh", "run_id": "c1", "on_conflict": "replace", "delay": 1},
+    ]  # fmt: skip
+
+
+def _controls_sync(app: zsched.App) -> list[Any]:
+    at = datetime(2027, 2, 1, 9, tzinfo=UTC)
+    return [
+        app.reschedule("one", run_at=at),
+        app.reschedule("r20", delay=timedelta(hours=2)),
+        app.reschedule("nope", delay=5),
+        _ids(app.enqueue("t", {"b": 2}, run_id="one", delay=60, on_conflict="replace")),
+        _ids(app.enqueue("t", {"b": 3}, run_id="r21", delay=120, on_conflict="debounce",
+                         max_delay=timedelta(minutes=30))),  # fmt: skip
+        _ids(app.enqueue("t", {"b": 4}, run_id="r5", delay=1, on_conflict="replace")),
+        _ids(app.enqueue_many(_conflict_items())),
+        app.pause_queue(note="deploy 42"),
+        app.pause_queue(),
+        app.resume_queue(),
+        app.resume_queue(),
+        app.pause_schedule("nightly", note="maintenance"),
+        app.run_schedule_now("nightly").as_dict(),
+        app.run_schedule_now("nightly", force=True).as_dict(),
+        [vars(s) for s in app.schedules()],
+        app.cancel("nightly@manual:2027-01-15T08:00:00Z"),
+        vars(app.get_run("nightly@manual:2027-01-15T08:00:00Z")),  # cancelled: finished_at
+        vars(app.get_run("one")),
+        app.drain(timeout=5, poll=0.01),  # nothing on the stream: drained at once, paused
+        (app.status().paused, app.status().pause_note),
+    ]
+
+
+async def _controls_async(app: zsched.AsyncApp) -> list[Any]:
+    at = datetime(2027, 2, 1, 9, tzinfo=UTC)
+    return [
+        await app.reschedule("one", run_at=at),
+        await app.reschedule("r20", delay=timedelta(hours=2)),
+        await app.reschedule("nope", delay=5),
+        _ids(await app.enqueue("t", {"b": 2}, run_id="one", delay=60, on_conflict="replace")),
+        _ids(await app.enqueue("t", {"b": 3}, run_id="r21", delay=120, on_conflict="debounce",
+                               max_delay=timedelta(minutes=30))),  # fmt: skip
+        _ids(await app.enqueue("t", {"b": 4}, run_id="r5", delay=1, on_conflict="replace")),
+        _ids(await app.enqueue_many(_conflict_items())),
+        await app.pause_queue(note="deploy 42"),
+        await app.pause_queue(),
+        await app.resume_queue(),
+        await app.resume_queue(),
+        await app.pause_schedule("nightly", note="maintenance"),
+        (await app.run_schedule_now("nightly")).as_dict(),
+        (await app.run_schedule_now("nightly", force=True)).as_dict(),
+        [vars(s) for s in await app.schedules()],
+        await app.cancel("nightly@manual:2027-01-15T08:00:00Z"),
+        vars(await app.get_run("nightly@manual:2027-01-15T08:00:00Z")),
+        vars(await app.get_run("one")),
+        await app.drain(timeout=5, poll=0.01),
+        ((await app.status()).paused, (await app.status()).pause_note),
+    ]
 
 
 async def _drive_async(app: zsched.AsyncApp) -> list[Any]:
@@ -81,6 +153,7 @@ async def _drive_async(app: zsched.AsyncApp) -> list[Any]:
     st = (await app.status()).as_dict()
     st.pop("queue"), st.pop("now_ms")  # status reads the server TIME
     out.append(st)
+    out.extend(await _controls_async(app))
     return out
 
 
@@ -100,7 +173,18 @@ async def test_async_and_sync_calls_leave_identical_redis_state(backend, queue) 
     sync_results = _no_at_ms(await _drive_sync(sync_app))
     async_results = _no_at_ms(await _drive_async(async_app))
     assert async_results == sync_results
-    assert async_results[3] == (True, False, False)  # cancel, again, unknown
+    assert [bool(c) for c in async_results[3]] == [True, False, False]  # cancel, again, unknown
+    outcomes = [c.outcome.name for c in async_results[3]]
+    assert outcomes == ["CANCELLED_DELAYED", "ALREADY_CANCELLED", "NOT_FOUND"]
+    ctl = async_results[15:]  # the run controls (_controls_async)
+    assert [r.outcome.name for r in ctl[:3]] == ["MOVED", "MOVED", "NOT_FOUND"]
+    assert [x[3].value for x in ctl[3:6]] == ["replaced", "debounced", "enqueued"]
+    assert [x[3].value for x in ctl[6]] == ["replaced", "debounced", "duplicate", "enqueued"]
+    assert ctl[7:11] == [True, False, True, False]  # pause, again, resume, again
+    assert ctl[12]["outcome"] == "started" and ctl[13]["outcome"] == "duplicate"
+    assert ctl[14][0]["pause_note"] == "maintenance" and ctl[15].cancelled
+    assert ctl[16]["state"] == "cancelled" and ctl[16]["finished_at"] is not None
+    assert ctl[18] is True and ctl[19] == (True, "drain")  # drained, and left paused
     assert [r.duplicate for r in async_results[2]][-2:] == [True, False]
     r = backend.sync
     assert snapshot(r, async_app.keys) == snapshot(r, sync_app.keys)
