@@ -347,3 +347,77 @@ async def test_an_asyncio_cluster_client_is_refused_naming_the_url_form() -> Non
     with pytest.raises(zsched.ConfigError, match="pass the URL"):
         zsched.AsyncApp(client, "q")
     await client.aclose()
+
+
+async def test_get_run_reads_outcomes_cancel_requests_and_limit_waits_like_the_app(backend, queue):
+    app = backend.app(queue, clock=FakeClock(NOW))
+    aio = app.aio(backend.async_client())
+
+    @app.task(name="kept", keep_result=True)
+    def kept(payload: Any) -> dict[str, Any]:
+        return {"got": payload}
+
+    await aio.enqueue("kept", 7, run_id="k1")
+    await aio.enqueue("t", None, run_id="limited", delay=60)
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    await d.tick()
+    assert await w.tick() == 1  # k1 ran and its outcome is kept
+    await aio.enqueue("t", None, run_id="run1")
+    await d.tick()
+    r = backend.sync
+    # run1 is read by a consumer and not acked: running; cancel asks it to stop.
+    r.xreadgroup(zsched.keys.GROUP, "c1", {app.keys.ready: ">"}, count=10)
+    done_id, running_id = "k1", "run1"
+    asked = await aio.cancel(running_id)
+    assert asked.requested and not asked
+    # A run deferred by its task's limits sits in the task's waiting set (acquire.lua).
+    r.zadd(app.keys.limit_waiting("t"), {"limited": NOW})
+    for rid in (done_id, running_id, "limited"):
+        assert vars(await aio.get_run(rid)) == vars(app.get_run(rid)), rid
+    assert (await aio.get_run(running_id)).cancel_requested is True
+    assert (await aio.get_run("limited")).waiting_for_limit == "t"
+    finished = await aio.get_run(done_id)
+    assert finished.state == "done" and finished.finished_at is not None
+    assert finished.attempts == 1 and finished.result == {"got": 7}
+    await d.close()
+    await w.close()
+    client = aio.redis
+    await aio.aclose()
+    await client.aclose()
+
+
+async def test_drain_awaits_the_stream_without_holding_the_loop(backend, queue) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    aio = app.aio(backend.async_client())
+    ran: list[int] = []
+
+    @app.task(name="job")
+    def job(payload: int) -> None:
+        ran.append(payload)
+
+    await aio.enqueue_many([("job", i) for i in range(3)])
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    await d.tick()
+    assert (await aio.status()).stream_length == 3
+    seen: list[Any] = []
+    draining = asyncio.create_task(aio.drain(timeout=30, progress=seen.append, poll=0.01))
+    while not seen:  # the first poll: the queue is paused, the stream still full
+        await asyncio.sleep(0)
+    assert not draining.done() and seen[0].stream_length == 3 and seen[0].paused
+    assert await w.tick() == 3  # the worker runs on the same loop while drain waits
+    assert await draining is True
+    assert sorted(ran) == [0, 1, 2] and (await aio.status()).paused
+    await aio.enqueue("job", 9, run_id="after")
+    await d.tick()  # paused: nothing moves onto the stream
+    assert (await aio.status()).stream_length == 0
+    assert await aio.resume_queue() is True
+    await d.tick()
+    assert (await aio.status()).stream_length == 1
+    assert await aio.drain(timeout=0, poll=0.01) is False  # timed out: one run still ready
+    await d.close()
+    await w.close()
+    client = aio.redis
+    await aio.aclose()
+    await client.aclose()
