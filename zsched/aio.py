@@ -147,7 +147,7 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
         """Register a handler on the shared registry (App.task)."""
         return self.app.task(*args, **options)
 
-    def declare(self, schedule_id: str, task_name: str, **options: Any) -> None:
+    def declare(self, schedule_id: str, task_name: str | None = None, **options: Any) -> None:
         """Declare a rule in code (App.declare; no I/O)."""
         self.app.declare(schedule_id, task_name, **options)
 
@@ -262,8 +262,9 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
 
     # -- recurring rules ----------------------------------------------------------------------
 
-    async def schedule(self, schedule_id: str, task_name: str, **options: Any) -> int:
-        """App.schedule (a compare-and-set loop), in a worker thread."""
+    async def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
+        """App.schedule (a compare-and-set loop), in a worker thread; `celery_task=` instead
+        of a task name sends each fire to Celery (docs/celery.md)."""
         return await self.in_thread(self.app.schedule, schedule_id, task_name, **options)
 
     async def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:

@@ -421,3 +421,23 @@ async def test_drain_awaits_the_stream_without_holding_the_loop(backend, queue) 
     client = aio.redis
     await aio.aclose()
     await client.aclose()
+
+
+async def test_a_celery_rule_is_scheduled_through_asyncapp_as_through_the_app(backend, queue):
+    sync_app = backend.app(queue + "-s", clock=FakeClock(NOW))
+    aio = backend.app(queue + "-a", clock=FakeClock(NOW)).aio(backend.async_client())
+    opts = {"celery_task": "proj.add", "every": 60, "celery_args": [1, 2],
+            "celery_options": {"queue": "math"}}  # fmt: skip
+    assert sync_app.schedule("adder", **opts) == aio.app.schedule("other", "t", every=60) == 1
+    assert await aio.schedule("adder", **opts) == 1
+    r = backend.sync
+    assert _rule_state(r, aio.app, "adder") == _rule_state(r, sync_app, "adder")
+    (rule,) = [i for i in await aio.schedules() if i.schedule_id == "adder"]
+    assert rule.task == "zsched.celery.send"  # the bridge's task: each fire goes to Celery
+    with pytest.raises(ValueError, match="not both"):
+        await aio.schedule("x", "t", celery_task="proj.add", every=60)
+    aio.declare("beat", celery_task="proj.add", every=60)
+    assert aio.app.declared["beat"]["task"] == "zsched.celery.send"
+    client = aio.redis
+    await aio.aclose()
+    await client.aclose()
