@@ -6,22 +6,25 @@ calls go through an asyncio client of the same deployment (plain, TLS, ACL user,
 Sentinel: the client comes from the same URL, or from the App's client) and the same Lua
 scripts, built by the same `scripts.Call` builders:
 
-- runs: `enqueue`, `enqueue_many` and `cancel` build their calls with the App's builders and
-  await them (AsyncScripts); `enqueue_many` validates in slices and yields between them, so a
-  batch of 10,000 runs never holds the loop for more than one slice;
+- runs (zsched/aio_controls.py): `enqueue`, `enqueue_many` (conflict modes too), `cancel`,
+  `reschedule`, `pause_queue`, `resume_queue` build their calls with the App's builders and
+  await them (AsyncScripts); enqueues ride through a failover like App's (bounded retry,
+  `retrying.ride_through_async`); `enqueue_many` validates in slices and yields between them,
+  so a batch of 10,000 runs never holds the loop for more than one slice; `drain` polls with
+  `asyncio.sleep`;
 - reads: `get_run`, `status`, `dead_letters`, `purge_dead`, `schedule_history` await the same
   commands as the App's and decode with zsched.inspect;
 - compare-and-set loops and multi-step operations (`schedule`, `pause_schedule`,
-  `resume_schedule`, `backfill`, `sync_schedules`, `schedules`, `audit_schedules`,
-  `replay_dead`, `migrate`, durable enqueues on a Cluster) run the App's own code in a worker
-  thread: one implementation of each race-sensitive path, and the loop keeps running.
+  `run_schedule_now`, `resume_schedule`, `backfill`, `sync_schedules`, `schedules`,
+  `audit_schedules`, `replay_dead`, `migrate`, durable enqueues on a Cluster) run the App's
+  own code in a worker thread: one implementation of each race-sensitive path, and the loop keeps running.
 
 Adding the async twin of an App operation that runs one script is one method:
 
-    async def reschedule(self, run_id: str, run_at: datetime) -> bool:
-        return await self.run(self.app.reschedule_call(run_id, run_at)) == S.OK
+    async def reschedule(self, run_id: str, *, run_at=None, delay=None) -> RescheduleResult:
+        return await self.run(self.app.reschedule_call(run_id, run_at=run_at, delay=delay))
 
-(`App.reschedule` being `self.scripts.run(self.reschedule_call(...)) == S.OK`). Any other
+(`App.reschedule` being `self.scripts.run(self.reschedule_call(...))`). Any other
 operation gets `return await self.in_thread(self.app.operation, *args)` until it is ported.
 """
 
@@ -29,10 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import redis as _redis
 import redis.asyncio as aioredis
@@ -43,27 +46,24 @@ from . import durable as _durable
 from . import inspect as _inspect
 from . import partitions as _partitions
 from . import scripts as S
-from .app import App, EnqueuedId
+from .aio_controls import BUILD_SLICE as BUILD_SLICE
+from .aio_controls import AsyncControls, AsyncEnqueue
+from .app import App
 from .clock import Clock
 from .config import QueueSettings
 from .connection import async_client, async_from_sync, is_cluster
 from .direct import DEFAULT_SPIN_US
-from .envelope import Payload
 from .errors import ConfigError
-from .handles import TaskHandle
 from .metrics import Metrics
 
 T = TypeVar("T")
-P = TypeVar("P")
-#: Runs validated and packed between two yields to the loop (~1-2 ms of CPU).
-BUILD_SLICE = 200
 #: Enqueue calls (of up to ENQUEUE_BATCH runs) sent per round trip by enqueue_many.
 CALLS_PER_TRIP = 10
 
 Group = tuple[str, int | str, str, bytes]
 
 
-class AsyncApp:
+class AsyncApp(AsyncEnqueue, AsyncControls):
     """One queue, for asyncio code: the App's constructor, its Redis methods as coroutines."""
 
     def __init__(
@@ -147,7 +147,7 @@ class AsyncApp:
         """Register a handler on the shared registry (App.task)."""
         return self.app.task(*args, **options)
 
-    def declare(self, schedule_id: str, task_name: str, **options: Any) -> None:
+    def declare(self, schedule_id: str, task_name: str | None = None, **options: Any) -> None:
         """Declare a rule in code (App.declare; no I/O)."""
         self.app.declare(schedule_id, task_name, **options)
 
@@ -197,68 +197,7 @@ class AsyncApp:
                 raise r
         return [c.decode(r) for c, r in zip(calls, replies, strict=True)]
 
-    # -- enqueue ------------------------------------------------------------------------------
-
-    @overload
-    async def enqueue(
-        self,
-        task_name: TaskHandle[P, Any],
-        payload: P,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-    ) -> EnqueuedId: ...
-    @overload
-    async def enqueue(
-        self,
-        task_name: str,
-        payload: Payload = None,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-    ) -> EnqueuedId: ...
-
-    async def enqueue(
-        self,
-        task_name: str | TaskHandle[Any, Any],
-        payload: Any = None,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-    ) -> EnqueuedId:
-        """App.enqueue, awaited. `task_name` may be a task handle (`@app.task`'s return), whose
-        payload type mypy then checks."""
-        if isinstance(task_name, TaskHandle):
-            task_name = task_name.name
-        group = self.app.build(task_name, payload, run_at=run_at, delay=delay, run_id=run_id)
-        (code,) = await self._enqueue_groups([group])
-        self._count([code])
-        return EnqueuedId(group[0], code != S.ENQUEUED)
-
-    async def enqueue_many(
-        self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
-    ) -> list[EnqueuedId]:
-        """App.enqueue_many, awaited; validates in slices of BUILD_SLICE runs, yielding to the
-        loop between slices, and sends CALLS_PER_TRIP calls per round trip."""
-        groups: list[Group] = []
-        for item in items:
-            if isinstance(item, Mapping):
-                kw = dict(item)
-                if "task" not in kw:
-                    raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
-                groups.append(self.app.build(kw.pop("task"), kw.pop("payload", None), **kw))
-            else:
-                groups.append(self.app.build(*item))
-            if len(groups) % BUILD_SLICE == 0:
-                await asyncio.sleep(0)
-        if not groups:
-            return []
-        codes = await self._enqueue_groups(groups)
-        self._count(codes)
-        return [EnqueuedId(g[0], c != S.ENQUEUED) for g, c in zip(groups, codes, strict=True)]
+    # -- enqueue (aio_controls.AsyncEnqueue: enqueue, enqueue_many) ------------------------
 
     async def _enqueue_groups(self, groups: list[Group]) -> list[int]:
         await self._ready()
@@ -273,19 +212,7 @@ class AsyncApp:
                     codes[i] = code
         return codes
 
-    def _count(self, codes: list[int]) -> None:
-        added = sum(1 for c in codes if c == S.ENQUEUED)
-        if added:
-            self.metrics.enqueued.labels(self.queue).inc(added)
-        if len(codes) - added:
-            self.metrics.duplicates.labels(self.queue, "enqueue").inc(len(codes) - added)
-
     # -- runs and the queue -------------------------------------------------------------------
-
-    async def cancel(self, run_id: str) -> bool:
-        """App.cancel, awaited."""
-        await self._ready()
-        return await self.run(S.cancel(self.app.keys_for_run(run_id), run_id)) == S.CANCELLED
 
     async def get_run(self, run_id: str) -> _inspect.RunStatus:
         """App.get_run, awaited. Raises RunNotFound."""
@@ -335,8 +262,9 @@ class AsyncApp:
 
     # -- recurring rules ----------------------------------------------------------------------
 
-    async def schedule(self, schedule_id: str, task_name: str, **options: Any) -> int:
-        """App.schedule (a compare-and-set loop), in a worker thread."""
+    async def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
+        """App.schedule (a compare-and-set loop), in a worker thread; `celery_task=` instead
+        of a task name sends each fire to Celery (docs/celery.md)."""
         return await self.in_thread(self.app.schedule, schedule_id, task_name, **options)
 
     async def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:
@@ -347,10 +275,6 @@ class AsyncApp:
         """App.unschedule, awaited."""
         home = self.app.rule_home(schedule_id)
         return await self.run(S.unschedule(home.keys, schedule_id)) == 1
-
-    async def pause_schedule(self, schedule_id: str) -> bool:
-        """App.pause_schedule (a compare-and-set loop), in a worker thread."""
-        return await self.in_thread(self.app.pause_schedule, schedule_id)
 
     async def resume_schedule(self, schedule_id: str) -> bool:
         """App.resume_schedule, in a worker thread."""

@@ -15,9 +15,10 @@ idempotent: enqueue by run id (fixed before the first attempt), rule edits by sc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .connection import RETRYABLE_ERRORS, redact_text
@@ -133,3 +134,38 @@ def _gave_up(exc: Exception, what: str, queue: str, elapsed: float, attempts: in
         f"Retrying with the same run ids is safe (duplicates are detected); "
         f"QueueSettings.outage_retry_ms sets how long to wait"
     )
+
+
+async def ride_through_async(
+    call: Callable[[int], Awaitable[T]],
+    *,
+    bound_ms: int,
+    what: str,
+    queue: str,
+    logger: logging.Logger,
+) -> T:
+    """ride_through for a coroutine (AsyncApp): `await call(attempt)`, the same retries,
+    backoff, bound, logging and errors; the waits are `asyncio.sleep`, so the loop runs on."""
+    started = time.monotonic()
+    try:
+        return await call(1)
+    except RIDE_THROUGH_ERRORS as exc:
+        first = exc
+    backoff = Backoff(cap_s=1.0)
+    outage = Outage(logger, what, queue)
+    attempt, last = 1, first
+    while True:
+        elapsed = time.monotonic() - started
+        delay = backoff.next()
+        if (elapsed + delay) * 1000 > bound_ms:
+            raise _gave_up(last, what, queue, elapsed, attempt) from last
+        outage.failed(last, delay)
+        await asyncio.sleep(delay)
+        attempt += 1
+        try:
+            out = await call(attempt)
+        except RIDE_THROUGH_ERRORS as exc:
+            last = exc
+        else:
+            outage.ok()
+            return out

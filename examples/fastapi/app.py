@@ -17,7 +17,7 @@ from zsched.integrations.starlette import zsched_app, zsched_lifespan
 from .tasks import zapp
 
 BEFORE = timedelta(hours=24)
-#: The AsyncApp the lifespan opened (zsched.AsyncApp, or ThreadedApp on an older zsched).
+#: The zsched.AsyncApp the lifespan opened (App.aio()).
 Zsched = Annotated[Any, Depends(zsched_app)]
 api = FastAPI(title="class reminders", lifespan=zsched_lifespan(zapp))
 

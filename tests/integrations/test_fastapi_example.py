@@ -18,7 +18,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import zsched
-from zsched.integrations.starlette import ThreadedApp, zsched_app, zsched_lifespan
+from zsched.integrations.starlette import zsched_app, zsched_lifespan
 
 
 @pytest.fixture
@@ -70,6 +70,8 @@ def test_reminders_are_scheduled_moved_and_cancelled_through_the_api(example, re
             assert naive.status_code == 422 and "time zone" in naive.text
             wait_for(lambda: r.llen(outbox) >= 2, "both reminders sent by the worker")
             wait_for(lambda: client.get(url.format("rust1")).json()["state"] == "done", "done")
+            late = client.put(url.format("rust1"), json={"starts_at": later.isoformat()})
+            assert late.status_code == 409, late.text  # sent already: not replaced
     finally:
         outs = [stop(p) for p in procs]
     sent = sorted(x.decode() for x in r.lrange(outbox, 0, -1))
@@ -82,8 +84,11 @@ def test_reminders_are_scheduled_moved_and_cancelled_through_the_api(example, re
 async def home(request):
     zs = zsched_app(request)
     rid = await zs.enqueue("t", {"n": 1}, delay=3600)
+    moved = await zs.reschedule(rid, delay=7200)  # the run controls, awaited
+    kept = await zs.enqueue("t", {"n": 2}, run_id=rid, delay=60, on_conflict="replace")
     return JSONResponse({"run_id": rid, "state": (await zs.get_run(rid)).state,
-                         "kind": type(zs).__name__})  # fmt: skip
+                         "kind": type(zs).__name__, "moved": moved.outcome.name,
+                         "replaced": kept.replaced})  # fmt: skip
 
 
 def test_the_lifespan_opens_an_app_at_start_up_and_closes_it_at_shutdown(redis_url, queue):
@@ -103,7 +108,8 @@ def test_the_lifespan_opens_an_app_at_start_up_and_closes_it_at_shutdown(redis_u
         assert len(made) == 1 and closed == []
         body = client.get("/").json()
         assert body["state"] == "scheduled"
-        assert body["kind"] in ("AsyncApp", ThreadedApp.__name__)
+        assert body["kind"] == zsched.AsyncApp.__name__
+        assert body["moved"] == "MOVED" and body["replaced"] is True
         assert made[0].get_run(body["run_id"]).state == "scheduled"
     assert closed == [True]
 

@@ -59,7 +59,79 @@ async def _drive_sync(app: zsched.App) -> list[Any]:
     st = app.status().as_dict()
     st.pop("queue"), st.pop("now_ms")  # status reads the server TIME
     out.append(st)
+    out.extend(_controls_sync(app))
     return out
+
+
+def _ids(ids: Any) -> Any:
+    """What an EnqueuedId says (str equality alone would hide its flags)."""
+    if isinstance(ids, list):
+        return [_ids(i) for i in ids]
+    return (str(ids), ids.duplicate, ids.replaced, ids.outcome)
+
+
+def _conflict_items() -> list[dict[str, Any]]:
+    return [
+        {"task": "t", "payload": "new", "run_id": "r10", "delay": 30, "on_conflict": "replace"},
+        {"task": "t", "payload": "deb", "run_id": "r11", "delay": 90,
+         "on_conflict": "debounce", "max_delay": 600},
+        {"task": "t", "payload": "plain", "run_id": "r12"},  # keep: a duplicate
+        {"task": "t", "payload": "fresh", "run_id": "c1", "on_conflict": "replace", "delay": 1},
+    ]  # fmt: skip
+
+
+def _controls_sync(app: zsched.App) -> list[Any]:
+    at = datetime(2027, 2, 1, 9, tzinfo=UTC)
+    return [
+        app.reschedule("one", run_at=at),
+        app.reschedule("r20", delay=timedelta(hours=2)),
+        app.reschedule("nope", delay=5),
+        _ids(app.enqueue("t", {"b": 2}, run_id="one", delay=60, on_conflict="replace")),
+        _ids(app.enqueue("t", {"b": 3}, run_id="r21", delay=120, on_conflict="debounce",
+                         max_delay=timedelta(minutes=30))),  # fmt: skip
+        _ids(app.enqueue("t", {"b": 4}, run_id="r5", delay=1, on_conflict="replace")),
+        _ids(app.enqueue_many(_conflict_items())),
+        app.pause_queue(note="deploy 42"),
+        app.pause_queue(),
+        app.resume_queue(),
+        app.resume_queue(),
+        app.pause_schedule("nightly", note="maintenance"),
+        app.run_schedule_now("nightly").as_dict(),
+        app.run_schedule_now("nightly", force=True).as_dict(),
+        [vars(s) for s in app.schedules()],
+        app.cancel("nightly@manual:2027-01-15T08:00:00Z"),
+        vars(app.get_run("nightly@manual:2027-01-15T08:00:00Z")),  # cancelled: finished_at
+        vars(app.get_run("one")),
+        app.drain(timeout=5, poll=0.01),  # nothing on the stream: drained at once, paused
+        (app.status().paused, app.status().pause_note),
+    ]
+
+
+async def _controls_async(app: zsched.AsyncApp) -> list[Any]:
+    at = datetime(2027, 2, 1, 9, tzinfo=UTC)
+    return [
+        await app.reschedule("one", run_at=at),
+        await app.reschedule("r20", delay=timedelta(hours=2)),
+        await app.reschedule("nope", delay=5),
+        _ids(await app.enqueue("t", {"b": 2}, run_id="one", delay=60, on_conflict="replace")),
+        _ids(await app.enqueue("t", {"b": 3}, run_id="r21", delay=120, on_conflict="debounce",
+                               max_delay=timedelta(minutes=30))),  # fmt: skip
+        _ids(await app.enqueue("t", {"b": 4}, run_id="r5", delay=1, on_conflict="replace")),
+        _ids(await app.enqueue_many(_conflict_items())),
+        await app.pause_queue(note="deploy 42"),
+        await app.pause_queue(),
+        await app.resume_queue(),
+        await app.resume_queue(),
+        await app.pause_schedule("nightly", note="maintenance"),
+        (await app.run_schedule_now("nightly")).as_dict(),
+        (await app.run_schedule_now("nightly", force=True)).as_dict(),
+        [vars(s) for s in await app.schedules()],
+        await app.cancel("nightly@manual:2027-01-15T08:00:00Z"),
+        vars(await app.get_run("nightly@manual:2027-01-15T08:00:00Z")),
+        vars(await app.get_run("one")),
+        await app.drain(timeout=5, poll=0.01),
+        ((await app.status()).paused, (await app.status()).pause_note),
+    ]
 
 
 async def _drive_async(app: zsched.AsyncApp) -> list[Any]:
@@ -81,6 +153,7 @@ async def _drive_async(app: zsched.AsyncApp) -> list[Any]:
     st = (await app.status()).as_dict()
     st.pop("queue"), st.pop("now_ms")  # status reads the server TIME
     out.append(st)
+    out.extend(await _controls_async(app))
     return out
 
 
@@ -100,7 +173,18 @@ async def test_async_and_sync_calls_leave_identical_redis_state(backend, queue) 
     sync_results = _no_at_ms(await _drive_sync(sync_app))
     async_results = _no_at_ms(await _drive_async(async_app))
     assert async_results == sync_results
-    assert async_results[3] == (True, False, False)  # cancel, again, unknown
+    assert [bool(c) for c in async_results[3]] == [True, False, False]  # cancel, again, unknown
+    outcomes = [c.outcome.name for c in async_results[3]]
+    assert outcomes == ["CANCELLED_DELAYED", "ALREADY_CANCELLED", "NOT_FOUND"]
+    ctl = async_results[15:]  # the run controls (_controls_async)
+    assert [r.outcome.name for r in ctl[:3]] == ["MOVED", "MOVED", "NOT_FOUND"]
+    assert [x[3].value for x in ctl[3:6]] == ["replaced", "debounced", "enqueued"]
+    assert [x[3].value for x in ctl[6]] == ["replaced", "debounced", "duplicate", "enqueued"]
+    assert ctl[7:11] == [True, False, True, False]  # pause, again, resume, again
+    assert ctl[12]["outcome"] == "started" and ctl[13]["outcome"] == "duplicate"
+    assert ctl[14][0]["pause_note"] == "maintenance" and ctl[15].cancelled
+    assert ctl[16]["state"] == "cancelled" and ctl[16]["finished_at"] is not None
+    assert ctl[18] is True and ctl[19] == (True, "drain")  # drained, and left paused
     assert [r.duplicate for r in async_results[2]][-2:] == [True, False]
     r = backend.sync
     assert snapshot(r, async_app.keys) == snapshot(r, sync_app.keys)
@@ -171,11 +255,16 @@ async def test_a_partitioned_queue_routes_async_runs_like_the_app(real, queue) -
 
 
 async def test_a_durable_async_enqueue_without_a_replica_raises_not_replicated(real, queue):
-    aio = zsched.AsyncApp(real.url, queue, durable=True, durable_timeout=0.05)
-    with pytest.raises(zsched.NotReplicated):
+    # Ridden through for outage_retry_ms, as App does (a failover's new master may have no
+    # replica for a moment), then raised.
+    aio = zsched.AsyncApp(real.url, queue, durable=True, durable_timeout=0.05,
+                          settings=zsched.QueueSettings(outage_retry_ms=300))  # fmt: skip
+    with pytest.raises(zsched.NotReplicated, match="enqueue in queue"):
         await aio.enqueue("t", run_id="d1")
     with pytest.raises(zsched.NotReplicated):
         await aio.enqueue_many([("t", i) for i in range(150)])
+    with pytest.raises(zsched.NotReplicated):  # replace.lua's call is followed by WAIT too
+        await aio.enqueue("t", 2, run_id="d1", delay=5, on_conflict="replace")
     assert (await aio.get_run("d1")).state == "scheduled"  # written on the master, as App does
     await aio.aclose()
 
@@ -262,4 +351,101 @@ async def test_an_asyncio_cluster_client_is_refused_naming_the_url_form() -> Non
     client = aiocluster.RedisCluster(host="127.0.0.1", port=1)
     with pytest.raises(zsched.ConfigError, match="pass the URL"):
         zsched.AsyncApp(client, "q")
+    await client.aclose()
+
+
+async def test_get_run_reads_outcomes_cancel_requests_and_limit_waits_like_the_app(backend, queue):
+    app = backend.app(queue, clock=FakeClock(NOW))
+    aio = app.aio(backend.async_client())
+
+    @app.task(name="kept", keep_result=True)
+    def kept(payload: Any) -> dict[str, Any]:
+        return {"got": payload}
+
+    await aio.enqueue("kept", 7, run_id="k1")
+    await aio.enqueue("t", None, run_id="limited", delay=60)
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    await d.tick()
+    assert await w.tick() == 1  # k1 ran and its outcome is kept
+    await aio.enqueue("t", None, run_id="run1")
+    await d.tick()
+    r = backend.sync
+    # run1 is read by a consumer and not acked: running; cancel asks it to stop.
+    r.xreadgroup(zsched.keys.GROUP, "c1", {app.keys.ready: ">"}, count=10)
+    done_id, running_id = "k1", "run1"
+    asked = await aio.cancel(running_id)
+    assert asked.requested and not asked
+    # A run deferred by its task's limits sits in the task's waiting set (acquire.lua).
+    r.zadd(app.keys.limit_waiting("t"), {"limited": NOW})
+    for rid in (done_id, running_id, "limited"):
+        # idle_ms of a running run is read live (the server's clock): equal but for it
+        got, want = vars(await aio.get_run(rid)), vars(app.get_run(rid))
+        assert isinstance(got.pop("idle_ms"), type(want.pop("idle_ms"))), rid
+        assert got == want, rid
+    assert (await aio.get_run(running_id)).cancel_requested is True
+    assert (await aio.get_run("limited")).waiting_for_limit == "t"
+    finished = await aio.get_run(done_id)
+    assert finished.state == "done" and finished.finished_at is not None
+    assert finished.attempts == 1 and finished.result == {"got": 7}
+    await d.close()
+    await w.close()
+    client = aio.redis
+    await aio.aclose()
+    await client.aclose()
+
+
+async def test_drain_awaits_the_stream_without_holding_the_loop(backend, queue) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    aio = app.aio(backend.async_client())
+    ran: list[int] = []
+
+    @app.task(name="job")
+    def job(payload: int) -> None:
+        ran.append(payload)
+
+    await aio.enqueue_many([("job", i) for i in range(3)])
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    await d.tick()
+    assert (await aio.status()).stream_length == 3
+    seen: list[Any] = []
+    draining = asyncio.create_task(aio.drain(timeout=30, progress=seen.append, poll=0.01))
+    while not seen:  # the first poll: the queue is paused, the stream still full
+        await asyncio.sleep(0)
+    assert not draining.done() and seen[0].stream_length == 3 and seen[0].paused
+    assert await w.tick() == 3  # the worker runs on the same loop while drain waits
+    assert await draining is True
+    assert sorted(ran) == [0, 1, 2] and (await aio.status()).paused
+    await aio.enqueue("job", 9, run_id="after")
+    await d.tick()  # paused: nothing moves onto the stream
+    assert (await aio.status()).stream_length == 0
+    assert await aio.resume_queue() is True
+    await d.tick()
+    assert (await aio.status()).stream_length == 1
+    assert await aio.drain(timeout=0, poll=0.01) is False  # timed out: one run still ready
+    await d.close()
+    await w.close()
+    client = aio.redis
+    await aio.aclose()
+    await client.aclose()
+
+
+async def test_a_celery_rule_is_scheduled_through_asyncapp_as_through_the_app(backend, queue):
+    sync_app = backend.app(queue + "-s", clock=FakeClock(NOW))
+    aio = backend.app(queue + "-a", clock=FakeClock(NOW)).aio(backend.async_client())
+    opts = {"celery_task": "proj.add", "every": 60, "celery_args": [1, 2],
+            "celery_options": {"queue": "math"}}  # fmt: skip
+    assert sync_app.schedule("adder", **opts) == aio.app.schedule("other", "t", every=60) == 1
+    assert await aio.schedule("adder", **opts) == 1
+    r = backend.sync
+    assert _rule_state(r, aio.app, "adder") == _rule_state(r, sync_app, "adder")
+    (rule,) = [i for i in await aio.schedules() if i.schedule_id == "adder"]
+    assert rule.task == "zsched.celery.send"  # the bridge's task: each fire goes to Celery
+    with pytest.raises(ValueError, match="not both"):
+        await aio.schedule("x", "t", celery_task="proj.add", every=60)
+    aio.declare("beat", celery_task="proj.add", every=60)
+    assert aio.app.declared["beat"]["task"] == "zsched.celery.send"
+    client = aio.redis
+    await aio.aclose()
     await client.aclose()

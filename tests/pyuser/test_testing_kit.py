@@ -72,9 +72,15 @@ def test_rules_declared_in_code_are_synced_when_the_kit_starts() -> None:
     app.declare("daily", "work", cron="0 6 * * *", tz="Europe/Berlin")
     with Kit(app, start=START) as kit:
         assert [i.schedule_id for i in app.schedules()] == ["daily"]
-        run_id = kit.run_schedule_now("daily")
-        assert run_id == "daily@2027-01-05T05:00:00Z"
+        run_id = kit.run_schedule_now("daily")  # a manual fire, now: the clock stays
+        assert run_id == "daily@manual:2027-01-04T08:00:00Z" and kit.now == START
         assert [q.run_id for q in kit.enqueued()] == [run_id]
+        assert [o.outcome for o in kit.drain()] == ["done"]
+        assert [(r["outcome"], r["run_id"]) for r in kit.ledger("daily")] == [("manual", run_id)]
+        with pytest.raises(zsched.ZschedError, match="advance the clock"):
+            kit.run_schedule_now("daily")  # the same instant twice: one manual fire
+        kit.advance(1)
+        assert kit.run_schedule_now("daily") == "daily@manual:2027-01-04T08:00:01Z"
 
 
 def test_a_partitioned_app_works_in_the_kit() -> None:

@@ -8,63 +8,32 @@ shutdown, and a dependency that hands it to endpoints (docs/fastapi.md).
     async def add(zs = Depends(zsched_app)):
         await zs.enqueue("send_reminder", {...}, run_at=...)
 
-Endpoints get an asyncio face of the App: `zsched.AsyncApp` (App.aio()) where the installed
-zsched has it, else `ThreadedApp`, the sync App's methods run in worker threads. Both have
-the same coroutine methods (enqueue, cancel, get_run, schedule ...) and `aclose()`.
+Endpoints get the App's asyncio face, a `zsched.AsyncApp` (`App.aio()`): App's methods of the
+same names, arguments and results as coroutines (enqueue with on_conflict=, reschedule,
+cancel, get_run, schedule ...), on an asyncio client, closed by the lifespan (`aclose()`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from starlette.requests import HTTPConnection
 
+from ..aio import AsyncApp
 from ..app import App
 
 #: Where the lifespan puts the async app: request.state.<key> and app.state.<key>.
 STATE_KEY = "zsched"
-#: App methods that do I/O: ThreadedApp runs them in a worker thread.
-BLOCKING = frozenset({
-    "enqueue", "enqueue_many", "cancel", "get_run", "status", "dead_letters", "replay_dead",
-    "purge_dead", "migrate", "schedule", "sync_schedules", "unschedule", "pause_schedule",
-    "resume_schedule", "backfill", "schedules", "schedule_history", "audit_schedules",
-    "reschedule", "partition_statuses",
-})  # fmt: skip
-
 Source = App | Callable[[], App] | None
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Mapping[str, Any] | None]]
 
 
-class ThreadedApp:
-    """The sync App behind coroutines: each blocking method runs in a worker thread, so the
-    event loop never waits on Redis. What is not I/O (task, declare, queue ...) is the App's."""
-
-    def __init__(self, app: App) -> None:
-        self.app = app
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.app, name)
-        if name not in BLOCKING or not callable(attr):
-            return attr
-
-        @functools.wraps(attr)
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(attr, *args, **kwargs)
-
-        return call
-
-    async def aclose(self) -> None:
-        """Nothing of its own to close (the App is closed by whoever made it)."""
-
-
-def as_async(app: App) -> Any:
-    """`app.aio()` (zsched.AsyncApp) when this zsched has it, else a ThreadedApp."""
-    aio = getattr(app, "aio", None)
-    return aio() if callable(aio) else ThreadedApp(app)
+def as_async(app: App) -> AsyncApp:
+    """The AsyncApp endpoints get: `app.aio()` (sharing the App's tasks, rules and settings)."""
+    return app.aio()
 
 
 def zsched_lifespan(

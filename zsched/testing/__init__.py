@@ -255,25 +255,26 @@ class Kit:
         dues = [q.run_at for q in self.enqueued() if q.run_id in run_ids and q.state == "scheduled"]
         return int(min(dues).timestamp() * 1000) if dues else None
 
-    def run_schedule_now(self, schedule_id: str) -> str:
-        """Fire the rule's next slot through the normal path (the clock moves to that slot and
-        the dispatcher fires it: ledger, overlap and dedupe as in production); returns the
-        fire's run id. Run it with drain()."""
-        return str(self._sync(self.arun_schedule_now(schedule_id)))
+    def run_schedule_now(self, schedule_id: str, force: bool = False) -> str:
+        """Fire the rule once now with the App's own `run_schedule_now` (a manual fire: run id
+        `<id>@manual:<instant>`, ledger outcome `manual`, the rule's slots and the clock
+        unchanged; the overlap policy holds unless `force`); returns the run id, due now.
+        Run it with drain(). Raises ZschedError if nothing was enqueued (overlap skip, or a
+        manual fire at this instant already: advance the clock between two)."""
+        return str(self._sync(self.arun_schedule_now(schedule_id, force)))
 
-    async def arun_schedule_now(self, schedule_id: str) -> str:
+    async def arun_schedule_now(self, schedule_id: str, force: bool = False) -> str:
         """run_schedule_now(), awaited."""
-        d, _ = self._processes()
-        home = self.app.rule_home(schedule_id)
-        nxt = await d.redis.zscore(home.keys.rule_next, schedule_id)
-        if nxt is None:
-            raise ZschedError(f"schedule {schedule_id!r} has no next slot (paused or ended)")
-        await self.aadvance(timedelta(milliseconds=max(0, int(nxt) - self.clock.now_ms())))
-        rows = await _history(d.redis, home.keys, schedule_id)
-        fired = [h for h in rows if h["slot_ms"] == int(nxt) and h["run_id"]]
-        if not fired:
-            raise ZschedError(f"schedule {schedule_id!r}: slot {int(nxt)} made no run")
-        return str(fired[0]["run_id"])
+        from ..rule_controls import ManualOutcome
+
+        fire = self.app.run_schedule_now(schedule_id, force)  # in-memory or a test server
+        why = {
+            ManualOutcome.SKIPPED: "its previous run holds the overlap lease (force=True)",
+            ManualOutcome.DUPLICATE: "a manual fire at this instant exists: advance the clock",
+        }.get(fire.outcome)
+        if why is not None:
+            raise ZschedError(f"schedule {schedule_id!r} run now: nothing enqueued, {why}")
+        return fire.run_id
 
     # -- readers --------------------------------------------------------------------------------
 
@@ -356,12 +357,6 @@ async def _tick(d: Any) -> int:
 def _moved(result: Any) -> int:
     # A Dispatcher's tick gives a TickResult, a MultiDispatcher's a list of them.
     return sum(r.moved for r in result) if isinstance(result, list) else int(result.moved)
-
-
-async def _history(r: Any, k: Any, schedule_id: str) -> list[dict[str, Any]]:
-    from ..aio_reads import history
-
-    return await history(r, k, schedule_id, 1000)
 
 
 #: What Kit(app) rebinds on the App it is given, and puts back at close().

@@ -1,0 +1,252 @@
+"""AsyncApp's enqueue and run controls (mixins, so aio.py stays small): the App's operations
+of the same names, arguments and results, awaited.
+
+One-script operations build their call with the App's builder (`App.reschedule_call`,
+`App.cancel_calls`, `App.enqueue_conflict_call`, `controls.pause`) and await it on the
+AsyncApp's scripts. `run_schedule_now` and `pause_schedule` (compare-and-set loops over a
+rule's spec and state) run the App's own code in a worker thread. Enqueues ride through a
+failover as App.enqueue does (retrying.ride_through_async: the same bound, backoff and logs;
+the run id is fixed before the first attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from . import controls as C
+from . import scripts as S
+from . import tracing as _tracing
+from .app import EnqueuedId, _enqueued
+from .control_api import count_conflict, enqueued_id
+from .envelope import Payload
+from .handles import TaskHandle
+from .retrying import ride_through_async
+
+if TYPE_CHECKING:
+    from .aio import AsyncApp
+    from .inspect import QueueStatus
+    from .rule_controls import ManualFire
+
+T = TypeVar("T")
+P = TypeVar("P")
+Group = tuple[str, int | str, str, bytes]
+#: Runs validated and packed between two yields to the loop (~1-2 ms of CPU).
+BUILD_SLICE = 200
+#: replace.lua calls (one run each) sent per round trip by enqueue_many.
+CONFLICT_CALLS_PER_TRIP = 100
+log = logging.getLogger("zsched.app")  # the App's logger: one outage reads the same
+
+
+class AsyncEnqueue:
+    """enqueue and enqueue_many of an AsyncApp."""
+
+    async def ride(self, what: str, call: Callable[[int], Awaitable[T]]) -> T:
+        """`await call(attempt)`, retried through a failover or a lost connection for at most
+        `settings.outage_retry_ms` (App.ride, awaited); then RedisUnavailable."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        return await ride_through_async(call, bound_ms=aio.settings.outage_retry_ms,
+                                        what=what, queue=aio.queue, logger=log)  # fmt: skip
+
+    @overload
+    async def enqueue(
+        self,
+        task_name: TaskHandle[P, Any],
+        payload: P,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
+        on_conflict: str = "keep",
+        max_delay: timedelta | float | None = None,
+    ) -> EnqueuedId: ...
+    @overload
+    async def enqueue(
+        self,
+        task_name: str,
+        payload: Payload = None,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
+        on_conflict: str = "keep",
+        max_delay: timedelta | float | None = None,
+    ) -> EnqueuedId: ...
+
+    async def enqueue(
+        self,
+        task_name: str | TaskHandle[Any, Any],
+        payload: Any = None,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
+        on_conflict: str = "keep",
+        max_delay: timedelta | float | None = None,
+    ) -> EnqueuedId:
+        """App.enqueue, awaited (conflict modes, ride-through and all). `task_name` may be a
+        task handle (`@app.task`'s return), whose payload type mypy then checks."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        if isinstance(task_name, TaskHandle):
+            task_name = task_name.name
+        with _tracing.enqueue_span(aio.queue) as span:
+            group = aio.app.build(task_name, payload, run_at=run_at, delay=delay,
+                                  run_id=run_id, trace=span.carrier)  # fmt: skip
+            if on_conflict != "keep" or max_delay is not None:
+                call = aio.app.enqueue_conflict_call(group, on_conflict, max_delay)  # checks
+                (rid,) = await self.ride("enqueue", lambda _: self._conflicts([call]))
+                return rid
+            (code,) = await self.ride("enqueue", lambda _: aio._enqueue_groups([group]))
+            span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
+        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
+        dup = code != S.ENQUEUED and run_id is not None
+        aio.app._count(0 if dup else 1, 1 if dup else 0)
+        return _enqueued(group[0], dup, code)
+
+    async def enqueue_many(
+        self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
+    ) -> list[EnqueuedId]:
+        """App.enqueue_many, awaited; validates in slices of BUILD_SLICE runs, yielding to the
+        loop between slices, and sends CALLS_PER_TRIP calls per round trip."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        items = list(items)
+        with _tracing.enqueue_span(aio.queue, len(items)) as span:
+            groups, modes, given = await self._build_items(items, span.carrier)
+            if not groups:
+                return []
+            out: list[EnqueuedId | None] = [None] * len(groups)
+            if modes:
+                calls = [aio.app.enqueue_conflict_call(groups[i], *modes[i]) for i in modes]
+                got = await self.ride("enqueue", lambda _: self._conflicts(calls))
+                for i, rid in zip(modes, got, strict=True):
+                    out[i] = rid
+            keep = [i for i in range(len(groups)) if i not in modes]
+            plain = [groups[i] for i in keep]
+            codes = (
+                await self.ride("enqueue", lambda _: aio._enqueue_groups(plain)) if plain else []
+            )
+            span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != S.ENQUEUED))
+        dups = [c != S.ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
+        aio.app._count(len(dups) - sum(dups), sum(dups))
+        for i, c, d in zip(keep, codes, dups, strict=True):
+            out[i] = _enqueued(groups[i][0], d, c)
+        return [r for r in out if r is not None]
+
+    async def _build_items(
+        self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
+    ) -> tuple[list[Group], dict[int, tuple[str, Any]], list[bool]]:
+        """App._build_items, yielding to the loop every BUILD_SLICE runs."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        groups: list[Group] = []
+        modes: dict[int, tuple[str, Any]] = {}
+        given: list[bool] = []
+        for item in items:
+            if isinstance(item, Mapping):
+                kw = dict(item)
+                if "task" not in kw:
+                    raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
+                mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
+                if mode != "keep" or cap is not None:
+                    modes[len(groups)] = (mode, cap)
+                given.append(kw.get("run_id") is not None)
+                groups.append(
+                    aio.app.build(kw.pop("task"), kw.pop("payload", None), trace=trace, **kw)
+                )
+            else:
+                given.append(False)  # (task, payload): the id is generated
+                groups.append(aio.app.build(*item, trace=trace))
+            if len(groups) % BUILD_SLICE == 0:
+                await asyncio.sleep(0)
+        return groups, modes, given
+
+    async def _conflicts(self, calls: list[S.Call[C.ReplaceResult]]) -> list[EnqueuedId]:
+        """Run replace.lua calls (durably if asked), count their outcomes, their ids."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        await aio._ready()
+        out = []
+        for j in range(0, len(calls), CONFLICT_CALLS_PER_TRIP):
+            for res in await aio._run_calls(calls[j : j + CONFLICT_CALLS_PER_TRIP]):
+                count_conflict(aio.app, res.outcome)
+                out.append(enqueued_id(res))
+        return out
+
+
+class AsyncControls:
+    """Run controls of an AsyncApp: App's ControlMethods and CancelMethods, awaited."""
+
+    async def reschedule(
+        self,
+        run_id: str,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+    ) -> C.RescheduleResult:
+        """App.reschedule, awaited (one script)."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        return await aio.run(aio.app.reschedule_call(run_id, run_at=run_at, delay=delay))
+
+    async def cancel(self, run_id: str) -> C.CancelResult:
+        """App.cancel, awaited: the revoke script, then (a removed rule fire) the unlease."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        await aio._ready()
+        call, then = aio.app.cancel_calls(run_id)
+        res: C.CancelResult = await aio.run(call)
+        for follow in then(res):
+            await aio.run(follow)
+        return res
+
+    async def pause_queue(self, note: str | None = None) -> bool:
+        """App.pause_queue, awaited (one script per partition)."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        if note is not None and len(note.encode()) > 500:
+            raise ValueError("a pause note is at most 500 bytes")
+        await aio._ready()
+        now = aio.app.clock.now_ms()
+        views = aio.app.partition_views()
+        done: list[bool] = [await aio.run(C.pause(v.keys, note, now_ms=now)) for v in views]
+        return any(done)
+
+    async def resume_queue(self) -> bool:
+        """App.resume_queue, awaited."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        await aio._ready()
+        now = aio.app.clock.now_ms()
+        views = aio.app.partition_views()
+        done: list[bool] = [await aio.run(C.resume(v.keys, now_ms=now)) for v in views]
+        return any(done)
+
+    async def drain(
+        self,
+        timeout: float | None = None,
+        progress: Callable[[QueueStatus], Any] | None = None,
+        poll: float = 0.5,
+    ) -> bool:
+        """App.drain, awaited: pause the queue, then poll its status (`await asyncio.sleep`
+        between polls, so the loop runs on) until the ready stream is empty (True) or
+        `timeout` seconds pass (False). The queue stays paused."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        await self.pause_queue("drain")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = await aio.status()
+            if progress is not None:
+                progress(st)
+            if st.stream_length == 0:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(poll)
+
+    async def run_schedule_now(self, schedule_id: str, force: bool = False) -> ManualFire:
+        """App.run_schedule_now (a compare-and-set loop over the rule), in a worker thread."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        return await aio.in_thread(aio.app.run_schedule_now, schedule_id, force)
+
+    async def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
+        """App.pause_schedule(note=) (a compare-and-set loop), in a worker thread."""
+        aio: AsyncApp = self  # type: ignore[assignment]
+        return await aio.in_thread(aio.app.pause_schedule, schedule_id, note)
