@@ -126,6 +126,13 @@ def test_installed_package_runs_a_delayed_run_and_a_rule_fire_outside_the_repo(
     assert (lua_dir / "enqueue.lua").is_file() and (lua_dir / "lib" / "btree.lua").is_file()
 
     assert "dispatcher" in _run(["zsched", "--help"], cwd=home, env=env).stdout
+    version = _run(["zsched", "--version"], cwd=home, env=env).stdout.split()[-1]
+    assert version == _run([py, "-c", "import zsched; print(zsched.__version__)"], cwd=home,
+                           env=env).stdout.strip()  # fmt: skip
+    plugins = _run([py, "-c", "from importlib.metadata import entry_points; "
+                    "print([e.value for e in entry_points(group='pytest11')])"],
+                   cwd=home, env=env).stdout  # fmt: skip
+    assert "zsched.testing.plugin" in plugins  # the testing kit's fixtures reach users' suites
     _run([py, "-c", USER_CALLS], cwd=home, env=env)
     foreign = {"ZSCHED_LUA_DIR": str(lua_dir)}
     _run([str(REPO / "examples" / "shell" / "enqueue.sh"), "--redis", queue_url, "--queue",

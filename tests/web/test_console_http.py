@@ -205,8 +205,9 @@ def test_hostile_strings_are_escaped_everywhere(client, seeded) -> None:
     app.pause_queue("queue-note-" + XSS)
     for url in urls:
         r = c.get(url, headers=AUTH, params=None)
-        if url.endswith("/api/overview"):  # JSON; the page's script writes it as text only
+        if url.endswith("/api/overview"):  # JSON, with <, > and & escaped; written as text
             assert r.headers["content-type"] == "application/json"
+            assert "<" not in r.text and ">" not in r.text and "&" not in r.text, url
             continue
         assert "<script>window.__xss" not in r.text and "<img src=x" not in r.text, url
     assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in c.get(

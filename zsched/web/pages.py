@@ -21,9 +21,18 @@ from .render import href, page, redirect, secure
 Handler = Callable[[Request, Any], Awaitable[Response]]
 
 
+class SafeJSONResponse(JSONResponse):
+    """JSON with <, > and & as \\u escapes: a hostile run id or rule id in the live refresh
+    can never read as markup, even if a browser sniffed the response as HTML."""
+
+    def render(self, content: Any) -> bytes:
+        raw = super().render(content)
+        return raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
+
+
 def _error(request: Request, status: int, message: str) -> Response:
     if request.url.path.endswith("/api/overview"):
-        return secure(JSONResponse({"error": message}, status_code=status))
+        return secure(SafeJSONResponse({"error": message}, status_code=status))
     return page(request, "error.html", status=status, message=message)
 
 
@@ -90,7 +99,7 @@ async def overview(request: Request, st: Any) -> Response:
 @guarded
 async def overview_json(request: Request, st: Any) -> Response:
     data = [await st.console.call("overview", q) for q in st.queues]
-    return secure(JSONResponse({"queues": data}))
+    return secure(SafeJSONResponse({"queues": data}))
 
 
 @guarded
