@@ -145,20 +145,7 @@ class AsyncEnqueue:
         modes: dict[int, tuple[str, Any]] = {}
         given: list[bool] = []
         for item in items:
-            if isinstance(item, Mapping):
-                kw = dict(item)
-                if "task" not in kw:
-                    raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
-                mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
-                if mode != "keep" or cap is not None:
-                    modes[len(groups)] = (mode, cap)
-                given.append(kw.get("run_id") is not None)
-                groups.append(
-                    aio.app.build(kw.pop("task"), kw.pop("payload", None), trace=trace, **kw)
-                )
-            else:
-                given.append(False)  # (task, payload): the id is generated
-                groups.append(aio.app.build(*item, trace=trace))
+            aio.app.build_item(item, trace, groups, modes, given)
             if len(groups) % BUILD_SLICE == 0:
                 await asyncio.sleep(0)
         return groups, modes, given

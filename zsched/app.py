@@ -306,21 +306,30 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         modes: dict[int, tuple[str, Any]] = {}
         given: list[bool] = []
         for item in items:
-            if isinstance(item, Mapping):
-                kw = dict(item)
-                if "task" not in kw:
-                    raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
-                mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
-                if mode != "keep" or cap is not None:
-                    modes[len(groups)] = (mode, cap)
-                given.append(kw.get("run_id") is not None)
-                groups.append(
-                    self.build(kw.pop("task"), kw.pop("payload", None), trace=trace, **kw)
-                )
-            else:
-                given.append(False)  # (task, payload): the id is generated
-                groups.append(self.build(*item, trace=trace))
+            self.build_item(item, trace, groups, modes, given)
         return groups, modes, given
+
+    def build_item(
+        self,
+        item: Mapping[str, Any] | tuple[Any, ...],
+        trace: Any,
+        groups: list[tuple[str, int | str, str, bytes]],
+        modes: dict[int, tuple[str, Any]],
+        given: list[bool],
+    ) -> None:
+        """One enqueue_many item onto the lists of _build_items (AsyncApp's too)."""
+        if not isinstance(item, Mapping):
+            given.append(False)  # (task, payload): the id is generated
+            groups.append(self.build(*item, trace=trace))
+            return
+        kw = dict(item)
+        if "task" not in kw:
+            raise ValueError(f"enqueue_many item {len(groups)} has no 'task'")
+        mode, cap = kw.pop("on_conflict", "keep"), kw.pop("max_delay", None)
+        if mode != "keep" or cap is not None:
+            modes[len(groups)] = (mode, cap)
+        given.append(kw.get("run_id") is not None)
+        groups.append(self.build(kw.pop("task"), kw.pop("payload", None), trace=trace, **kw))
 
     def ride(self, what: str, call: Callable[[int], Any]) -> Any:
         """`call(attempt)`, retried through a failover or a lost connection for at most
