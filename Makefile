@@ -59,11 +59,11 @@ test: venv servers $(TEST_DEPS)
 lint: venv
 	$(BIN)/ruff check zsched tests
 	$(BIN)/ruff format --check zsched
-	$(BIN)/python -m zsched.luagen --check
+	$(BIN)/python -m zsched.store.luagen --check
 
 # Copy the shared Lua blocks (lua/lib/*.lua) into the scripts that use them.
 lua: venv
-	$(BIN)/python -m zsched.luagen
+	$(BIN)/python -m zsched.store.luagen
 
 typecheck: venv
 	$(BIN)/mypy zsched

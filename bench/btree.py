@@ -32,8 +32,8 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zsched.envelope import encode_first
-from zsched.runids import fresh_run_id
+from zsched.protocol.envelope import encode_first
+from zsched.protocol.runids import fresh_run_id
 
 from .common import client, now_ms, payload, server, used_memory
 

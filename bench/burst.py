@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from zsched import scripts as S
+from zsched.store import scripts as S
 
 from .common import ROOT, Proc, client, now_ms, payload, server, wait_ready
 from .contender import py_module
@@ -58,7 +58,7 @@ def _proc(role: str, url: str, q: str, settings: dict[str, Any]) -> Proc:
 
 def burst(n: int, fifo: bool, timeout: float) -> dict[str, Any]:
     import zsched
-    from zsched.metrics import Metrics
+    from zsched.observability.metrics import Metrics
 
     with server("--slowlog-log-slower-than", str(SLOW_US), "--slowlog-max-len", "10000") as srv:
         assert srv.proc is not None

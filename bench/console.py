@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 from .common import ROOT, RedisServer, percentile
 

@@ -73,7 +73,7 @@ class Zsched:
 
     def open(self, url: str, queue: str) -> None:
         import zsched
-        from zsched.metrics import Metrics
+        from zsched.observability.metrics import Metrics
 
         self.app = zsched.App(url, queue=queue, metrics=Metrics())
 

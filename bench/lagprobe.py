@@ -58,7 +58,7 @@ class Probe:
                 self.stalls.append((time.time(), late, (time.process_time() - cpu) * 1000))
 
     def run(self, payload: Any) -> None:
-        from zsched.tasks import current_run
+        from zsched.worker.tasks import current_run
 
         info = current_run()
         d = info.dispatched_at.timestamp() if info.dispatched_at else float("nan")

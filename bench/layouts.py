@@ -18,9 +18,9 @@ from typing import Any
 import msgpack
 
 from zsched import App
-from zsched.envelope import Envelope as RunEnvelope
-from zsched.envelope import encode_first
-from zsched.runids import fresh_run_id
+from zsched.protocol.envelope import Envelope as RunEnvelope
+from zsched.protocol.envelope import encode_first
+from zsched.protocol.runids import fresh_run_id
 
 from .common import client, now_ms, payload, server, used_memory
 from .workloads import HOUR_MS

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 from .common import client, median, server
 

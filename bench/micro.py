@@ -47,8 +47,8 @@ def _phase(r: Any, label: str, runs: int, before: tuple[int, int]) -> dict[str, 
 
 def main(n: int = 200_000) -> dict[str, Any]:
     import zsched
-    from zsched import scripts as S
-    from zsched.metrics import Metrics
+    from zsched.observability.metrics import Metrics
+    from zsched.store import scripts as S
 
     out: dict[str, Any] = {}
     with server() as srv:

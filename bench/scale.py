@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from zsched import scripts as S
+from zsched.store import scripts as S
 
 from .common import (
     ROOT,
@@ -104,7 +104,7 @@ def scale(
     n: int = 1_000_000, chunk: int = 10_000, workers: int = 1, timeout: float = 300.0
 ) -> dict[str, Any]:
     import zsched
-    from zsched.metrics import Metrics
+    from zsched.observability.metrics import Metrics
 
     out: dict[str, Any] = {"n": n, "workers": workers}
     with (
@@ -185,7 +185,7 @@ def memory_drain(
 ) -> dict[str, Any]:
     """Memory after a drain: enqueue, run everything, let the dedupe window pass; twice."""
     import zsched
-    from zsched.metrics import Metrics
+    from zsched.observability.metrics import Metrics
 
     from .contender import Zsched
 

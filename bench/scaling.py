@@ -17,7 +17,7 @@ over the masters and the per-shard work shrinks, not the speed-up of a real mult
 across hosts: each master runs in a cgroup of its own capped at PCT % of one core
 (bench/cgroup.py; needs root), so N masters have N times the Redis CPU while the clients
 stay far from their own limit (their CPU is recorded: `client_cpu_percent`). `--place` first
-moves slots so each master holds an even share of the partitions (zsched/placement.py). What
+moves slots so each master holds an even share of the partitions (zsched/store/placement.py). What
 this cannot simulate: network latency and bandwidth between hosts (everything is loopback),
 and a client side that has cores of its own.
 """
@@ -37,8 +37,8 @@ from typing import Any
 import redis
 
 import zsched
-from zsched.metrics import Metrics
-from zsched.placement import balance
+from zsched.observability.metrics import Metrics
+from zsched.store.placement import balance
 
 from .cgroup import CpuCap
 from .common import cpu_seconds, tree_pids

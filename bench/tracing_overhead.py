@@ -1,6 +1,6 @@
 """What the tracing hooks cost per enqueue and per run: `python -m bench.tracing_overhead`.
 
-No Redis: it times the hooks App.enqueue and the worker call (zsched/tracing.py) and
+No Redis: it times the hooks App.enqueue and the worker call (zsched/observability/tracing.py) and
 App.build (the envelope), in three states: OpenTelemetry not loaded, loaded without a tracer
 provider (redis-py loads it when it is installed), and a provider that records spans. The
 figures are in BENCHMARKS.md ("Tracing overhead").
@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any
 
-from zsched import tracing
 from zsched.app import App
-from zsched.envelope import Envelope
+from zsched.observability import tracing
+from zsched.protocol.envelope import Envelope
 
 N = 200_000
 

@@ -14,7 +14,7 @@ import signal
 from typing import Any
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 from .reporter import Reporter, say
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from redis_server import RedisServer  # noqa: E402
 
 import zsched  # noqa: E402
-from zsched.metrics import Metrics  # noqa: E402
+from zsched.observability.metrics import Metrics  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from zsched import controls as C
-from zsched import limits as L
-from zsched import outcomes as O
-from zsched import scripts as S
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
+from zsched.runs import controls as C
+from zsched.runs import outcomes as O
+from zsched.store import scripts as S
+from zsched.worker import limits as L
 
 
 def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:

@@ -6,9 +6,9 @@ from typing import Any
 
 import msgpack
 
-from zsched import delayed
-from zsched.envelope import v2_named
-from zsched.keys import GROUP, QueueKeys
+from zsched.protocol.envelope import v2_named
+from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.store import delayed
 
 
 def _s(b: Any) -> Any:
@@ -101,12 +101,11 @@ return #items
 
 def add_delayed(r: Any, k: QueueKeys, dues: dict[str, int]) -> None:
     """Put run ids straight into the delayed set (no envelopes): for tests of readers."""
-    from zsched.luagen import expand
-    from zsched.scripts import lua_dir
+    from zsched.store.luagen import expand
+    from zsched.store.scripts import lua_dir
 
     args = [x for rid, due in dues.items() for x in (rid, due)]
     r.eval(expand(_ADD, lua_dir() / "lib"), 1, k.delayed, *args)
-
 
 
 def envelope_of(r: Any, k: QueueKeys, run_id: str) -> bytes | None:

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from ._version import __version__
-from .aio import AsyncApp
-from .app import App, EnqueuedId
-from .clock import Clock, FakeClock, SystemClock
-from .config import DispatcherSettings, QueueSettings, WorkerSettings
-from .controls import (
-    CancelOutcome,
-    CancelResult,
-    EnqueueOutcome,
-    RescheduleOutcome,
-    RescheduleResult,
-)
-from .envelope import Envelope, Payload, QueueName, RunId, ScheduleId
-from .errors import (
+from zsched._version import __version__
+from zsched.aio import AsyncApp
+from zsched.app import App, EnqueuedId
+from zsched.clock import Clock, FakeClock, SystemClock
+from zsched.config import DispatcherSettings, QueueSettings, WorkerSettings
+from zsched.errors import (
     ConfigError,
     DurabilityUnsupported,
     EvictionPolicyError,
@@ -32,10 +24,18 @@ from .errors import (
     UnknownTask,
     ZschedError,
 )
-from .inspect import DeadLetter, QueueStatus, RunStatus
-from .rule_controls import ManualFire, ManualOutcome
-from .rules import Cron, Every
-from .tasks import RunInfo, current_run
+from zsched.protocol.envelope import Envelope, Payload, QueueName, RunId, ScheduleId
+from zsched.rules.controls import ManualFire, ManualOutcome
+from zsched.rules.triggers import Cron, Every
+from zsched.runs.controls import (
+    CancelOutcome,
+    CancelResult,
+    EnqueueOutcome,
+    RescheduleOutcome,
+    RescheduleResult,
+)
+from zsched.runs.status import DeadLetter, QueueStatus, RunStatus
+from zsched.worker.tasks import RunInfo, current_run
 
 __all__ = [
     "App",

@@ -13,7 +13,7 @@ scripts, built by the same `scripts.Call` builders:
   so a batch of 10,000 runs never holds the loop for more than one slice; `drain` polls with
   `asyncio.sleep`;
 - reads: `get_run`, `status`, `dead_letters`, `purge_dead`, `schedule_history` await the same
-  commands as the App's and decode with zsched.inspect;
+  commands as the App's and decode with zsched.runs.status;
 - compare-and-set loops and multi-step operations (`schedule`, `pause_schedule`,
   `run_schedule_now`, `resume_schedule`, `backfill`, `sync_schedules`, `schedules`,
   `audit_schedules`, `replay_dead`, `migrate`, durable enqueues on a Cluster) run the App's
@@ -41,20 +41,20 @@ import redis as _redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 
-from . import aio_reads as _reads
-from . import durable as _durable
-from . import inspect as _inspect
-from . import partitions as _partitions
-from . import scripts as S
-from .aio_controls import BUILD_SLICE as BUILD_SLICE
-from .aio_controls import AsyncControls, AsyncEnqueue
-from .app import App
-from .clock import Clock
-from .config import QueueSettings
-from .connection import async_client, async_from_sync, is_cluster
-from .direct import DEFAULT_SPIN_US
-from .errors import ConfigError
-from .metrics import Metrics
+from zsched import aio_reads as _reads
+from zsched.aio_controls import BUILD_SLICE as BUILD_SLICE
+from zsched.aio_controls import AsyncControls, AsyncEnqueue
+from zsched.app import App
+from zsched.clock import Clock
+from zsched.config import QueueSettings
+from zsched.errors import ConfigError
+from zsched.observability.metrics import Metrics
+from zsched.runs import status as _inspect
+from zsched.store import durable as _durable
+from zsched.store import partitions as _partitions
+from zsched.store import scripts as S
+from zsched.store.connection import async_client, async_from_sync, is_cluster
+from zsched.store.direct import DEFAULT_SPIN_US
 
 T = TypeVar("T")
 #: Enqueue calls (of up to ENQUEUE_BATCH runs) sent per round trip by enqueue_many.

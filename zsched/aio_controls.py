@@ -18,19 +18,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import controls as C
-from . import scripts as S
-from . import tracing as _tracing
-from .app import EnqueuedId, _enqueued
-from .control_api import count_conflict, enqueued_id
-from .envelope import Payload
-from .handles import TaskHandle
-from .retrying import ride_through_async
+from zsched.app import EnqueuedId, _enqueued
+from zsched.control_api import count_conflict, enqueued_id
+from zsched.observability import tracing as _tracing
+from zsched.protocol.envelope import Payload
+from zsched.runs import controls as C
+from zsched.store import scripts as S
+from zsched.store.retrying import ride_through_async
+from zsched.worker.handles import TaskHandle
 
 if TYPE_CHECKING:
-    from .aio import AsyncApp
-    from .inspect import QueueStatus
-    from .rule_controls import ManualFire
+    from zsched.aio import AsyncApp
+    from zsched.rules.controls import ManualFire
+    from zsched.runs.status import QueueStatus
 
 T = TypeVar("T")
 P = TypeVar("P")

@@ -1,6 +1,6 @@
 """AsyncApp's read-side calls on an asyncio client: one run's state, queue status, dead letters.
 
-The decoding is zsched.inspect's (the same RunStatus, QueueStatus and DeadLetter from the same
+The decoding is zsched.runs.status's (the same RunStatus, QueueStatus and DeadLetter from the same
 replies); only the round trips differ, awaited instead of blocking.
 """
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import redis.exceptions
 
-from . import inspect as _inspect
-from . import scripts as S
-from .delayed import untag
-from .errors import RunNotFound
-from .keys import GROUP, QueueKeys
-from .tasks import ms_to_datetime
+from zsched.errors import RunNotFound
+from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.runs import status as _inspect
+from zsched.store import scripts as S
+from zsched.store.delayed import untag
+from zsched.worker.tasks import ms_to_datetime
 
 
 async def _pending_one(r: Any, k: QueueKeys, entry: Any) -> list[Any]:

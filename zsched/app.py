@@ -7,32 +7,32 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import delayed as _delayed
-from . import durable as _durable
-from . import inspect as _inspect
-from . import partitions as _partitions
-from . import scripts as S
-from . import tracing as _tracing
-from .clock import Clock, ServerTime, SystemClock
-from .config import QueueSettings, redis_url_from_env
-from .connection import sync_client
-from .control_api import CancelMethods, ControlMethods
-from .controls import CancelResult, EnqueueOutcome
-from .direct import DEFAULT_SPIN_US
-from .envelope import Payload, check_payload, encode_first
-from .errors import ConfigError, PayloadError
-from .keys import QueueKeys
-from .metrics import Metrics
-from .retrying import ride_through
-from .runids import fresh_run_id
-from .runinput import check_names, delay_ms, to_ms
-from .schedule_api import ScheduleMethods
-from .tasks import Backoff, Task
+from zsched.clock import Clock, ServerTime, SystemClock
+from zsched.config import QueueSettings, redis_url_from_env
+from zsched.control_api import CancelMethods, ControlMethods
+from zsched.errors import ConfigError, PayloadError
+from zsched.observability import tracing as _tracing
+from zsched.observability.metrics import Metrics
+from zsched.protocol.envelope import Payload, check_payload, encode_first
+from zsched.protocol.keys import QueueKeys
+from zsched.protocol.runids import fresh_run_id
+from zsched.runs import status as _inspect
+from zsched.runs.controls import CancelResult, EnqueueOutcome
+from zsched.runs.runinput import check_names, delay_ms, to_ms
+from zsched.schedule_api import ScheduleMethods
+from zsched.store import delayed as _delayed
+from zsched.store import durable as _durable
+from zsched.store import partitions as _partitions
+from zsched.store import scripts as S
+from zsched.store.connection import sync_client
+from zsched.store.direct import DEFAULT_SPIN_US
+from zsched.store.retrying import ride_through
+from zsched.worker.tasks import Backoff, Task
 
 if TYPE_CHECKING:
-    from .aio import AsyncApp
-    from .handles import TaskHandle
-    from .payloads import Codec
+    from zsched.aio import AsyncApp
+    from zsched.worker.handles import TaskHandle
+    from zsched.worker.payloads import Codec
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -105,8 +105,8 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         acknowledged the write (True or "replica": WAIT 1), once the master fsynced it to its
         AOF ("fsync": WAITAOF 1 0), or both the master and a replica did ("replica+fsync":
         WAITAOF 1 1; Redis 7.2+ or Valkey), waiting at most `durable_timeout` seconds per
-        attempt, else it raises NotReplicated (zsched/durable.py). `spin_us`: how long a sync
-        call polls its socket for the reply before it sleeps (0: never; zsched/direct.py says why)."""
+        attempt, else it raises NotReplicated (zsched/store/durable.py). `spin_us`: how long a sync
+        call polls its socket for the reply before it sleeps (0: never; zsched/store/direct.py says why)."""
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
         self.url: str | None = redis if isinstance(redis, str) else None
@@ -117,7 +117,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.tasks: dict[str, Task] = {}
-        #: Declared payload types by task name (zsched.payloads), checked at enqueue.
+        #: Declared payload types by task name (zsched.worker.payloads), checked at enqueue.
         self.payload_types: dict[str, Codec] = {}
         #: Rules declared in code (`declare`), synced when a dispatcher starts.
         self.declared: dict[str, dict[str, Any]] = {}
@@ -138,7 +138,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             raise ValueError(
                 f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}"
             )
-        #: The durability level (zsched/durable.py LEVELS), None when not durable.
+        #: The durability level (zsched/store/durable.py LEVELS), None when not durable.
         self.durability = _durable.level_of(durable)
         self.durable = self.durability is not None
         self._level_checked = [False]  # WAITAOF exists on the server: shared with the views
@@ -168,14 +168,14 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
         """Register a handler: `@app.task` or `@app.task(name=..., max_attempts=...)`. Returns
-        a TaskHandle (zsched/handles.py), still callable as the function. `payload=`: a
+        a TaskHandle (zsched/worker/handles.py), still callable as the function. `payload=`: a
         dataclass, TypedDict or pydantic model the payload must be (default: the handler's
         first parameter's annotation, if it is one of those; docs/typed-tasks.md).
         `keep_result=True`: keep each run's outcome (attempts, duration, return value up to
         `max_result_bytes` of msgpack) for the dedupe window, read by `get_run`.
         `max_concurrency=N`, `rate="10/s"` (+ `burst=`), `limit_key=fn(payload)`: limits
-        shared by every worker in Redis (zsched/limits.py, docs/policies.md)."""
-        from .handles import register
+        shared by every worker in Redis (zsched/worker/limits.py, docs/policies.md)."""
+        from zsched.worker.handles import register
 
         return register(self, fn, options)
 
@@ -211,7 +211,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         trace: dict[str, str] | None = None,
     ) -> tuple[str, int | str, str, bytes]:
         """Validate one run and return its enqueue group (run_id, run_at, task, envelope).
-        `trace`: the W3C trace context to carry (zsched/tracing.py)."""
+        `trace`: the W3C trace context to carry (zsched/observability/tracing.py)."""
         check_names(task_name, run_id)
         codec = self.payload_types.get(task_name)
         if codec is not None:
@@ -333,7 +333,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
 
     def ride(self, what: str, call: Callable[[int], Any]) -> Any:
         """`call(attempt)`, retried through a failover or a lost connection for at most
-        `settings.outage_retry_ms` (zsched/retrying.py); then RedisUnavailable."""
+        `settings.outage_retry_ms` (zsched/store/retrying.py); then RedisUnavailable."""
         return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
                             queue=self.queue, logger=log)  # fmt: skip
 
@@ -480,18 +480,18 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
     # -- processes ---------------------------------------------------------------------------
 
     def dispatcher(self, **settings: Any) -> Any:
-        """A Dispatcher for this queue (see zsched.dispatcher); for a partitioned queue, a
+        """A Dispatcher for this queue (see zsched.dispatch.dispatcher); for a partitioned queue, a
         MultiDispatcher running one per partition."""
-        from .dispatcher import Dispatcher
+        from zsched.dispatch.dispatcher import Dispatcher
 
         if self._whole_partitioned:
             return _partitions.MultiDispatcher(self, **settings)
         return Dispatcher(self, **settings)
 
     def worker(self, **settings: Any) -> Any:
-        """A Worker for this queue (see zsched.worker); for a partitioned queue, a MultiWorker
+        """A Worker for this queue (see zsched.worker.worker); for a partitioned queue, a MultiWorker
         running one per partition, each with its share of `concurrency`."""
-        from .worker import Worker
+        from zsched.worker.worker import Worker
 
         if self._whole_partitioned:
             return _partitions.MultiWorker(self, **settings)
@@ -501,7 +501,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         """An AsyncApp sharing this App's tasks, declared rules, settings and metrics, on an
         asyncio client of the same deployment (or `redis`, an asyncio client); close it with
         `await aio.aclose()` (this App stays open)."""
-        from .aio import AsyncApp
+        from zsched.aio import AsyncApp
 
         return AsyncApp.from_app(self, redis)
 

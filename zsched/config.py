@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .errors import ConfigError
+from zsched.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -114,6 +114,6 @@ def redis_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def log_format_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    """ZSCHED_LOG_FORMAT: "text" or "json" (zsched/logs.py checks it)."""
+    """ZSCHED_LOG_FORMAT: "text" or "json" (zsched/observability/logs.py checks it)."""
     env = os.environ if environ is None else environ
     return env.get("ZSCHED_LOG_FORMAT") or None

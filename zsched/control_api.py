@@ -1,6 +1,6 @@
 """The App's run-control methods (a mixin, so app.py stays small): reschedule, ...
 
-Each method builds one `zsched.controls` call and runs it; an async App runs the same call
+Each method builds one `zsched.runs.controls` call and runs it; an async App runs the same call
 on its AsyncScripts.
 """
 
@@ -9,17 +9,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import controls as C
-from . import durable as _durable
-from . import scripts as S
-from .envelope import decode
-from .errors import PayloadError
-from .runinput import check_names, delay_ms, to_ms
-from .scripts import Call
+from zsched.errors import PayloadError
+from zsched.protocol.envelope import decode
+from zsched.runs import controls as C
+from zsched.runs.runinput import check_names, delay_ms, to_ms
+from zsched.store import durable as _durable
+from zsched.store import scripts as S
+from zsched.store.scripts import Call
 
 if TYPE_CHECKING:
-    from .app import App, EnqueuedId
-    from .rule_controls import ManualFire
+    from zsched.app import App, EnqueuedId
+    from zsched.rules.controls import ManualFire
 
 
 def due_arg(
@@ -113,7 +113,7 @@ class ControlMethods:
         """Fire a recurring rule once now: run id `<id>@manual:<instant>`, ledger outcome
         `manual`, the rule's slots unchanged. The overlap policy holds (a run still holding
         the lease: skipped, or queued behind it) unless `force=True`."""
-        from .rule_controls import run_now
+        from zsched.rules.controls import run_now
 
         app: App = self  # type: ignore[assignment]
         return run_now(app.rule_home(schedule_id), schedule_id, force)
@@ -171,7 +171,7 @@ class ControlMethods:
 
 def enqueued_id(res: C.ReplaceResult) -> EnqueuedId:
     """The EnqueuedId of a replace.lua answer."""
-    from .app import EnqueuedId
+    from zsched.app import EnqueuedId
 
     dup = res.outcome in (C.EnqueueOutcome.DUPLICATE, C.EnqueueOutcome.DUPLICATE_DONE)
     return EnqueuedId(res.run_id, dup, res.outcome)

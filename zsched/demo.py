@@ -122,7 +122,7 @@ def main() -> int:
     started = time.monotonic()
     url, server, tmp = find_redis()
     queue = f"demo-{random.randrange(16**6):06x}"
-    say(f"Redis at {zsched.connection.redact(url)}; queue {queue!r}")
+    say(f"Redis at {zsched.store.connection.redact(url)}; queue {queue!r}")
     demo = zsched.App(url, queue=queue)
     sink = redis.Redis.from_url(url)
     procs = [spawn("dispatcher", url, queue) for _ in range(2)]

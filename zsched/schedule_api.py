@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from .app import App
+    from zsched.app import App
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ class ScheduleMethods:
         Returns scripts.SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
         `celery_task=` instead of a task name: each fire is sent to Celery (docs/celery.md).
         """
-        from . import schedule_ops
+        from zsched.rules import ops as schedule_ops
 
         task_name, options = _target(schedule_id, task_name, options)
         home = self.rule_home(schedule_id)
@@ -62,7 +62,7 @@ class ScheduleMethods:
     def declare(self, schedule_id: str, task_name: str | None = None, **options: Any) -> None:
         """Declare a rule in code (like Celery's beat_schedule); validated now, written to
         Redis when a dispatcher starts (`sync_schedules`). Takes `celery_task=` too."""
-        from .schedules import build_spec
+        from zsched.rules.spec import build_spec
 
         task_name, options = _target(schedule_id, task_name, options)
 
@@ -77,8 +77,8 @@ class ScheduleMethods:
         )
 
     def _sync_once(self, prune: bool) -> dict[str, list[str]]:
-        from . import schedule_ops
-        from .partitions import declared_in
+        from zsched.rules import ops as schedule_ops
+        from zsched.store.partitions import declared_in
 
         total: dict[str, list[str]] = {}
         apps = self._rule_apps()
@@ -91,7 +91,7 @@ class ScheduleMethods:
 
     def unschedule(self, schedule_id: str) -> bool:
         """Remove a rule, its state and ledger. Runs it already made are untouched."""
-        from . import schedule_ops
+        from zsched.rules import ops as schedule_ops
 
         home = self.rule_home(schedule_id)
         return self._ride(
@@ -103,7 +103,7 @@ class ScheduleMethods:
         """Stop firing; the slots until resume are recorded as skipped (paused). `note` (why,
         who) is kept with the pause time: `schedules()` shows both, and the ledger's skipped
         entries read `paused: <note>`."""
-        from . import schedule_ops
+        from zsched.rules import ops as schedule_ops
 
         home = self.rule_home(schedule_id)
         return self._ride(
@@ -113,7 +113,7 @@ class ScheduleMethods:
 
     def resume_schedule(self, schedule_id: str) -> bool:
         """Fire again from the next slot after now."""
-        from . import schedule_ops
+        from zsched.rules import ops as schedule_ops
 
         home = self.rule_home(schedule_id)
         return self._ride(
@@ -123,7 +123,7 @@ class ScheduleMethods:
 
     def backfill(self, schedule_id: str, start: datetime | float, end: datetime | float) -> int:
         """Enqueue a past range's slots with their usual run ids; re-running adds nothing."""
-        from . import schedule_ops
+        from zsched.rules import ops as schedule_ops
 
         home = self.rule_home(schedule_id)
         return self._ride(
@@ -133,20 +133,20 @@ class ScheduleMethods:
 
     def schedules(self) -> list[Any]:
         """Every rule with next fire, last fire, last outcome and missed count."""
-        from . import schedule_ops
+        from zsched.rules import ops as schedule_ops
 
         out = [i for a in self._rule_apps() for i in schedule_ops.infos(a)]
         return sorted(out, key=lambda i: i.schedule_id)
 
     def schedule_history(self, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
         """The rule's fire ledger, newest first: one outcome per slot."""
-        from . import schedule_ops
+        from zsched.rules import ops as schedule_ops
 
         return schedule_ops.history(self.rule_home(schedule_id), schedule_id, count)
 
     def audit_schedules(self) -> list[Any]:
-        """Slots past their grace with no outcome in the ledger, per rule (see zsched.audit)."""
-        from .audit import audit
+        """Slots past their grace with no outcome in the ledger, per rule (see zsched.rules.audit)."""
+        from zsched.rules.audit import audit
 
         return [r for a in self._rule_apps() for r in audit(a)]
 
@@ -158,7 +158,7 @@ def _target(
     if "celery_task" in options:
         if task_name is not None:
             raise ValueError(f"schedule {schedule_id}: give a task name or celery_task, not both")
-        from .integrations.celery.rules import celery_rule
+        from zsched.integrations.celery.rules import celery_rule
 
         return celery_rule(schedule_id, **options)
     if task_name is None:

@@ -33,7 +33,7 @@ from chaos_plan import Config, Fault  # noqa: E402
 from cluster_harness import Cluster  # noqa: E402
 
 import zsched  # noqa: E402
-from zsched.keys import QueueKeys  # noqa: E402
+from zsched.protocol.keys import QueueKeys  # noqa: E402
 
 #: `make cluster-chaos`: a master kill and process kills over 40 s.
 LONG = Config(

@@ -30,8 +30,8 @@ from chaos_plan import Config, Fault, format_plan, make_plan
 from chaos_rules import RULES_AVAILABLE
 
 import zsched
-from zsched.delayed import IDS_SCRIPT as DELAYED_IDS_LUA
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
+from zsched.store.delayed import IDS_SCRIPT as DELAYED_IDS_LUA
 
 
 @dataclass
@@ -285,7 +285,10 @@ def _wait_drained(ctl: redis.Redis, obs: Observed, timeout: float, procs: Procs)
         obs.crashes += procs.reap_crashes()
         try:
             done = {m.decode() for m in ctl.zrange(k.done, 0, -1)}
-            idle = int(ctl.hget(k.delayed, "n") or 0) + ctl.xlen(k.ready) + ctl.hlen(k.rule_waiting) == 0
+            idle = (
+                int(ctl.hget(k.delayed, "n") or 0) + ctl.xlen(k.ready) + ctl.hlen(k.rule_waiting)
+                == 0
+            )
             if want <= done and idle:
                 return True
         except (*REDIS_DOWN, redis.exceptions.BusyLoadingError):

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cluster_harness import Cluster  # noqa: E402
 from sentinel_harness import SentinelGroup  # noqa: E402
 
-from zsched.connection import sync_client  # noqa: E402
+from zsched.store.connection import sync_client  # noqa: E402
 
 LONG = os.environ.get("ZSCHED_CLUSTER_LONG") == "1"
 

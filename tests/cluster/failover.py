@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zsched
-from zsched.connection import RETRYABLE_ERRORS
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.store.connection import RETRYABLE_ERRORS
 
 
 @dataclass

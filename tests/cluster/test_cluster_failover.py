@@ -9,7 +9,7 @@ from collections import Counter
 from cluster_harness import Cluster, Node
 from failover import Workload
 
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
 
 
 def busiest_master(c: Cluster, queue: str, n: int) -> tuple[Node, set[int]]:

@@ -14,8 +14,8 @@ from failover import Workload
 from test_cluster_failover import busiest_master
 
 import zsched
-from zsched.connection import RETRYABLE_ERRORS
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.store.connection import RETRYABLE_ERRORS
 
 pytestmark = pytest.mark.cluster_long
 

@@ -8,7 +8,7 @@ from typing import Any
 import redis
 from cluster_harness import Cluster
 
-from zsched.connection import async_client
+from zsched.store.connection import async_client
 
 
 def _getkeys_calls(cluster: Cluster) -> int:

@@ -13,9 +13,9 @@ import pytest
 import redis.exceptions as rex
 from redis.crc import key_slot
 
-from zsched import scripts as S
-from zsched.envelope import Envelope
-from zsched.keys import QueueKeys
+from zsched.protocol.envelope import Envelope
+from zsched.protocol.keys import QueueKeys
+from zsched.store import scripts as S
 
 ENV = Envelope("r1", "t", {"x": 1}, 1000, 1000, 1000).encode()
 

@@ -12,7 +12,7 @@ from cluster_harness import Cluster, wait_until
 from cluster_procs import ROOT, executed, stop, zsched_proc
 
 import zsched
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
 
 
 def test_a_workload_over_8_partitions_runs_every_run(cluster: Cluster, redis_url: str,

@@ -11,7 +11,9 @@ from cluster_harness import Cluster
 from sentinel_harness import SentinelGroup
 
 import zsched
-from zsched.connection import (
+from zsched.errors import ConfigError
+from zsched.observability.metrics import Metrics
+from zsched.store.connection import (
     async_client,
     async_from_sync,
     parse,
@@ -19,8 +21,6 @@ from zsched.connection import (
     redact_text,
     sync_client,
 )
-from zsched.errors import ConfigError
-from zsched.metrics import Metrics
 
 
 def test_a_cluster_url_names_its_nodes_credentials_and_options() -> None:

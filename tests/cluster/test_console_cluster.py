@@ -13,7 +13,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
 
 import zsched  # noqa: E402
-from zsched.connection import sync_client  # noqa: E402
+from zsched.store.connection import sync_client  # noqa: E402
 from zsched.web import create_app  # noqa: E402
 
 AUTH = {"Authorization": "Bearer cluster-token"}

@@ -10,8 +10,8 @@ from cluster_harness import FAST, wait_until
 from redis_server import RedisServer
 
 import zsched
-from zsched.keys import QueueKeys
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.protocol.keys import QueueKeys
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import redis
 from cluster_harness import Cluster
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 
 async def test_a_cluster_master_with_allkeys_lru_is_refused(cluster: Cluster, queue: str) -> None:

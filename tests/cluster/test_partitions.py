@@ -10,9 +10,9 @@ import pytest
 
 import zsched
 from tests.state import delayed_due
-from zsched import partitions as P
 from zsched.errors import ConfigError
-from zsched.keys import QueueKeys, partitions_key
+from zsched.protocol.keys import QueueKeys, partitions_key
+from zsched.store import partitions as P
 
 
 def ids_in(app: zsched.App, part: int, n: int, prefix: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Even placement of a partitioned queue over the masters (zsched/placement.py)."""
+"""Even placement of a partitioned queue over the masters (zsched/store/placement.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from cluster_harness import Cluster
 
 import zsched
-from zsched.placement import Master, balance, partition_slots, placement, plan, slot_owners
+from zsched.store.placement import Master, balance, partition_slots, placement, plan, slot_owners
 
 
 def test_plan_evens_twelve_partitions_over_three_masters() -> None:

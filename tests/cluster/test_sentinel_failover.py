@@ -13,9 +13,9 @@ from failover import Workload
 from redis_server import RedisServer
 from sentinel_harness import SentinelGroup
 
-from zsched import scripts as S
-from zsched.connection import RETRYABLE_ERRORS
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
+from zsched.store import scripts as S
+from zsched.store.connection import RETRYABLE_ERRORS
 
 
 def test_a_write_on_a_demoted_master_is_a_retryable_error() -> None:
@@ -81,7 +81,7 @@ async def test_a_graceful_sentinel_failover_demotes_the_master_and_work_goes_on(
     """SENTINEL FAILOVER promotes the replica but leaves the old master a master, still taking
     writes, until Sentinel next polls it and makes it a replica (~10 s here): whatever clients
     write there is lost when it resyncs. The sync client's MasterWatch drops connections to the
-    old master when Sentinel announces the switch (zsched/sentinel_watch.py). Measured: before
+    old master when Sentinel announces the switch (zsched/store/sentinel_watch.py). Measured: before
     the watch, 1 of 6 runs lost 9,114 of 10,715 acknowledged plain enqueues; with it, 12 of 15
     lost none, three lost 126-295 of ~10,600 (writes between promotion and announcement).
     Dispatchers and workers stay on the old master until it drops them, which runs most of

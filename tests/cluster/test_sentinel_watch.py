@@ -1,5 +1,5 @@
 """A sync Sentinel client follows a failover when Sentinel announces it (+switch-master), not
-when the old master finally refuses a write (zsched/sentinel_watch.py).
+when the old master finally refuses a write (zsched/store/sentinel_watch.py).
 
 SENTINEL FAILOVER leaves the old master a writable master for ~10 s after the switch, until
 Sentinel demotes it; whatever a client writes there in that time is lost. These tests write
@@ -14,7 +14,7 @@ from sentinel_harness import SentinelGroup
 
 import zsched
 from tests.state import delayed_due
-from zsched.connection import sync_client
+from zsched.store.connection import sync_client
 
 
 def _graceful_failover(g: SentinelGroup, sentinel_port: int | None = None) -> int:

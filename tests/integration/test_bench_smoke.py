@@ -85,7 +85,7 @@ def _leaves_in_order(r) -> list[tuple[int, str]]:
 
 
 def _some_id(rnd, seed: int) -> str:
-    from zsched.runids import fresh_run_id
+    from zsched.protocol.runids import fresh_run_id
 
     if seed % 2 == 0:
         return fresh_run_id()

@@ -14,8 +14,8 @@ from typing import Any
 
 import zsched
 from zsched import CancelOutcome, current_run
-from zsched.keys import GROUP
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.protocol.keys import GROUP
 
 #: Lease renewal (and so the cancel check) every 200 ms.
 FAST = {"visibility_timeout_ms": 600, "block_ms": 100}

@@ -114,7 +114,7 @@ def test_enqueue_status_show_and_dead_letters_round_trip(redis_url, queue, capsy
 def test_migrate_moves_a_layout_2_delayed_set_and_reports_the_count(redis_url, queue, capsys):
     import redis
 
-    from zsched.keys import QueueKeys
+    from zsched.protocol.keys import QueueKeys
 
     k, r = QueueKeys(queue), redis.Redis.from_url(redis_url)
     r.zadd(k.delayed, {"old": 1_700_000_000_000})  # what zsched 0.1 left: one ZSET, no tag

@@ -28,7 +28,12 @@ def test_runs_reschedule_moves_a_delayed_run_and_tells_why_it_cannot(redis_url, 
 
 def test_runs_reschedule_needs_one_time_and_refuses_a_bad_one(redis_url, queue, capsys):
     base = ["--redis", redis_url, "--queue", queue]
-    for argv in (["x"], ["x", "--in", "-1"], ["x", "--at", "tomorrow"], ["x", "--at", "2030-01-01T00:00"]):
+    for argv in (
+        ["x"],
+        ["x", "--in", "-1"],
+        ["x", "--at", "tomorrow"],
+        ["x", "--at", "2030-01-01T00:00"],
+    ):
         try:
             code = main(["runs", "reschedule", *argv, *base])
         except SystemExit as exc:

@@ -16,8 +16,13 @@ from redis.retry import Retry
 
 from tests.state import add_delayed
 from zsched.clock import FakeClock
-from zsched.collector import COLLECTED_COUNTERS, COLLECTED_METRICS, PENDING_SAMPLE, QueueCollector
-from zsched.keys import GROUP, QueueKeys
+from zsched.observability.collector import (
+    COLLECTED_COUNTERS,
+    COLLECTED_METRICS,
+    PENDING_SAMPLE,
+    QueueCollector,
+)
+from zsched.protocol.keys import GROUP, QueueKeys
 
 NOW_MS = 1_800_000_000_000  # a pinned instant (2027-01-15T08:00:00Z)
 
@@ -263,7 +268,7 @@ def test_collected_metric_names_are_exactly_the_declared_ones(r: redis.Redis, qu
 def test_the_collector_sits_beside_the_process_metrics_on_one_registry(
     r: redis.Redis, queue: str, tmp_path: Path
 ) -> None:
-    from zsched.metrics import Metrics
+    from zsched.observability.metrics import Metrics
 
     metrics = Metrics()
     QueueCollector(r, [queue], registry=metrics.registry)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 import zsched
-from zsched.collector import QueueCollector
+from zsched.observability.collector import QueueCollector
 
 
 def test_collector_reports_a_partitioned_queue_as_one_total(real, queue) -> None:

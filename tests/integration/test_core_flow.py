@@ -10,7 +10,7 @@ from state import delayed_due, envelope_of, places, snapshot
 
 import zsched
 from zsched import FakeClock
-from zsched.keys import GROUP
+from zsched.protocol.keys import GROUP
 
 NOW = 1_800_000_000_000
 
@@ -135,7 +135,7 @@ async def test_a_fault_of_the_worker_itself_dead_letters_the_run_and_the_worker_
 ):
     """Not a handler's error (those are outcomes) but the worker's own, before any outcome:
     the run goes to the dead letters with the exception, not left pending until reclaim."""
-    import zsched.worker
+    import zsched.worker.worker
 
     app = make(backend, queue)
     ran = []
@@ -144,14 +144,14 @@ async def test_a_fault_of_the_worker_itself_dead_letters_the_run_and_the_worker_
     def t(payload):
         ran.append(payload)
 
-    real = zsched.worker.RunInfo
+    real = zsched.worker.worker.RunInfo
 
     def broken(run_id, *args):
         if run_id == "bad":
             raise RuntimeError("simulated worker bug")
         return real(run_id, *args)
 
-    monkeypatch.setattr(zsched.worker, "RunInfo", broken)
+    monkeypatch.setattr(zsched.worker.worker, "RunInfo", broken)
     app.enqueue("t", 1, run_id="bad")
     app.enqueue("t", 2, run_id="good")
     d, w = app.dispatcher(redis=backend.async_client()), app.worker(redis=backend.async_client())
@@ -159,7 +159,10 @@ async def test_a_fault_of_the_worker_itself_dead_letters_the_run_and_the_worker_
     await w.tick()
     assert ran == [2]
     (letter,) = app.dead_letters()
-    assert (letter.run_id, letter.reason) == ("bad", "worker error: RuntimeError: simulated worker bug")
+    assert (letter.run_id, letter.reason) == (
+        "bad",
+        "worker error: RuntimeError: simulated worker bug",
+    )
     assert app.get_run("good").state == "done"
     assert app.metrics.dead_lettered.labels(queue, "worker_error")._value.get() == 1
     await d.close()
@@ -262,7 +265,7 @@ async def test_one_place_at_a_time_when_a_worker_dies_at_each_step(backend, queu
         assert len(places(backend.sync, app.keys, rid)) == 1, rid
     rescuer = app.worker(redis=backend.async_client(), consumer="rescuer",
                          visibility_timeout_ms=0)  # fmt: skip
-    for dl in await __import__("zsched.recovery", fromlist=["x"]).reclaim_once(rescuer, 100):
+    for dl in await __import__("zsched.worker.recovery", fromlist=["x"]).reclaim_once(rescuer, 100):
         rescuer._start(dl)
     await rescuer.drain()
     for rid in ids:
@@ -290,7 +293,7 @@ async def test_a_zombie_worker_cannot_ack_a_run_reclaimed_by_another(backend, qu
     await zombie.setup()
     (dl,) = await zombie._read(10, None)
     rescuer = app.worker(redis=backend.async_client(), consumer="rescuer", visibility_timeout_ms=0)
-    from zsched import recovery
+    from zsched.worker import recovery
 
     (claimed,) = await recovery.reclaim_once(rescuer, 10)
     # The zombie wakes up: its lease renewal and ack are refused and counted.
@@ -320,7 +323,7 @@ async def test_a_paused_worker_does_not_reclaim_the_runs_it_still_holds(backend,
         w.running[dl.entry_id] = dl
     for dl in held:  # idle far past the visibility timeout, still owned by w
         backend.sync.xclaim(app.keys.ready, GROUP, "w", 0, [dl.entry_id], idle=600_000, justid=True)
-    from zsched import recovery
+    from zsched.worker import recovery
 
     assert await recovery.reclaim_once(w, 10) == []
     assert app.status().stats.get("reclaimed", 0) == 0
@@ -340,7 +343,7 @@ async def test_lease_renewal_tells_a_worker_it_lost_the_run(backend, queue) -> N
     await w1.setup()
     (dl,) = await w1._read(10, None)
     w1.running[dl.entry_id] = dl
-    from zsched import recovery
+    from zsched.worker import recovery
 
     assert await recovery.renew_leases(w1) == 0
     w2 = app.worker(redis=backend.async_client(), consumer="w2", visibility_timeout_ms=0)

@@ -25,11 +25,11 @@ from redis_server import RedisServer
 
 import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
-from zsched import scripts as S
-from zsched.delayed import untag
-from zsched.envelope import Envelope, decode, v2_named
-from zsched.keys import QueueKeys
-from zsched.runids import created_ms
+from zsched.protocol.envelope import Envelope, decode, v2_named
+from zsched.protocol.keys import QueueKeys
+from zsched.protocol.runids import created_ms
+from zsched.store import scripts as S
+from zsched.store.delayed import untag
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"

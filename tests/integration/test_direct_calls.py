@@ -1,4 +1,4 @@
-"""The direct EVALSHA path of sync script calls (zsched/direct.py) on a real server.
+"""The direct EVALSHA path of sync script calls (zsched/store/direct.py) on a real server.
 
 It skips redis-py's per-command machinery, so it has to get right by itself what that
 machinery does: load a flushed script, replace a connection the server closed, keep a
@@ -15,8 +15,8 @@ from redis_server import RedisServer
 
 import zsched
 from tests.state import delayed_count
-from zsched import scripts as S
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.store import scripts as S
 
 
 @pytest.fixture

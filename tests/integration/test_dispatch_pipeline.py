@@ -13,8 +13,8 @@ from redis_server import server_kind
 
 from tests.state import delayed_count
 from zsched import FakeClock
-from zsched import dispatcher as D
-from zsched import scripts as S
+from zsched.dispatch import dispatcher as D
+from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
 

@@ -1,4 +1,4 @@
-"""Dispatcher heartbeats in Redis (zsched/heartbeat.py): a running dispatcher beats while idle,
+"""Dispatcher heartbeats in Redis (zsched/dispatch/heartbeat.py): a running dispatcher beats while idle,
 at most once per interval, trims old beats and removes its own when it stops."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import asyncio
 import time
 
 from zsched import FakeClock
-from zsched import heartbeat as H
-from zsched.metrics import Metrics
+from zsched.dispatch import heartbeat as H
+from zsched.observability.metrics import Metrics
 
 NOW = 1_800_000_000_000
 

@@ -14,23 +14,27 @@ import redis.exceptions
 import zsched
 from zsched.clock import FakeClock
 from zsched.errors import NotReplicated
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 
 def test_enqueue_many_same_run_id_twice_first_wins(backend, queue) -> None:
     app = backend.app(queue, clock=FakeClock(1_000_000))
-    ids = app.enqueue_many([
-        {"task": "t", "payload": 1, "run_at": 2000, "run_id": "x"},
-        {"task": "t", "payload": 2, "run_at": 1500, "run_id": "x"},
-    ])
+    ids = app.enqueue_many(
+        [
+            {"task": "t", "payload": 1, "run_at": 2000, "run_id": "x"},
+            {"task": "t", "payload": 2, "run_at": 1500, "run_id": "x"},
+        ]
+    )
     assert [i.duplicate for i in ids] == [False, True]
     assert app.get_run("x").run_at.timestamp() == 2000
 
 
 def test_enqueue_many_generator_mixed_run_at_and_delay(backend, queue) -> None:
     app = backend.app(queue, clock=FakeClock(1_000_000), partitions=3)
-    gen = ({"task": "t", **({"delay": i} if i % 2 else {"run_at": 5000 + i}), "run_id": f"r{i}"}
-           for i in range(7))
+    gen = (
+        {"task": "t", **({"delay": i} if i % 2 else {"run_at": 5000 + i}), "run_id": f"r{i}"}
+        for i in range(7)
+    )
     ids = app.enqueue_many(gen)
     assert [str(i) for i in ids] == [f"r{i}" for i in range(7)]
     assert not any(i.duplicate for i in ids)
@@ -64,9 +68,17 @@ def test_durable_refused_wait_is_not_success(real, queue) -> None:
         real.app(queue, durable=True, settings=QUICK).enqueue("t", run_id="d0")
     r.execute_command("ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait")
     try:
-        host, port = r.connection_pool.connection_kwargs["host"], r.connection_pool.connection_kwargs["port"]
-        app = zsched.App(f"redis://nowait:pw@{host}:{port}/0", queue=queue, durable=True,
-                         metrics=Metrics(), settings=QUICK)
+        host, port = (
+            r.connection_pool.connection_kwargs["host"],
+            r.connection_pool.connection_kwargs["port"],
+        )
+        app = zsched.App(
+            f"redis://nowait:pw@{host}:{port}/0",
+            queue=queue,
+            durable=True,
+            metrics=Metrics(),
+            settings=QUICK,
+        )
         with pytest.raises((NotReplicated, redis.exceptions.ResponseError)):
             app.enqueue("t", run_id="d1")  # WAIT refused (NOPERM): not confirmed
         app.close()
@@ -86,7 +98,11 @@ def test_unknown_flag_does_not_echo_the_password() -> None:
 
 
 def test_query_string_secret_not_in_error() -> None:
-    p = _cli("status", "--redis", "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password=s3cret&bogus=1")
+    p = _cli(
+        "status",
+        "--redis",
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password=s3cret&bogus=1",
+    )
     assert p.returncode in (1, 2)
     assert "bogus" in p.stderr
     assert "s3cret" not in p.stderr + p.stdout

@@ -54,7 +54,7 @@ async def test_a_stuck_sync_handler_costs_capacity_not_other_runs_attempts(real,
     loops = [asyncio.create_task(d.run(stop)), asyncio.create_task(w.run(stop))]
     stuck = app.metrics.stuck_handlers.labels(queue)
     try:
-        caplog.set_level(logging.WARNING, logger="zsched.worker")
+        caplog.set_level(logging.WARNING, logger="zsched.worker.worker")
         app.enqueue("slow", None, run_id="r1")
         await asyncio.to_thread(started.wait, WAIT_S)
         await _until(lambda: stuck._value.get() == 1, "the stuck gauge")

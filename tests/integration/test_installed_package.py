@@ -27,7 +27,7 @@ from tests.redis_server import RedisServer
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
 
-USER_APP = '''
+USER_APP = """
 import os
 from pathlib import Path
 
@@ -42,20 +42,22 @@ def hello(payload):
     run = zsched.current_run()
     name = run.run_id.replace("/", "_").replace(":", "_")
     (OUT / name).write_text(repr(payload))
-'''
+"""
 
-USER_CALLS = '''
+USER_CALLS = """
 from datetime import timedelta
 from myapp import app
 
 print(app.enqueue("hello", {"who": "package"}, delay=timedelta(milliseconds=300), run_id="pkg-1"))
 print(app.schedule("tick", "hello", every=1, payload={"who": "rule"}))
-'''
+"""
 
 
 def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, **kw)  # type: ignore[call-overload]
-    assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, (
+        f"{cmd} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    )
     return r  # type: ignore[no-any-return]
 
 
@@ -118,7 +120,7 @@ def test_installed_package_runs_a_delayed_run_and_a_rule_fire_outside_the_repo(
     env = _clean_env(bin_dir, ZSCHED_REDIS_URL=queue_url, SMOKE_OUT=str(out), PYTHONPATH=str(home))
     py = str(bin_dir / "python")
 
-    where = _run([py, "-c", "import zsched, zsched.scripts as s; print(zsched.__file__); "
+    where = _run([py, "-c", "import zsched, zsched.store.scripts as s; print(zsched.__file__); "
                   "print(s.lua_dir())"], cwd=home, env=env).stdout.split()  # fmt: skip
     assert str(tmp_path / "venv") in where[0], f"imported {where[0]}, not the installed package"
     lua_dir = Path(where[1])

@@ -15,7 +15,7 @@ from procs import stop, wait_for, zsched_proc
 from redis_server import RedisServer
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 FAST = {"visibility_timeout_ms": 1500, "block_ms": 100}
 

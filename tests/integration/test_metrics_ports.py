@@ -13,7 +13,14 @@ from redis_server import free_port
 
 def test_two_workers_with_one_metrics_port_both_serve(redis_url, queue) -> None:
     port = free_port()
-    args = ("worker", "integration.apps.crashapp:app", "--queue", queue, "--metrics-port", str(port))
+    args = (
+        "worker",
+        "integration.apps.crashapp:app",
+        "--queue",
+        queue,
+        "--metrics-port",
+        str(port),
+    )
     a = zsched_proc(*args, url=redis_url)
     try:
         wait_for(lambda: _serves(port), 30, "the first worker's /metrics")

@@ -47,9 +47,9 @@ from observability_helpers import (
 from prometheus_client import start_http_server
 
 from tests.state import add_delayed
-from zsched.collector import QueueCollector
-from zsched.keys import GROUP, QueueKeys
-from zsched.metrics import Metrics
+from zsched.observability.collector import QueueCollector
+from zsched.observability.metrics import Metrics
+from zsched.protocol.keys import GROUP, QueueKeys
 
 #: The options of `zsched dispatcher` / `zsched worker` until zsched.cli.main.build_parser()
 #: exists; then the parser itself is introspected instead (see cli_options()).

@@ -11,8 +11,8 @@ import pytest
 
 import zsched
 from zsched import FakeClock
-from zsched import outcomes as O
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.runs import outcomes as O
 
 
 async def run_all(app: zsched.App, backend: Any, passes: int = 1) -> None:

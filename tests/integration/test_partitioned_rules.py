@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import zsched
 from zsched import FakeClock
-from zsched.keys import QueueKeys
-from zsched.rules import slot_run_id
+from zsched.protocol.keys import QueueKeys
+from zsched.rules.triggers import slot_run_id
 
 M = 60_000
 T0 = 1_800_000_000_000 // M * M

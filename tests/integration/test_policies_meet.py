@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from tests.integration.test_schedules import T0, H, one_outcome_per_slot, setup
-from zsched.rules import slot_run_id
+from zsched.rules.triggers import slot_run_id
 
 
 @pytest.mark.parametrize("overlap", ["skip", "queue"])
@@ -28,7 +28,9 @@ async def test_catch_up_replays_run_one_after_another_under_overlap(backend, que
     assert runs == [slot_run_id("r", T0 + i * H) for i in (0, 10, 7, 8, 9)]
     starts = sorted((s, f) for _, s, f in drv.started)
     # Never two runs of the rule at once.
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:], strict=False))
+    assert all(
+        a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:], strict=False)
+    )
     await drv.close()
 
 
@@ -92,7 +94,7 @@ async def test_the_audit_sees_a_dst_gap_that_has_no_record(backend, queue):
     """Defect 5, the audit's half: a dst_gap="skip" rule whose gap got no record shows up."""
     from datetime import UTC, datetime
 
-    from zsched.audit import audit
+    from zsched.rules.audit import audit
 
     noon28 = int(datetime(2026, 3, 28, 12, tzinfo=UTC).timestamp() * 1000)
     gap = int(datetime(2026, 3, 29, 1, tzinfo=UTC).timestamp() * 1000)
@@ -119,8 +121,8 @@ async def test_a_run_reclaimed_after_its_worker_died_keeps_the_lease(real, queue
 
     import zsched
     from zsched import FakeClock
-    from zsched.keys import GROUP
-    from zsched.recovery import ensure_group
+    from zsched.protocol.keys import GROUP
+    from zsched.worker.recovery import ensure_group
 
     clock = FakeClock(T0)
     app = real.app(queue, clock=clock)

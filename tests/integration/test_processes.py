@@ -12,7 +12,7 @@ from procs import stop, wait_for, zsched_proc
 
 import zsched
 from tests.state import delayed_count, delayed_due
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
 
 
 def test_four_dispatchers_never_dispatch_a_run_twice(redis_url, queue) -> None:

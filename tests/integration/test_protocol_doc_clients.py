@@ -14,10 +14,10 @@ import pytest
 import redis.exceptions
 
 from tests.integration.test_cross_language import node, shell_enqueue
-from zsched import scripts as S
-from zsched.delayed import untag
-from zsched.envelope import PayloadError, decode, encode_first
 from zsched.errors import PayloadError as ClientPayloadError
+from zsched.protocol.envelope import PayloadError, decode, encode_first
+from zsched.store import scripts as S
+from zsched.store.delayed import untag
 
 NODE_DECODE = """
 import { decode } from './lib/envelope.js';

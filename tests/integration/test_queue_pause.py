@@ -12,9 +12,9 @@ from typing import Any
 
 import zsched
 from zsched import FakeClock
-from zsched import scripts as S
 from zsched.cli.main import main
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
 
@@ -200,7 +200,7 @@ def test_the_cli_pauses_resumes_shows_and_drains(redis_url, queue, capsys) -> No
 def test_the_collector_shows_the_pause(backend, queue) -> None:
     from prometheus_client import CollectorRegistry
 
-    from zsched.collector import QueueCollector
+    from zsched.observability.collector import QueueCollector
 
     app = backend.app(queue, clock=FakeClock(NOW))
     reg = CollectorRegistry()

@@ -11,9 +11,9 @@ import pytest
 import zsched
 from zsched import FakeClock, ManualOutcome
 from zsched.cli.main import main
-from zsched.partitions import partition_for, run_partition
-from zsched.rule_controls import manual_run_id
-from zsched.rules import slot_run_id
+from zsched.rules.controls import manual_run_id
+from zsched.rules.triggers import slot_run_id
+from zsched.store.partitions import partition_for, run_partition
 
 H = 3_600_000
 M = 60_000
@@ -40,7 +40,7 @@ async def test_run_now_fires_once_with_its_own_id_and_leaves_the_slots_alone(bac
     res = app.run_schedule_now("nightly")
     assert (res.outcome, res.started) == (ManualOutcome.STARTED, True)
     assert res.run_id == manual_run_id("nightly", T0 + 10 * M) == "nightly@manual:" + \
-        zsched.dst.iso_utc(T0 + 10 * M)  # fmt: skip
+        zsched.rules.dst.iso_utc(T0 + 10 * M)  # fmt: skip
     assert rule_state(backend, app, "nightly") == before
     (entry,) = app.schedule_history("nightly")
     assert (entry["outcome"], entry["run_id"], entry["slot_ms"]) == ("manual", res.run_id,

@@ -12,8 +12,8 @@ import redis
 from procs import wait_for
 
 import zsched
-from zsched.rules import slot_run_id
-from zsched.simulate import ledger_rows
+from zsched.rules.simulate import ledger_rows
+from zsched.rules.triggers import slot_run_id
 
 T0 = 1_800_000_000_000
 ROOT = Path(__file__).resolve().parents[2]

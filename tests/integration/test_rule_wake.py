@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 
 async def _wait_for(cond, timeout: float, what: str) -> None:

@@ -11,11 +11,12 @@ import pytest
 
 import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
-from zsched import FakeClock, delayed
-from zsched import scripts as S
-from zsched.audit import audit
-from zsched.rules import slot_run_id
-from zsched.simulate import Driver, ledger_rows, simulate
+from zsched import FakeClock
+from zsched.rules.audit import audit
+from zsched.rules.simulate import Driver, ledger_rows, simulate
+from zsched.rules.triggers import slot_run_id
+from zsched.store import delayed
+from zsched.store import scripts as S
 
 H = 3_600_000
 M = 60_000
@@ -78,7 +79,9 @@ async def test_each_overlap_policy_with_runs_slower_than_the_interval(backend, q
         assert outcomes == ["ran"] * 10 and len(starts) == 10
         return
     # Never two runs of the rule at once.
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:], strict=False))
+    assert all(
+        a_end <= b_start for (_, a_end), (b_start, _) in zip(starts, starts[1:], strict=False)
+    )
     if overlap == "skip":
         assert outcomes == ["ran", "skipped", "skipped"] * 3 + ["ran"]
         assert app.metrics.overlap_skips.labels(queue, "sweep")._value.get() == 6
@@ -121,7 +124,11 @@ async def test_declared_rules_sync_twice_with_no_change(backend, queue) -> None:
     assert (first["created"], first["unchanged"]) == (["nightly", "sweep"], [])
     before = backend.sync.hgetall(app.keys.rule_state)
     second = app.sync_schedules()
-    assert (second["created"], second["updated"], second["unchanged"]) == ([], [], ["nightly", "sweep"])
+    assert (second["created"], second["updated"], second["unchanged"]) == (
+        [],
+        [],
+        ["nightly", "sweep"],
+    )
     assert backend.sync.hgetall(app.keys.rule_state) == before
     app.schedule("stray", "t", every=60)
     assert app.sync_schedules()["undeclared"] == ["stray"]
@@ -233,7 +240,7 @@ async def test_a_lease_left_by_a_worker_that_died_before_unlease_is_freed_at_the
     await drv.step(T0)
     ((entry, (_, run_id, _, _)),) = drv.running.items()
     # The run is acked, but its worker dies before calling unlease: the lease stays behind.
-    from zsched import scripts as S
+    from zsched.store import scripts as S
 
     app.scripts.run(
         S.ack(app.keys, "sim", [(entry, run_id)], now_ms=T0 + 1, dedupe_window_ms=60_000)

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 from opentelemetry.util._once import Once  # noqa: E402
 from test_cross_language import dispatch, node_worker  # noqa: E402
 
-from zsched import scripts as S  # noqa: E402
+from zsched.store import scripts as S  # noqa: E402
 
 
 def _unset_provider() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import zsched
 from tests.state import envelope_of
-from zsched.envelope import decode
+from zsched.protocol.envelope import decode
 
 HOUR_S = 3600.0
 #: Far below the hour of skew; a loaded host's round trips stay well inside it.

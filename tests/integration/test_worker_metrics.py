@@ -64,7 +64,9 @@ async def test_a_long_handlers_start_lag_shows_while_it_runs(real, queue) -> Non
     while _value(app, "zsched_start_lag_seconds_count", task="long") < 1:
         assert time.monotonic() < deadline, "start lag not observed while the handler ran"
         await asyncio.sleep(0.02)
-    assert not release.is_set() and _value(app, "zsched_job_duration_seconds_count", task="long") == 0
+    assert (
+        not release.is_set() and _value(app, "zsched_job_duration_seconds_count", task="long") == 0
+    )
     release.set()
     stop.set()
     await asyncio.wait_for(run, 20)

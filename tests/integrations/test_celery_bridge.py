@@ -23,8 +23,8 @@ from celery_testapp import make_app, records_key, started_key
 
 import zsched as Z
 from zsched.integrations.celery import enqueue_celery, register_bridge
-from zsched.metrics import Metrics
-from zsched.rules import slot_run_id
+from zsched.observability.metrics import Metrics
+from zsched.rules.triggers import slot_run_id
 
 RABBIT = "amqp://guest:guest@127.0.0.1:5672//"
 
@@ -94,9 +94,7 @@ def test_two_dispatchers_and_a_bridge_run_each_slot_in_celery_exactly_once(
     app.close()
 
 
-def test_killed_dispatchers_catch_up_every_missed_slot_in_celery_once(
-    celery_env, redis_url, queue
-):
+def test_killed_dispatchers_catch_up_every_missed_slot_in_celery_once(celery_env, redis_url, queue):
     """Real processes on real time: both dispatchers SIGKILLed for a few slots, one started
     again; misfire=catch_up replays each missed slot, and Celery runs every slot once."""
     sid = "outage-" + uuid.uuid4().hex[:6]
@@ -118,8 +116,13 @@ def test_killed_dispatchers_catch_up_every_missed_slot_in_celery_once(
         wait_for(lambda: any(h["outcome"] == "ran_late" for h in app.schedule_history(sid)),
                  "the missed slots replayed")  # fmt: skip
         back = now_ms()
-        wait_for(lambda: {h["slot_ms"] for h in app.schedule_history(sid, 1000)} >= set(
-            range(down // 1000 * 1000, back // 1000 * 1000, 1000)), "the outage's slots")
+        wait_for(
+            lambda: (
+                {h["slot_ms"] for h in app.schedule_history(sid, 1000)}
+                >= set(range(down // 1000 * 1000, back // 1000 * 1000, 1000))
+            ),
+            "the outage's slots",
+        )
     finally:
         outs = [stop(p) for p in procs]
     fired = {h["run_id"] for h in app.schedule_history(sid, 1000) if h["run_id"]}
@@ -215,6 +218,7 @@ def test_a_killed_bridge_loses_no_fire(celery_env, redis_url, queue):
                     "--queue", queue, "--concurrency", "32")  # fmt: skip
         r, procs = celery_env["r"], [d, b1]
         try:
+
             def held() -> int:
                 try:
                     return int(r.xpending(app.keys.ready, "workers")["pending"])

@@ -14,8 +14,8 @@ from zsched.errors import RuleError
 from zsched.integrations.celery import BRIDGE_TASK, celery_rule, enqueue_celery, register_bridge
 from zsched.integrations.celery.bridge import send_fire
 from zsched.integrations.celery.rules import decode_fire
-from zsched.metrics import Metrics
-from zsched.tasks import RunInfo
+from zsched.observability.metrics import Metrics
+from zsched.worker.tasks import RunInfo
 
 T0 = 1_798_934_400_000  # 2027-01-04T00:00:00Z
 
@@ -100,7 +100,9 @@ def test_expires_is_the_slot_plus_grace_and_a_catch_up_replay_counts_from_its_fi
     assert kw1["expires"] == slot + timedelta(seconds=5)
     assert kw2["expires"] == slot + timedelta(minutes=10, seconds=5)
     assert kw1["headers"] == {"zsched_queue": queue}
-    own = decode_fire(celery_rule("r", "proj.t", every=60, celery_options={"expires": None})[1]["payload"])
+    own = decode_fire(
+        celery_rule("r", "proj.t", every=60, celery_options={"expires": None})[1]["payload"]
+    )
     send_fire(app, rec, own, info("r@3", T0))
     assert rec.sent[-1][1]["expires"] is None
     app.close()

@@ -23,7 +23,9 @@ def env(redis_url: str, **extra: str) -> dict[str, str]:
             "SHOP_QUEUE_PREFIX": f"shop-{uuid.uuid4().hex[:8]}-", **extra}  # fmt: skip
 
 
-def manage(python: str | Path, e: dict[str, str], *args: str, **kw) -> subprocess.CompletedProcess[str]:
+def manage(
+    python: str | Path, e: dict[str, str], *args: str, **kw
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(python), "manage.py", *args], cwd=EXAMPLE, env=e, text=True,
                           capture_output=True, timeout=300, **kw)  # fmt: skip
 
@@ -36,8 +38,10 @@ def test_djangos_test_runner_passes_with_the_backport(redis_url):
 
 def test_djangos_test_runner_passes_on_django_6(redis_url):
     if not DJANGO6_PY.exists():
-        pytest.fail("no .venv-django6: run `make django6-venv` (needs Python 3.12+; the make "
-                    "target says why it could not make it)")
+        pytest.fail(
+            "no .venv-django6: run `make django6-venv` (needs Python 3.12+; the make "
+            "target says why it could not make it)"
+        )
     version = subprocess.run([str(DJANGO6_PY), "-c", "import django; print(django.VERSION[0])"],
                              capture_output=True, text=True).stdout.strip()  # fmt: skip
     assert version == "6"
@@ -65,7 +69,8 @@ def test_the_management_commands_run_tasks_and_periodic_tasks(redis_url):
                  f"r = send_receipt.get_result('{rid}'); print(r.status, r.return_value)")  # fmt: skip
         r = manage(sys.executable, e, "shell", "-c", check)
         assert r.stdout.strip().splitlines()[-1] == (
-            "SUCCESSFUL {'order': 9, 'sent_to': 'm@example.com'}"), r.stdout + r.stderr
+            "SUCCESSFUL {'order': 9, 'sent_to': 'm@example.com'}"
+        ), r.stdout + r.stderr
     finally:
         outs = [stop(p) for p in procs]
     assert trace.lrange("shop-test:receipts", 0, -1) == [b"9:m@example.com"], outs

@@ -62,7 +62,10 @@ def test_reminders_are_scheduled_moved_and_cancelled_through_the_api(example, re
             assert datetime.fromisoformat(state["remind_at"]) == later - timedelta(hours=24)
             moved = client.put(url.format("rust1"), json={"starts_at": soon.isoformat()})
             assert moved.status_code == 200, moved.text
-            assert client.post(url.format("go1"), json={"starts_at": later.isoformat()}).status_code == 201
+            assert (
+                client.post(url.format("go1"), json={"starts_at": later.isoformat()}).status_code
+                == 201
+            )
             assert client.delete(url.format("go1")).status_code == 204
             assert client.get(url.format("go1")).json()["state"] == "cancelled"  # kept a while
             assert client.delete(url.format("go1")).status_code == 409
@@ -116,7 +119,8 @@ def test_the_lifespan_opens_an_app_at_start_up_and_closes_it_at_shutdown(redis_u
 
 def test_an_endpoint_without_the_lifespan_gets_a_clear_error():
     asgi = Starlette(routes=[Route("/", home)])
-    with TestClient(asgi, raise_server_exceptions=True) as client, pytest.raises(
-        RuntimeError, match="lifespan=zsched_lifespan"
+    with (
+        TestClient(asgi, raise_server_exceptions=True) as client,
+        pytest.raises(RuntimeError, match="lifespan=zsched_lifespan"),
     ):
         client.get("/")

@@ -12,8 +12,8 @@ from typing import Any
 import zsched
 from tests.model.real_system import RealSystem
 from tests.model.rule_model import Fate, Model, RuleDef
-from zsched.audit import audit
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.rules.audit import audit
 
 
 class Backend:

@@ -18,9 +18,9 @@ from typing import Any
 import zsched
 from tests.model.rule_model import Fate, RuleDef
 from zsched import FakeClock
-from zsched.delayed import untag
-from zsched.rules import Every
-from zsched.schedule_ops import history
+from zsched.rules.ops import history
+from zsched.rules.triggers import Every
+from zsched.store.delayed import untag
 
 #: Real seconds any one wait may take before the harness calls the system stuck.
 STUCK_S = 15.0

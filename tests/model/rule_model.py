@@ -1,7 +1,7 @@
 """An executable reference model of one recurring rule, written from docs/policies.md.
 
-Pure Python, no Redis, and it does not import the planner (zsched.firing): it takes a rule's
-slot instants from its trigger (zsched.rules, whose calendar math is checked against a
+Pure Python, no Redis, and it does not import the planner (zsched.dispatch.firer): it takes a rule's
+slot instants from its trigger (zsched.rules.triggers, whose calendar math is checked against a
 brute-force minute scan in tests/unit/test_rules_dst.py) and applies the policies as the
 document states them:
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from zsched.rules import Cron, Every
+from zsched.rules.triggers import Cron, Every
 
 Trigger = Cron | Every
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.model.harness import Pair
 from tests.model.rule_model import Fate, RuleDef
-from zsched.rules import Cron, Every
+from zsched.rules.triggers import Cron, Every
 
 M = 60_000
 H = 3_600_000

@@ -9,7 +9,7 @@ import pytest
 
 from tests.model.harness import Pair
 from tests.model.rule_model import Fate, RuleDef, run_id
-from zsched.rules import Every
+from zsched.rules.triggers import Every
 
 M = 60_000
 T0 = 1_800_000_000_000

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 
 from tests.model.harness import Backend, Pair
 from tests.model.rule_model import Fate, RuleDef, shortest_period
-from zsched.rules import Cron, Every
+from zsched.rules.triggers import Cron, Every
 
 #: What the examples covered (printed by make model, recorded in docs/reliability.md).
 SEEN: Counter[str] = Counter()

@@ -12,8 +12,8 @@ import pytest
 from tests.model.harness import Backend
 from tests.model.rule_model import Fate, Model, RuleDef, shortest_period
 from zsched import FakeClock
-from zsched.rules import Cron, Every
-from zsched.simulate import SLOTS_AFTER, simulate
+from zsched.rules.simulate import SLOTS_AFTER, simulate
+from zsched.rules.triggers import Cron, Every
 
 H = 3_600_000
 TRIGGERS = {

@@ -13,8 +13,13 @@ from datetime import UTC, datetime
 import pytest
 
 import zsched
-from zsched.logs import JsonFormatter, RedactingFormatter, RunContextFilter, configure_logging
-from zsched.tasks import RunInfo, set_current
+from zsched.observability.logs import (
+    JsonFormatter,
+    RedactingFormatter,
+    RunContextFilter,
+    configure_logging,
+)
+from zsched.worker.tasks import RunInfo, set_current
 
 SECRET = "Canary-pw-5d2c81"
 
@@ -57,14 +62,16 @@ def test_a_line_made_while_a_run_is_current_carries_the_run() -> None:
         r = record("charged %s", "card")
         RunContextFilter().filter(r)
     finally:
-        from zsched.tasks import _current
+        from zsched.worker.tasks import _current
 
         _current.reset(token)
     line = json.loads(JsonFormatter().format(r))
     assert line["message"] == "charged card"
     assert {k: line[k] for k in ("run_id", "task", "attempt", "queue", "schedule_id")} == {
         "run_id": "r1", "task": "t", "attempt": 2, "queue": "q", "schedule_id": "nightly"}  # fmt: skip
-    assert line["level"] == "INFO" and line["logger"] == "handlers" and line["time"].endswith("+00:00")
+    assert (
+        line["level"] == "INFO" and line["logger"] == "handlers" and line["time"].endswith("+00:00")
+    )
 
 
 def test_a_line_outside_a_run_has_no_run_fields_and_extra_wins() -> None:

@@ -35,7 +35,7 @@ from observability_helpers import (
 )
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 APP = "observability.signals_app:app"
 
@@ -167,7 +167,9 @@ def test_the_dashboard_totals_equal_the_truth_with_two_of_each_process(stack) ->
     assert scalar(base, f'sum(zsched_runs_dispatched_total{{queue="{queue}"}})') == 48
     # The enqueuing process serves no metrics: its own counter is nowhere to be scraped.
     assert query(base, f'zsched_runs_enqueued_total{{queue="{queue}"}}') == []
-    dead = query(base, f'max by (reason) (zsched_queue_runs_dead_lettered_total{{queue="{queue}"}}) > 0')
+    dead = query(
+        base, f'max by (reason) (zsched_queue_runs_dead_lettered_total{{queue="{queue}"}}) > 0'
+    )
     assert {r["metric"]["reason"]: float(r["value"][1]) for r in dead} == {"failed": 3}
     outcomes = query(base, "max by (schedule, outcome) (zsched_queue_rule_outcomes_total"
                            f'{{queue="{queue}"}}) > 0')  # fmt: skip

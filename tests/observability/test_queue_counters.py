@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry
 
 import zsched
 from zsched import FakeClock
-from zsched.collector import QueueCollector
-from zsched.metrics import Metrics
-from zsched.schedule_ops import history
+from zsched.observability.collector import QueueCollector
+from zsched.observability.metrics import Metrics
+from zsched.rules.ops import history
 
 NOW = 1_800_000_000_000  # a whole minute
 
@@ -132,7 +132,7 @@ async def test_ledger_outcomes_and_rule_duplicates_are_counted_per_rule(real, qu
 
 
 def zsched_slot(ms: int) -> str:
-    from zsched.rules import slot_run_id
+    from zsched.rules.triggers import slot_run_id
 
     return slot_run_id("tick", ms).split("@", 1)[1]
 
@@ -165,8 +165,8 @@ def test_a_partitioned_queue_is_counted_per_partition(real, queue) -> None:
     ],
 )
 def test_the_dead_script_counts_each_reason_kind(real, queue, reason: str, kind: str) -> None:
-    from zsched import scripts as S
-    from zsched.keys import GROUP
+    from zsched.protocol.keys import GROUP
+    from zsched.store import scripts as S
 
     app = real.app(queue)
     k = app.keys

@@ -30,8 +30,8 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 from opentelemetry.util._once import Once  # noqa: E402
 
 import zsched  # noqa: E402
-from zsched import tracing  # noqa: E402
-from zsched.envelope import decode  # noqa: E402
+from zsched.observability import tracing  # noqa: E402
+from zsched.protocol.envelope import decode  # noqa: E402
 
 
 def _unset_provider() -> None:
@@ -97,7 +97,9 @@ async def test_one_trace_from_the_request_through_enqueue_to_a_retried_handler(
     trace_id = request.get_span_context().trace_id
     assert {s.context.trace_id for s in spans.get_finished_spans()} == {trace_id}
     (enq,) = by_name(spans, f"enqueue {queue}")
-    assert enq.kind is SpanKind.PRODUCER and enq.parent.span_id == request.get_span_context().span_id
+    assert (
+        enq.kind is SpanKind.PRODUCER and enq.parent.span_id == request.get_span_context().span_id
+    )
     assert enq.attributes["messaging.system"] == "zsched"
     assert enq.attributes["messaging.operation.type"] == "send"
     assert enq.attributes["messaging.destination.name"] == queue
@@ -167,7 +169,7 @@ def test_zsched_imports_no_opentelemetry_of_its_own() -> None:
     # nothing to that, with or without the extra.
     code = ("import sys, redis\n"
             "before = {m for m in sys.modules if m.startswith('opentelemetry')}\n"
-            "import zsched, zsched.worker, zsched.tracing as t\n"
+            "import zsched, zsched.worker.worker, zsched.observability.tracing as t\n"
             "app = zsched.App('redis://127.0.0.1:1/0', queue='q')\n"
             "app.build('t', 1)\n"
             "assert t.enqueue_span('q') is t.OFF\n"

@@ -11,16 +11,14 @@ from state import snapshot
 
 import zsched
 from zsched import FakeClock
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 NOW = 1_800_000_000_000
 
 
 def _rule_state(r: Any, app: zsched.App, sid: str) -> dict[str, Any]:
     k = app.keys
-    ledger = [
-        {a: b for a, b in f.items() if a != b"at_ms"} for _, f in r.xrange(k.ledger(sid))
-    ]
+    ledger = [{a: b for a, b in f.items() if a != b"at_ms"} for _, f in r.xrange(k.ledger(sid))]
     return {
         "spec": r.hget(k.rules, sid),
         "state": r.hget(k.rule_state, sid),
@@ -87,8 +85,16 @@ def _controls_sync(app: zsched.App) -> list[Any]:
         app.reschedule("r20", delay=timedelta(hours=2)),
         app.reschedule("nope", delay=5),
         _ids(app.enqueue("t", {"b": 2}, run_id="one", delay=60, on_conflict="replace")),
-        _ids(app.enqueue("t", {"b": 3}, run_id="r21", delay=120, on_conflict="debounce",
-                         max_delay=timedelta(minutes=30))),  # fmt: skip
+        _ids(
+            app.enqueue(
+                "t",
+                {"b": 3},
+                run_id="r21",
+                delay=120,
+                on_conflict="debounce",
+                max_delay=timedelta(minutes=30),
+            )
+        ),  # fmt: skip
         _ids(app.enqueue("t", {"b": 4}, run_id="r5", delay=1, on_conflict="replace")),
         _ids(app.enqueue_many(_conflict_items())),
         app.pause_queue(note="deploy 42"),
@@ -114,8 +120,16 @@ async def _controls_async(app: zsched.AsyncApp) -> list[Any]:
         await app.reschedule("r20", delay=timedelta(hours=2)),
         await app.reschedule("nope", delay=5),
         _ids(await app.enqueue("t", {"b": 2}, run_id="one", delay=60, on_conflict="replace")),
-        _ids(await app.enqueue("t", {"b": 3}, run_id="r21", delay=120, on_conflict="debounce",
-                               max_delay=timedelta(minutes=30))),  # fmt: skip
+        _ids(
+            await app.enqueue(
+                "t",
+                {"b": 3},
+                run_id="r21",
+                delay=120,
+                on_conflict="debounce",
+                max_delay=timedelta(minutes=30),
+            )
+        ),  # fmt: skip
         _ids(await app.enqueue("t", {"b": 4}, run_id="r5", delay=1, on_conflict="replace")),
         _ids(await app.enqueue_many(_conflict_items())),
         await app.pause_queue(note="deploy 42"),
@@ -165,9 +179,7 @@ def _no_at_ms(results: list[Any]) -> list[Any]:
 
 async def test_async_and_sync_calls_leave_identical_redis_state(backend, queue) -> None:
     sync_app = backend.app(queue + "-s", clock=FakeClock(NOW))
-    async_app = zsched.AsyncApp(
-        backend.sync, queue + "-a", clock=FakeClock(NOW), metrics=Metrics()
-    )
+    async_app = zsched.AsyncApp(backend.sync, queue + "-a", clock=FakeClock(NOW), metrics=Metrics())
     if backend.name == "fake":  # the asyncio client must reach the same fake server
         async_app = zsched.AsyncApp.from_app(async_app.app, backend.async_client())
     sync_results = _no_at_ms(await _drive_sync(sync_app))
@@ -312,7 +324,7 @@ async def test_enqueueing_10000_runs_from_a_coroutine_keeps_the_loop_turning(rea
         async_seen = list(probe.seen)
         for i in range(500):
             await aio.enqueue("t", i)
-        singles_seen = list(probe.seen[len(async_seen):])
+        singles_seen = list(probe.seen[len(async_seen) :])
         before = len(probe.seen)
         blocking.enqueue_many(items)  # the sync App on the loop: the stall the probe must see
         blocking_ticks = len(probe.seen) - before
@@ -372,7 +384,7 @@ async def test_get_run_reads_outcomes_cancel_requests_and_limit_waits_like_the_a
     await d.tick()
     r = backend.sync
     # run1 is read by a consumer and not acked: running; cancel asks it to stop.
-    r.xreadgroup(zsched.keys.GROUP, "c1", {app.keys.ready: ">"}, count=10)
+    r.xreadgroup(zsched.protocol.keys.GROUP, "c1", {app.keys.ready: ">"}, count=10)
     done_id, running_id = "k1", "run1"
     asked = await aio.cancel(running_id)
     assert asked.requested and not asked

@@ -31,7 +31,9 @@ def test_the_async_example_enqueues_through_async_app_and_a_typed_handle(
 def test_the_testing_example_passes_under_pytest(tmp_path) -> None:
     app_code = BLOCKS[0].split("async def checkout")[0]  # the App, Order and the task
     (tmp_path / "test_shop.py").write_text(app_code + "\n" + BLOCKS[1])
-    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+    )
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "-W", "error", "test_shop.py"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)  # fmt: skip

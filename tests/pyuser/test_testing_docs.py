@@ -24,7 +24,9 @@ def test_a_doc_example_passes_as_a_user_test_module(tmp_path: Path, i: int) -> N
     path = tmp_path / f"test_doc_example_{i}.py"
     path.write_text(BLOCKS[i])
     # A user's pytest configuration (pytest-asyncio warns when its loop scope is unset).
-    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+    )
     tests = re.findall(r"^(?:async )?def (test_\w+)", BLOCKS[i], re.M)
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error",

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import zsched
-from zsched.schedules import build_spec
+from zsched.rules.spec import build_spec
 
 
 def test_cron_and_every_are_exported() -> None:

@@ -164,9 +164,7 @@ def test_a_payload_that_fails_the_check_at_the_worker_is_a_dead_letter_with_the_
         (outcome,) = kit.drain()
         assert outcome.outcome == "dead"
         (letter,) = kit.dead_letters()
-        assert letter.reason == (
-            "failed: invalid payload: payload.order_id must be int, got str"
-        )
+        assert letter.reason == ("failed: invalid payload: payload.order_id must be int, got str")
 
 
 def test_rules_of_a_typed_task_carry_the_plain_payload() -> None:

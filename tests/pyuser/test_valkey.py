@@ -12,8 +12,8 @@ import redis
 from redis_server import RedisServer, valkey_server_binary
 
 import zsched
-from zsched import scripts as S
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.store import scripts as S
 
 SCRIPT_CLOCK = ("local a = redis.call('TIME'); for i = 1, 2000000 do end; "
                 "local b = redis.call('TIME'); return (b[1] - a[1]) * 1000000 + b[2] - a[2]")  # fmt: skip

@@ -15,8 +15,8 @@ from rel_helpers import Proxy, until
 
 import zsched
 from tests.state import delayed_count
-from zsched.metrics import Metrics
-from zsched.scripts import source
+from zsched.observability.metrics import Metrics
+from zsched.store.scripts import source
 
 
 class Ticker:

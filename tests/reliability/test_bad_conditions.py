@@ -20,8 +20,8 @@ from rel_helpers import Proxy, alive, records, running, until
 import zsched
 from tests.state import delayed_count
 from zsched import FakeClock
-from zsched.metrics import Metrics
-from zsched.scripts import source
+from zsched.observability.metrics import Metrics
+from zsched.store.scripts import source
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000_000
@@ -246,7 +246,7 @@ async def test_a_zsched_key_of_the_wrong_type_is_an_error_not_a_crash(
             "errors from the dispatcher and the worker",
         )
         names = {rec.name for rec in records(caplog, logging.ERROR, "WRONGTYPE")}
-        assert {"zsched.dispatcher", "zsched.worker"} <= names
+        assert {"zsched.dispatch.dispatcher", "zsched.worker.worker"} <= names
         assert alive(tasks)
         r.delete(k.ready)
         app.enqueue("t", run_id="after")

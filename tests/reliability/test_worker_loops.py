@@ -9,7 +9,7 @@ import logging
 from rel_helpers import alive, records, running, until
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 
 async def test_an_idle_worker_does_not_take_its_blocking_read_for_a_lost_connection(

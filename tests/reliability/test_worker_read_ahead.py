@@ -9,7 +9,7 @@ from typing import Any
 from rel_helpers import until
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 
 async def _held_writes(app: zsched.App, ran: list[Any], **settings: Any) -> tuple[int, int]:

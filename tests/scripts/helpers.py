@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from zsched import FakeClock
-from zsched import scripts as S
-from zsched.envelope import Envelope
-from zsched.keys import GROUP
+from zsched.protocol.envelope import Envelope
+from zsched.protocol.keys import GROUP
+from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import zsched
-from zsched import limits as L
+from zsched.worker import limits as L
 
 NOW = 1_800_000_000_000
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from zsched import scripts as S
-from zsched.keys import QueueKeys
-from zsched.schedule_ops import history
+from zsched.protocol.keys import QueueKeys
+from zsched.rules.ops import history
+from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
 

@@ -14,9 +14,9 @@ import pytest
 from helpers import NOW, env
 from state import delayed_count
 
-from zsched import delayed
-from zsched import scripts as S
-from zsched.luagen import stale
+from zsched.store import delayed
+from zsched.store import scripts as S
+from zsched.store.luagen import stale
 
 MAX = 64
 
@@ -212,8 +212,8 @@ return out
 def test_keys_compare_in_byte_order_with_or_without_the_locale(backend, native) -> None:
     """bt_less is byte order (as Redis orders members), by `<` in a C locale or byte by byte
     (forced here: no other locale is installed on this machine to run Redis under)."""
-    from zsched.luagen import expand
-    from zsched.scripts import lua_dir
+    from zsched.store.luagen import expand
+    from zsched.store.scripts import lua_dir
 
     src = expand(_LESS, lua_dir() / "lib")
     if not native:

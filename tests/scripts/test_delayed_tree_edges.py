@@ -14,8 +14,8 @@ import pytest
 from helpers import NOW, env, seed_delayed, seed_ready
 from state import delayed_count, snapshot
 
-from zsched import delayed
-from zsched import scripts as S
+from zsched.store import delayed
+from zsched.store import scripts as S
 
 MAX = 64
 FAR = 253_402_300_799_999  # the largest run_at_ms enqueue accepts

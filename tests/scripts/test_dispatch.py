@@ -7,8 +7,8 @@ import redis
 from helpers import NOW, seed_delayed
 from state import delayed_due, snapshot
 
-from zsched import scripts as S
-from zsched.envelope import decode
+from zsched.protocol.envelope import decode
+from zsched.store import scripts as S
 
 
 def dispatch(app, now=NOW, limit=100, max_backlog=0):
@@ -32,7 +32,7 @@ def test_dispatch_moves_only_due_runs(backend, queue) -> None:
 def test_stream_entry_carries_the_envelope(backend, queue) -> None:
     app = seed_delayed(backend, queue, {"a": NOW})
     dispatch(app)
-    (_, fields), = backend.sync.xrange(app.keys.ready)
+    ((_, fields),) = backend.sync.xrange(app.keys.ready)
     assert fields[b"run_id"] == b"a"
     assert decode(fields[b"envelope"], "a").run_id == "a"
 

@@ -7,8 +7,8 @@ import redis
 from state import snapshot
 
 from zsched import FakeClock
-from zsched import scripts as S
-from zsched.envelope import Envelope
+from zsched.protocol.envelope import Envelope
+from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
 
@@ -102,6 +102,8 @@ def test_enqueue_wakes_dispatchers_only_when_the_run_is_the_new_head(real, queue
 def test_wrong_type_key_is_refused_before_any_write(backend, queue) -> None:
     app = backend.app(queue)
     backend.sync.set(app.keys.done, "oops")
-    with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue: key .*done is a string"):
+    with pytest.raises(
+        redis.ResponseError, match="WRONGTYPE zsched enqueue: key .*done is a string"
+    ):
         run(backend, queue, [group("a")])
     assert backend.sync.exists(app.keys.runs, app.keys.delayed) == 0

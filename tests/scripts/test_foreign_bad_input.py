@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from tests.state import delayed_count
-from zsched import scripts as S
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
+from zsched.store import scripts as S
 
 SOURCE = S.source("enqueue")
 WINDOW, LIMIT = "3600000", str(512 * 1024 + 4096)  # what every client passes by default

@@ -9,10 +9,10 @@ from helpers import NOW, seed_ready
 from state import delayed_count, delayed_due, envelope_of
 
 from zsched import EnqueueOutcome, FakeClock
-from zsched import controls as C
-from zsched import scripts as S
-from zsched.envelope import decode
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
+from zsched.protocol.envelope import decode
+from zsched.runs import controls as C
+from zsched.store import scripts as S
 
 
 def fake_app(backend, queue, **kw):
@@ -30,9 +30,18 @@ def stats(backend, app) -> dict[str, int]:
 def test_replace_gives_the_waiting_run_the_new_payload_task_and_due(backend, queue) -> None:
     app = fake_app(backend, queue)
     first = app.enqueue("t", {"v": 1}, run_id="a", delay=60)
-    assert (first.outcome, first.duplicate, first.replaced) == (EnqueueOutcome.ENQUEUED, False, False)
+    assert (first.outcome, first.duplicate, first.replaced) == (
+        EnqueueOutcome.ENQUEUED,
+        False,
+        False,
+    )
     rid = app.enqueue("u", {"v": 2}, run_id="a", delay=10, on_conflict="replace")
-    assert (rid, rid.outcome, rid.duplicate, rid.replaced) == ("a", EnqueueOutcome.REPLACED, False, True)
+    assert (rid, rid.outcome, rid.duplicate, rid.replaced) == (
+        "a",
+        EnqueueOutcome.REPLACED,
+        False,
+        True,
+    )
     assert delayed_due(backend.sync, app.keys, "a") == NOW + 10_000
     assert delayed_count(backend.sync, app.keys) == 1
     assert payload_of(backend, app, "a") == {"v": 2}

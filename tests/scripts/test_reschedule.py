@@ -12,8 +12,8 @@ from helpers import NOW, env, seed_delayed, seed_ready
 from state import delayed_count, delayed_due, delayed_ids
 
 from zsched import FakeClock, RescheduleOutcome
-from zsched import controls as C
-from zsched import scripts as S
+from zsched.runs import controls as C
+from zsched.store import scripts as S
 
 
 def test_a_delayed_run_moves_to_the_new_due_and_keeps_its_envelope(backend, queue) -> None:

@@ -8,9 +8,9 @@ import pytest
 from helpers import NOW, seed_delayed, seed_ready
 
 from zsched import CancelOutcome, EnqueueOutcome
-from zsched import controls as C
-from zsched import scripts as S
-from zsched.keys import GROUP
+from zsched.protocol.keys import GROUP
+from zsched.runs import controls as C
+from zsched.store import scripts as S
 
 
 def test_a_delayed_run_is_removed_and_reads_as_cancelled(backend, queue) -> None:

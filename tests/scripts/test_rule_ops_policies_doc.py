@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 
 from zsched import FakeClock
-from zsched.firing import RuleFirer
-from zsched.simulate import Driver, ledger_rows
+from zsched.dispatch.firer import RuleFirer
+from zsched.rules.simulate import Driver, ledger_rows
 
 H = 3_600_000
 T0 = 1_800_000_000_000 // H * H
@@ -85,7 +85,7 @@ def test_an_edit_or_a_pause_racing_a_fire_keeps_what_the_fire_wrote(backend, que
     between lost its state (its counts, its backlog) and its slot came back as the next fire."""
     from dataclasses import replace
 
-    from zsched.schedules import decode_state
+    from zsched.rules.spec import decode_state
 
     app = backend.app(queue, clock=FakeClock(T0))
     app.schedule("s", "t", every=60)

@@ -11,7 +11,7 @@ import redis
 from helpers import NOW, env, seed_ready
 from state import delayed_count, places, snapshot
 
-from zsched import scripts as S
+from zsched.store import scripts as S
 
 
 def _dead_letter(backend, app, ent, run_id):

@@ -6,8 +6,8 @@ import pytest
 from helpers import NOW, env, seed_ready
 from state import snapshot
 
-from zsched import scripts as S
-from zsched.keys import GROUP
+from zsched.protocol.keys import GROUP
+from zsched.store import scripts as S
 
 
 def test_ack_finishes_the_run_and_records_completion(backend, queue) -> None:

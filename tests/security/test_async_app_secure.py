@@ -38,8 +38,6 @@ def test_async_app_as_the_zsched_acl_user(acl_server, queue: str) -> None:
     asyncio.run(_round(zsched.AsyncApp(url, queue)))
 
 
-
-
 def test_status_with_due_runs_works_as_the_acl_user(acl_server, queue: str) -> None:
     # status.lua counts due leaves with ZLEXCOUNT, which the documented rule set lacked.
     app = zsched.App(f"redis://zsched:{PASSWORD}@127.0.0.1:{acl_server.port}/0", queue)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from zsched import PayloadError, RuleError
 from zsched.cli.common import UsageError
 from zsched.cli.enqueue import parse_at, parse_seconds
-from zsched.envelope import Envelope, decode
-from zsched.rules import Cron
+from zsched.protocol.envelope import Envelope, decode
+from zsched.rules.triggers import Cron
 
 FAST = settings(max_examples=400, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])  # fmt: skip

@@ -56,7 +56,7 @@ async def test_a_run_naming_a_module_or_builtin_is_dead_lettered_without_importi
 
     marker = tmp_path / "pwned"
     names = ["antigravity:fly", "this", "turtle.done", "os.system", "subprocess:call",
-             "builtins.eval", "__import__", "zsched.worker:Worker"]  # fmt: skip
+             "builtins.eval", "__import__", "zsched.worker.worker:Worker"]  # fmt: skip
     for i, name in enumerate(names):
         app.enqueue(name, f"touch {marker}", run_id=f"evil-{i}")
     app.enqueue("registered", {"__reduce__": ["os.system", ["touch", str(marker)]]}, run_id="ok")

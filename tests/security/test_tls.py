@@ -78,7 +78,7 @@ def test_a_workload_runs_over_tls_only(tls, redis_server, tmp_path: Path, queue:
         # The in-process API over the same URL, sync and asyncio.
         app = zsched.App(url, queue=queue)
         assert app.get_run("tls-0").state == "done"
-        # The direct path reads TLS replies with its own hiredis reader (zsched/direct.py).
+        # The direct path reads TLS replies with its own hiredis reader (zsched/store/direct.py).
         assert not app.enqueue("quick", run_id="tls-direct", delay=3600).duplicate
         (c,) = app.scripts._direct._idle  # type: ignore[union-attr]
         assert c.reader is not None

@@ -44,7 +44,13 @@ def test_cursors_round_trip_and_bad_ones_mean_the_first_page() -> None:
 
 def test_tree_keys_order_by_due_then_run_id() -> None:
     runs = [(2, "a"), (1, "b"), (1, "a\0"), (1, "a"), (10, "a")]
-    assert sorted(runs, key=lambda x: tree_key(*x)) == [(1, "a"), (1, "a\0"), (1, "b"), (2, "a"), (10, "a")]
+    assert sorted(runs, key=lambda x: tree_key(*x)) == [
+        (1, "a"),
+        (1, "a\0"),
+        (1, "b"),
+        (2, "a"),
+        (10, "a"),
+    ]
 
 
 def test_times_in_utc_and_in_the_rule_zone() -> None:
@@ -74,5 +80,10 @@ def test_the_verdict_grows_with_backlog_and_dead_letters() -> None:
     part = {"oldest_due_age_ms": 0, "backlog_growing": s.backlog_growing("q"), "due": 4,
             "oldest_pending_idle_ms": 0, "new_dead": s.new_dead("q"), "consumers": []}  # fmt: skip
     found = causes(part, Thresholds())
-    assert found == ["the due backlog is growing (4 runs)", "3 new dead letter(s) in the last 5 minutes"]
-    assert verdict(found).startswith("needs attention: the due backlog") and verdict([]) == "healthy"
+    assert found == [
+        "the due backlog is growing (4 runs)",
+        "3 new dead letter(s) in the last 5 minutes",
+    ]
+    assert (
+        verdict(found).startswith("needs attention: the due backlog") and verdict([]) == "healthy"
+    )

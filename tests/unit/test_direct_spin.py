@@ -1,4 +1,4 @@
-"""The reply wait of the direct path (zsched/direct.py): poll for a short budget, then sleep.
+"""The reply wait of the direct path (zsched/store/direct.py): poll for a short budget, then sleep.
 
 A socket pair stands in for Redis, so each test decides when the reply arrives.
 """
@@ -14,7 +14,7 @@ import hiredis
 import pytest
 import redis.exceptions as rex
 
-from zsched import direct
+from zsched.store import direct
 
 
 class _CountingPoll:

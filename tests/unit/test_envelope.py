@@ -5,8 +5,8 @@ import json
 import msgpack
 import pytest
 
-from zsched.envelope import VERSION, Envelope, check_payload, decode
 from zsched.errors import PayloadError
+from zsched.protocol.envelope import VERSION, Envelope, check_payload, decode
 
 
 def env(**kw: object) -> Envelope:
@@ -77,7 +77,9 @@ def test_unknown_extra_fields_are_ignored() -> None:
         ([2, "t", None, 1, 0, None, None, None, None, "x"], "'lease_ms'"),
     ],
 )
-def test_bad_version_2_envelopes_raise_payload_error_naming_the_field(items: list, message: str) -> None:
+def test_bad_version_2_envelopes_raise_payload_error_naming_the_field(
+    items: list, message: str
+) -> None:
     with pytest.raises(PayloadError, match=message):
         decode(msgpack.packb(items), "r")
 
@@ -121,7 +123,7 @@ def test_payload_over_the_limit_is_refused_with_its_size() -> None:
 
 
 def test_enqueues_fast_encoding_is_the_envelopes_own() -> None:
-    from zsched.envelope import encode_first
+    from zsched.protocol.envelope import encode_first
 
     for payload in (None, {"a": [1, 2.5, None]}, "é", b"\x00\xff", [True, {"k": {}}]):
         want = Envelope("r9", "task", payload, 1_800_000_000_123, 1_800_000_000_123, 42).encode()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zsched.firing import jitter_ms, plan
-from zsched.rules import Every, slot_run_id
-from zsched.schedules import State, build_spec, default_grace_ms
+from zsched.dispatch.firer import jitter_ms, plan
+from zsched.rules.spec import State, build_spec, default_grace_ms
+from zsched.rules.triggers import Every, slot_run_id
 
 M = 60_000
 T0 = 1_800_000_000_000 // M * M
@@ -25,7 +25,7 @@ def test_jitter_delays_the_run_but_the_run_id_keeps_the_slot() -> None:
     delays = {jitter_ms(s, T0 + i * M) for i in range(50)}
     assert all(0 <= d < 30_000 for d in delays) and len(delays) > 10
     assert jitter_ms(s, T0) == jitter_ms(s, T0)  # replicas and the simulator agree
-    (slot, run_at, _), = plan(s, State(), T0, T0, 100).fires
+    ((slot, run_at, _),) = plan(s, State(), T0, T0, 100).fires
     assert slot == T0 and run_at == T0 + jitter_ms(s, T0)
     assert slot_run_id("s", slot).endswith("Z")
 
@@ -36,8 +36,11 @@ def test_catch_up_backlog_waits_while_the_budget_is_zero() -> None:
     assert [f[2] for f in p.fires] == ["ran"]  # the on-time slot still fires
     assert p.state.backlog == [T0 + i * M for i in range(5)] and p.budget_used == 0
     p2 = plan(s, p.state, None, T0 + 5 * M + 50, budget=2)
-    assert [f[0] for f in p2.fires] == [T0, T0 + M] and p2.state.backlog == [T0 + 2 * M,
-                                                                               T0 + 3 * M, T0 + 4 * M]
+    assert [f[0] for f in p2.fires] == [T0, T0 + M] and p2.state.backlog == [
+        T0 + 2 * M,
+        T0 + 3 * M,
+        T0 + 4 * M,
+    ]
 
 
 def test_end_at_stops_the_rule_and_start_at_delays_it() -> None:
@@ -56,6 +59,6 @@ def test_dst_choice_is_kept_on_the_rule() -> None:
     s = build_spec("d", "t", cron="30 2 * * *", tz="Europe/Berlin", dst_gap="skip",
                    dst_repeat="both")  # fmt: skip
     assert (s.trigger.dst_gap, s.trigger.dst_repeat) == ("skip", "both")
-    from zsched.schedules import decode_spec
+    from zsched.rules.spec import decode_spec
 
     assert decode_spec(s.encode()) == s

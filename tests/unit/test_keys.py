@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from zsched.keys import QueueKeys, hash_tag
+from zsched.protocol.keys import QueueKeys, hash_tag
 
 ROOT = Path(__file__).resolve().parents[2]
 

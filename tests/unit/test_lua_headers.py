@@ -7,8 +7,8 @@ import re
 import pytest
 from sample_calls import sample_calls
 
-from zsched import scripts as S
-from zsched.keys import QueueKeys
+from zsched.protocol.keys import QueueKeys
+from zsched.store import scripts as S
 
 K = QueueKeys("h")
 SAMPLE_CALLS = sample_calls(K)

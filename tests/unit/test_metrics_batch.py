@@ -6,7 +6,7 @@ import random
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from zsched.metrics import LAG_BUCKETS, observe_many
+from zsched.observability.metrics import LAG_BUCKETS, observe_many
 
 
 def _samples(h: Histogram) -> list[tuple[str, dict[str, str], float]]:

@@ -14,8 +14,8 @@ from observability_helpers import (
     promql_metric_names,
 )
 
-from zsched.collector import COLLECTED_COUNTERS, COLLECTED_METRICS
-from zsched.metrics import Metrics
+from zsched.observability.collector import COLLECTED_COUNTERS, COLLECTED_METRICS
+from zsched.observability.metrics import Metrics
 
 REQUIRED_ALERTS = {
     "ZschedDispatchLagHigh",  # late work

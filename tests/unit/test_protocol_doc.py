@@ -1,5 +1,5 @@
 """docs/protocol.md is the contract for clients in other languages: it must not drift from
-zsched/keys.py, the Lua headers, the Python wrappers or the envelope."""
+zsched/protocol/keys.py, the Lua headers, the Python wrappers or the envelope."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from sample_calls import sample_calls
 
-from zsched import envelope as E
-from zsched import keys as K
-from zsched import scripts as S
-from zsched.keys import GROUP, QueueKeys
+from zsched.protocol import envelope as E
+from zsched.protocol import keys as K
+from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.store import scripts as S
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "protocol.md"
@@ -155,8 +155,13 @@ def test_documented_keys_are_the_ones_the_python_wrapper_passes(name: str) -> No
     by_name = {getattr(k, f): f for f in declared_keys() if "(" not in f}
     by_name.update({k.ledger("s"): "ledger", k.lease("s"): "lease"})  # per-rule keys
     by_name[k.cancel_request("r")] = "cancel_request"  # a per-run key
-    by_name.update({k.limit_holders("t"): "limit_holders", k.limit_bucket("t"): "limit_bucket",
-                    k.limit_waiting("t"): "limit_waiting"})  # per-task keys
+    by_name.update(
+        {
+            k.limit_holders("t"): "limit_holders",
+            k.limit_bucket("t"): "limit_bucket",
+            k.limit_waiting("t"): "limit_waiting",
+        }
+    )  # per-task keys
     passed = [by_name[key] for key in sample_calls(k)[name].keys]
     in_doc = re.findall(r"\|\s*KEYS\[\d+\]\s*\|\s*`(\w+)`", script_sections()[name])
     assert in_doc == passed

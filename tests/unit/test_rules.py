@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zsched.errors import RuleError
-from zsched.rules import (
+from zsched.rules.triggers import (
     Cron,
     Every,
     Misfire,

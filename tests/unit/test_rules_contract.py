@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from zsched.errors import RuleError
-from zsched.rules import Every
-from zsched.runinput import to_ms
-from zsched.schedules import build_spec
+from zsched.rules.spec import build_spec
+from zsched.rules.triggers import Every
+from zsched.runs.runinput import to_ms
 
 
 @pytest.mark.parametrize("trigger", [{"every": 60}, {"cron": "*/1 * * * *", "tz": "UTC"}])

@@ -2,7 +2,7 @@
 
 The oracle below walks every UTC minute around each transition, reads the local clock with
 zoneinfo, and decides from the cron fields and the DESIGN.md policy alone whether that
-minute fires. It shares no code with zsched.rules / zsched.dst and never calls croniter.
+minute fires. It shares no code with zsched.rules.triggers / zsched.rules.dst and never calls croniter.
 Transitions are found by scanning utcoffset changes, not hard-coded.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zsched.rules import Cron
+from zsched.rules.triggers import Cron
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS

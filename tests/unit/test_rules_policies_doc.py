@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from zsched import dst
+from zsched.dispatch.firer import plan
 from zsched.errors import RuleError
-from zsched.firing import plan
-from zsched.rules import slot_run_id
-from zsched.schedules import State, build_spec
+from zsched.rules import dst
+from zsched.rules.spec import State, build_spec
+from zsched.rules.triggers import slot_run_id
 
 M = 60_000
 T0 = 1_800_000_000_000 // M * M

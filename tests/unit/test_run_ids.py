@@ -6,7 +6,7 @@ import os
 import random
 import re
 
-from zsched.runids import ORDERED_ALPHABET, _RunIds, created_ms, new_run_id
+from zsched.protocol.runids import ORDERED_ALPHABET, _RunIds, created_ms, new_run_id
 
 
 def _decode(run_id: str) -> tuple[int, int]:

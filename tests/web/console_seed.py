@@ -9,7 +9,7 @@ from typing import Any
 
 import zsched
 from zsched import Fail, FakeClock
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 
 M = 60_000
 # The console's credentials in the tests (imported from here: every tests/ folder has a

@@ -19,14 +19,13 @@ import uvicorn
 from console_seed import TOKEN, XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 from zsched.web import create_app
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: `ZSCHED_WEB_SCREENSHOTS=1 make test` refreshes docs/console-*.png from this run; otherwise
 #: the screenshots go to a temporary folder (so a test run leaves the work tree as it was).
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-
 
 
 @contextlib.contextmanager
@@ -136,7 +135,9 @@ def test_every_page_and_every_action_in_a_browser(
         page.click("#cancel")
         assert flash(page).startswith(f"cancelled run {XSS_RUN}: it was waiting for its time")
         assert app.get_run(XSS_RUN).state == "cancelled"
-        assert page.inner_text("#state") == "cancelled" and "cancelled at" in page.inner_text("#cancelled")
+        assert page.inner_text("#state") == "cancelled" and "cancelled at" in page.inner_text(
+            "#cancelled"
+        )
         # Reschedule a delayed run: to a time, then by a delay.
         page.goto(f"{base}/q/{q}/run?id=send-0005")
         page.fill("#reschedule-form input[name=at]", "2030-01-02T03:04")
@@ -194,7 +195,10 @@ def test_every_page_and_every_action_in_a_browser(
         page.fill("#edit-form input[name=every]", "-5")
         page.select_option("#edit-form select[name=kind]", "every")
         page.click("#save")
-        assert "interval must be at least 1 ms" in flash(page) and rule_of(app, "tick").rule == "every 1m"
+        assert (
+            "interval must be at least 1 ms" in flash(page)
+            and rule_of(app, "tick").rule == "every 1m"
+        )
         page.fill("#edit-form input[name=every]", "120")
         page.select_option("#edit-form select[name=overlap]", "queue")
         page.click("#save")
@@ -234,7 +238,9 @@ def test_every_page_and_every_action_in_a_browser(
         assert "nightly" not in [i.schedule_id for i in app.schedules()]
         # Dead letters: replay one, purge a selection, replay all matching a filter.
         page.goto(f"{base}/q/{q}/dead")
-        assert XSS_REASON in page.inner_text("#dead") and page.locator("#dead tbody tr").count() == 3
+        assert (
+            XSS_REASON in page.inner_text("#dead") and page.locator("#dead tbody tr").count() == 3
+        )
         no_injection(page)
         row = page.locator("tr", has_text="boom-0")
         row.locator("button", has_text="replay").click()

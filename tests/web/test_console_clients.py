@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 import zsched
 from tests.integration.conftest import node_dir  # noqa: F401  (the fixture)
 from tests.integration.test_cross_language import node_enqueue, node_worker, shell_enqueue
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 from zsched.web import create_app
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -17,9 +17,9 @@ from test_console_http import AUTH, console, flash, post
 
 import zsched
 from zsched import FakeClock
-from zsched import limits as L
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 from zsched.web import create_app
+from zsched.worker import limits as L
 
 
 def test_reschedule_moves_a_delayed_run_and_says_why_others_stay(client, seeded: Seeded) -> None:
@@ -88,7 +88,9 @@ def test_a_rule_paused_with_a_note_shows_it_and_the_ledger_reads_in_words(client
     assert (info.paused, info.pause_note) == (True, note) and info.paused_ms
     esc = "deploy &lt;script&gt;window.__xss=1&lt;/script&gt;"
     rules = c.get(f"/q/{q}/rules", headers=AUTH).text
-    assert re.search(r"paused since <time[^>]+>[^<]+</time>: <span class=\"pause-note\">" + esc, rules)
+    assert re.search(
+        r"paused since <time[^>]+>[^<]+</time>: <span class=\"pause-note\">" + esc, rules
+    )
     rule = c.get(f"/q/{q}/rule?id=tick", headers=AUTH).text
     assert 'id="pause-note">' + esc in rule and "<script>window.__xss" not in rule
     too_long = post(c, q, "pause", {"schedule_id": "nightly", "note": "x" * 501})
@@ -115,7 +117,10 @@ def test_pausing_the_queue_shows_on_every_page_and_resume_ends_it(client, seeded
                          r"&lt;script&gt;", body), path  # fmt: skip
         assert "<script>window.__xss" not in body
     ov = c.get("/api/overview", headers=AUTH).json()["queues"][0]["partitions"][0]
-    assert ov["paused"].startswith("paused since ") and 'id="resume-queue"' in c.get("/", headers=AUTH).text
+    assert (
+        ov["paused"].startswith("paused since ")
+        and 'id="resume-queue"' in c.get("/", headers=AUTH).text
+    )
     assert flash(c, post(c, q, "pause-queue", {"note": ""})) == f"queue {q} was already paused"
     assert flash(c, post(c, q, "resume-queue", {})) == f"resumed queue {q}"
     assert not app.status().paused and "data-paused-queue" not in c.get("/", headers=AUTH).text
@@ -125,7 +130,9 @@ def test_pausing_the_queue_shows_on_every_page_and_resume_ends_it(client, seeded
 def test_read_only_consoles_have_none_of_the_control_actions(client, seeded) -> None:
     q = seeded.queue
     for env, kw in (({}, {}), (CREDS, {"read_only": True})):
-        c = TestClient(create_app(zsched.App(client, queue=q, metrics=Metrics()), environ=env, **kw))
+        c = TestClient(
+            create_app(zsched.App(client, queue=q, metrics=Metrics()), environ=env, **kw)
+        )
         for name in ("reschedule", "run-now", "pause-queue", "resume-queue"):
             r = c.post(f"/q/{q}/act/{name}", data={"run_id": "send-0001", "schedule_id": "tick"},
                        headers=AUTH)  # fmt: skip

@@ -21,7 +21,7 @@ from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 import zsched
-from zsched.metrics import Metrics
+from zsched.observability.metrics import Metrics
 from zsched.web import create_app
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -127,7 +127,9 @@ def test_without_credentials_it_is_read_only_on_every_page_and_has_no_action_end
         assert "/act/" not in body, path
     token = re.search(r'name="csrf" value="([^"]+)"', c.get("/").text)
     for action in ("cancel", "pause", "remove", "replay", "purge-matching"):
-        r = c.post(f"/q/{q}/act/{action}", data={"csrf": token and token.group(1), "run_id": "send-0001"})
+        r = c.post(
+            f"/q/{q}/act/{action}", data={"csrf": token and token.group(1), "run_id": "send-0001"}
+        )
         assert r.status_code == 404
     assert zsched.App(client, queue=q).get_run("send-0001").state == "scheduled"
 
@@ -344,7 +346,9 @@ def test_the_verdict_names_its_causes(client, queue) -> None:
     old = zsched.App(client, queue=queue, clock=zsched.FakeClock(now - 600_000), metrics=Metrics())
     old.schedule("lost", "t", every=60)
     v = c.get("/api/overview", headers=AUTH).json()["queues"][0]["verdict"]
-    assert re.search(r"rule lost has (9|10) slot\(s\) past their grace with no outcome \(audit\)", v)
+    assert re.search(
+        r"rule lost has (9|10) slot\(s\) past their grace with no outcome \(audit\)", v
+    )
     assert re.search(r"rule lost is late: its fire was due (9|10)min ago", v)
     assert "needs attention" in c.get("/", headers=AUTH).text
     page = c.get(f"/q/{queue}/rule?id=lost", headers=AUTH).text
@@ -385,7 +389,9 @@ def test_actions_change_redis_through_the_public_api_and_refuse_bad_input(client
     r = post(c, q, "remove", {"schedule_id": "nightly"})  # no confirmation form
     assert "needs its confirmation" in flash(c, r) and len(app.schedules()) == 3
     confirm = c.get(f"/q/{q}/dead/confirm?op=purge&reason=bad input", headers=AUTH).text
-    assert re.search(r"purge <b>2</b> dead letter\(s\) whose reason contains <b>bad input</b>", confirm)
+    assert re.search(
+        r"purge <b>2</b> dead letter\(s\) whose reason contains <b>bad input</b>", confirm
+    )
     r = post(c, q, "purge-matching", {"reason": "bad input"})
     assert flash(c, r) == "purged 2 dead letter(s)"
     assert [d.reason for d in app.dead_letters()] == ["failed: " + XSS_REASON]

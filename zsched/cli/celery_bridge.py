@@ -13,7 +13,7 @@ import importlib
 import sys
 from typing import Any
 
-from .common import UsageError, add_connection, make_app
+from zsched.cli.common import UsageError, add_connection, make_app
 
 
 def register(sub: Any) -> None:
@@ -57,8 +57,8 @@ def load_celery(ref: str) -> Any:
 
 
 def cmd_celery_bridge(args: argparse.Namespace) -> int:
-    from ..integrations.celery import from_beat_schedule, register_bridge
-    from .processes import _at_start, _serve_metrics, _until_signal
+    from zsched.cli.processes import _at_start, _serve_metrics, _until_signal
+    from zsched.integrations.celery import from_beat_schedule, register_bridge
 
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import UsageError, add_connection, add_json, emit, make_app
+from zsched.cli.common import UsageError, add_connection, add_json, emit, make_app
 
 
 def register(sub: Any) -> None:

@@ -8,7 +8,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from .common import UsageError, add_connection, add_json, emit, make_app
+from zsched.cli.common import UsageError, add_connection, add_json, emit, make_app
 
 
 def register(sub: Any) -> None:

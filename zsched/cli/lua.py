@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..scripts import lua_dir
+from zsched.store.scripts import lua_dir
 
 
 def register(sub: Any) -> None:

@@ -10,11 +10,8 @@ from typing import NoReturn
 
 import redis.exceptions
 
-from .._version import __version__
-from ..connection import redact_text
-from ..errors import RuleError, ZschedError
-from ..logs import LOG_FORMATS, configure_logging
-from . import (
+from zsched._version import __version__
+from zsched.cli import (
     celery_bridge,
     dead,
     enqueue,
@@ -27,7 +24,10 @@ from . import (
     status,
     web,
 )
-from .common import PROG, UsageError, fail
+from zsched.cli.common import PROG, UsageError, fail
+from zsched.errors import RuleError, ZschedError
+from zsched.observability.logs import LOG_FORMATS, configure_logging
+from zsched.store.connection import redact_text
 
 MODULES = [processes, enqueue, status, runs, dead, migrate, schedules, queue, web,
            celery_bridge, lua]  # fmt: skip

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import add_connection, add_json, emit, make_app
+from zsched.cli.common import add_connection, add_json, emit, make_app
 
 
 def register(sub: Any) -> None:

@@ -15,16 +15,15 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import zsched
-
-from ..connection import RETRYABLE_ERRORS
-from ..retrying import Backoff, Outage
-from .common import PROG, UsageError, add_connection, make_app, partitions_arg
-from .settings_options import (
+from zsched.cli.common import PROG, UsageError, add_connection, make_app, partitions_arg
+from zsched.cli.settings_options import (
     add_dispatcher_options,
     add_worker_options,
     dispatcher_values,
     worker_values,
 )
+from zsched.store.connection import RETRYABLE_ERRORS
+from zsched.store.retrying import Backoff, Outage
 
 T = TypeVar("T")
 log = logging.getLogger("zsched.cli")
@@ -94,7 +93,7 @@ def _serve_metrics(app: zsched.App, port: int | None) -> None:
     from prometheus_client import start_http_server
 
     try:
-        from ..collector import QueueCollector
+        from zsched.observability.collector import QueueCollector
 
         app.metrics.registry.register(QueueCollector(app.redis, [app.queue]))
     except (ImportError, TypeError, ValueError):

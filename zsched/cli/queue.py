@@ -6,8 +6,8 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from .common import add_connection, add_json, emit, make_app
-from .enqueue import parse_seconds
+from zsched.cli.common import add_connection, add_json, emit, make_app
+from zsched.cli.enqueue import parse_seconds
 
 
 def register(sub: Any) -> None:

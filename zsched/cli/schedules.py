@@ -10,9 +10,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import zsched
-
-from .common import UsageError, add_connection, add_json, emit, make_app
-from .enqueue import parse_at, parse_seconds
+from zsched.cli.common import UsageError, add_connection, add_json, emit, make_app
+from zsched.cli.enqueue import parse_at, parse_seconds
 
 ACTIONS = ("list", "add", "edit", "pause", "resume", "rm", "backfill", "next", "history",
            "audit", "simulate", "run")  # fmt: skip
@@ -136,8 +135,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_edit(args: argparse.Namespace) -> int:
-    from ..schedule_ops import load
-    from ..schedules import spec_options
+    from zsched.rules.ops import load
+    from zsched.rules.spec import spec_options
 
     app = make_app(args)
     spec = load(app.rule_home(args.schedule_id), args.schedule_id)[0]
@@ -201,7 +200,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_next(args: argparse.Namespace) -> int:
-    from ..schedule_ops import load, server_now_ms
+    from zsched.rules.ops import load, server_now_ms
 
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
@@ -216,7 +215,7 @@ def cmd_next(args: argparse.Namespace) -> int:
             break
         slots.append(nxt)
         at = nxt
-    rows = [{"local": _iso(s, tz), "utc": _iso(s), "run_id": zsched.rules.slot_run_id(
+    rows = [{"local": _iso(s, tz), "utc": _iso(s), "run_id": zsched.rules.triggers.slot_run_id(
         args.schedule_id, s)} for s in slots]  # fmt: skip
     text = "\n".join(f"{r['local']}  ({r['utc']} UTC)" for r in rows)
     emit(args, rows, text or "no more fires")
@@ -242,7 +241,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from ..simulate import simulate
+    from zsched.rules.simulate import simulate
 
     if ".." not in args.down:
         raise UsageError(f"--down {args.down!r}: expected FROM..TO (two ISO instants)")
@@ -252,7 +251,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"--down {args.down!r}: TO is before FROM")
     slow = parse_seconds(args.slow_runs, "--slow-runs") if args.slow_runs else None
     app = make_app(args)
-    from ..schedule_ops import load
+    from zsched.rules.ops import load
 
     home = app.rule_home(args.schedule_id)
     tz = getattr(load(home, args.schedule_id)[0].trigger, "tz", "UTC")

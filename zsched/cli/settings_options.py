@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import DispatcherSettings, WorkerSettings, from_env
-from .common import UsageError
+from zsched.cli.common import UsageError
+from zsched.config import DispatcherSettings, WorkerSettings, from_env
 
 WORKER_ENV = "ZSCHED_WORKER_"
 DISPATCHER_ENV = "ZSCHED_DISPATCHER_"

@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Any
 
-from ..connection import redact
-from .common import PROG, UsageError
+from zsched.cli.common import PROG, UsageError
+from zsched.store.connection import redact
 
 
 def register(sub: Any) -> None:
@@ -32,7 +32,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..web.app import create_app
+        from zsched.web.app import create_app
     except ImportError as exc:
         raise UsageError(
             f"the console needs the web extra: pip install 'zsched[web]' ({exc})"

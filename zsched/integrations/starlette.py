@@ -22,8 +22,8 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from ..aio import AsyncApp
-from ..app import App
+from zsched.aio import AsyncApp
+from zsched.app import App
 
 #: Where the lifespan puts the async app: request.state.<key> and app.state.<key>.
 STATE_KEY = "zsched"

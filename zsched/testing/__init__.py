@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..aio import AsyncApp
-from ..app import App
-from ..clock import FakeClock
-from ..delayed import leaf_number, untag
-from ..envelope import Payload, decode
-from ..errors import PayloadError, ZschedError
-from ..inspect import DeadLetter
-from ..metrics import Metrics
-from ..simulate import fakeredis_module
-from ..tasks import ms_to_datetime
+from zsched.aio import AsyncApp
+from zsched.app import App
+from zsched.clock import FakeClock
+from zsched.errors import PayloadError, ZschedError
+from zsched.observability.metrics import Metrics
+from zsched.protocol.envelope import Payload, decode
+from zsched.rules.simulate import fakeredis_module
+from zsched.runs.status import DeadLetter
+from zsched.store.delayed import leaf_number, untag
+from zsched.worker.tasks import ms_to_datetime
 
 __all__ = ["FakeClock", "Kit", "Outcome", "QueuedRun", "fakeredis_module"]
 
@@ -116,7 +116,7 @@ class Kit:
 
     def _sync_client(self) -> Any:
         if self._redis_url is not None:
-            from ..connection import sync_client
+            from zsched.store.connection import sync_client
 
             return sync_client(self._redis_url)
         fakeredis = fakeredis_module()
@@ -128,7 +128,7 @@ class Kit:
 
     def _async_client(self) -> Any:
         if self._redis_url is not None:
-            from ..connection import async_client
+            from zsched.store.connection import async_client
 
             return async_client(self._redis_url)
         return fakeredis_module().FakeAsyncRedis(server=self._server, protocol=2)
@@ -244,7 +244,7 @@ class Kit:
         return runs
 
     async def _outcome(self, r: Any, run: tuple[str, str, int]) -> Outcome:
-        from ..aio_reads import get_run
+        from zsched.aio_reads import get_run
 
         run_id, task, attempt = run
         st = await get_run(r, self.app.keys_for_run(run_id), run_id)
@@ -265,7 +265,7 @@ class Kit:
 
     async def arun_schedule_now(self, schedule_id: str, force: bool = False) -> str:
         """run_schedule_now(), awaited."""
-        from ..rule_controls import ManualOutcome
+        from zsched.rules.controls import ManualOutcome
 
         fire = self.app.run_schedule_now(schedule_id, force)  # in-memory or a test server
         why = {
@@ -364,7 +364,7 @@ _BOUND = ("redis", "url", "clock", "queue", "keys", "_scripts", "_views", "_layo
 
 
 def _bind(app: App, redis: Any, clock: FakeClock, queue: str | None) -> None:
-    from ..keys import QueueKeys
+    from zsched.protocol.keys import QueueKeys
 
     app.redis, app.url, app.clock = redis, None, clock
     if queue is not None:
@@ -378,7 +378,7 @@ _AIO_BOUND = ("redis", "scripts", "_cluster", "_layout_ready", "_owns_client")
 
 
 def _bind_aio(aio: AsyncApp, redis: Any) -> None:
-    from ..scripts import AsyncScripts
+    from zsched.store.scripts import AsyncScripts
 
     aio.redis, aio.scripts = redis, AsyncScripts(redis)
     aio._cluster, aio._layout_ready, aio._owns_client = False, False, True  # noqa: SLF001

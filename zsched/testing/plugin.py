@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ..clock import FakeClock
-    from . import Kit
+    from zsched.clock import FakeClock
+    from zsched.testing import Kit
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,7 +39,7 @@ def _url(config: pytest.Config) -> str | None:
 @pytest.fixture
 def zsched_kit(request: pytest.FixtureRequest) -> Iterator[Callable[..., Kit]]:
     """Make kits (`zsched_kit(app=None, start=None, queue=None)`), all closed after the test."""
-    from . import Kit
+    from zsched.testing import Kit
 
     made: list[Kit] = []
 

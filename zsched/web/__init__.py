@@ -12,7 +12,7 @@ from typing import Any
 
 def create_app(*args: Any, **kwargs: Any) -> Any:
     """The console as an ASGI app; see zsched.web.app.create_app."""
-    from .app import create_app as _create
+    from zsched.web.app import create_app as _create
 
     return _create(*args, **kwargs)
 

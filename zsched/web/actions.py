@@ -17,11 +17,11 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..connection import redact_text
-from ..errors import ZschedError
-from .auth import CSRF_FIELD, authenticated, csrf_ok
-from .pages import _error, _instant, challenge
-from .render import href, redirect
+from zsched.errors import ZschedError
+from zsched.store.connection import redact_text
+from zsched.web.auth import CSRF_FIELD, authenticated, csrf_ok
+from zsched.web.pages import _error, _instant, challenge
+from zsched.web.render import href, redirect
 
 #: Most dead letters one selection may name.
 MAX_SELECTED = 500

@@ -20,13 +20,13 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..app import App
-from ..connection import redact, sync_client
-from .actions import act
-from .auth import SESSION_COOKIE, SESSION_MAX_AGE_S, Credentials, csrf_ok
-from .backend import Console, SyncBackend
-from .health import Thresholds
-from .pages import (
+from zsched.app import App
+from zsched.store.connection import redact, sync_client
+from zsched.web.actions import act
+from zsched.web.auth import SESSION_COOKIE, SESSION_MAX_AGE_S, Credentials, csrf_ok
+from zsched.web.backend import Console, SyncBackend
+from zsched.web.health import Thresholds
+from zsched.web.pages import (
     dead,
     dead_confirm,
     guarded,
@@ -38,7 +38,7 @@ from .pages import (
     run,
     runs,
 )
-from .render import environment, href, page, prefix, redirect
+from zsched.web.render import environment, href, page, prefix, redirect
 
 NO_CREDENTIALS = ("no credentials are configured (set ZSCHED_WEB_TOKEN, or ZSCHED_WEB_USER "
                   "and ZSCHED_WEB_PASSWORD, to enable actions)")  # fmt: skip

@@ -17,13 +17,13 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ..app import App
-from ..schedules import build_spec, spec_options
-from ..simulate import simulate
-from . import reads
-from .health import Sampler, Thresholds, causes, verdict
-from .run_controls import RunControls
-from .words import paused_line
+from zsched.app import App
+from zsched.rules.simulate import simulate
+from zsched.rules.spec import build_spec, spec_options
+from zsched.web import reads
+from zsched.web.health import Sampler, Thresholds, causes, verdict
+from zsched.web.run_controls import RunControls
+from zsched.web.words import paused_line
 
 #: Characters of a payload shown on a page; the rest is cut (and says so).
 PAYLOAD_DISPLAY_MAX = 16_384

@@ -12,11 +12,11 @@ import redis.exceptions
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..connection import redact_text
-from ..errors import NotFound, ZschedError
-from . import reads
-from .auth import authenticated
-from .render import href, page, redirect, secure
+from zsched.errors import NotFound, ZschedError
+from zsched.store.connection import redact_text
+from zsched.web import reads
+from zsched.web.auth import authenticated
+from zsched.web.render import href, page, redirect, secure
 
 Handler = Callable[[Request, Any], Awaitable[Response]]
 

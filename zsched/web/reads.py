@@ -16,12 +16,12 @@ from typing import Any
 
 import redis.exceptions
 
-from ..delayed import leaf_number, untag
-from ..envelope import Envelope, decode
-from ..errors import PayloadError
-from ..keys import GROUP, QueueKeys
-from ..schedule_ops import load
-from ..schedules import ScheduleInfo, Spec, State, decode_spec, decode_state
+from zsched.errors import PayloadError
+from zsched.protocol.envelope import Envelope, decode
+from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.rules.ops import load
+from zsched.rules.spec import ScheduleInfo, Spec, State, decode_spec, decode_state
+from zsched.store.delayed import leaf_number, untag
 
 #: Most rows on one page of any list.
 PAGE_MAX = 100
@@ -314,7 +314,7 @@ AUDIT_LEDGER_MAX = 4000
 
 
 def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]]:
-    """zsched.audit's check over one HSCAN step of rules (about AUDIT_BATCH): slots past their
+    """zsched.rules.audit's check over one HSCAN step of rules (about AUDIT_BATCH): slots past their
     grace with no outcome among each rule's newest AUDIT_LEDGER_MAX ledger entries. Returns the
     next cursor and {schedule_id: unaccounted slots} of every rule audited (0: clean)."""
     r, k = app.redis, app.keys
@@ -341,11 +341,11 @@ def audit_rule(app: Any, schedule_id: str, spec: Spec, state: State, now_ms: int
 
 
 def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int) -> list[int]:
-    """zsched.audit's rule: the expected slots (the newest MAX_AUDITED_SLOTS, since the rule
+    """zsched.rules.audit's rule: the expected slots (the newest MAX_AUDITED_SLOTS, since the rule
     was last written) past grace + slack that the ledger has no outcome for."""
-    from ..audit import MAX_AUDITED_SLOTS, SLACK_MS
-    from ..firing import LEDGER_MAX_AGE_MS
-    from ..schedules import min_gap_ms
+    from zsched.dispatch.firer import LEDGER_MAX_AGE_MS
+    from zsched.rules.audit import MAX_AUDITED_SLOTS, SLACK_MS
+    from zsched.rules.spec import min_gap_ms
 
     start = max(state.updated_ms or state.created_ms or now_ms, now_ms - LEDGER_MAX_AGE_MS)
     if spec.start_ms is not None:

@@ -12,9 +12,9 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..connection import redact_text
-from . import words
-from .auth import CSRF_COOKIE, csrf_token
+from zsched.store.connection import redact_text
+from zsched.web import words
+from zsched.web.auth import CSRF_COOKIE, csrf_token
 
 FLASH_COOKIE = "zsched_flash"
 #: No inline script or style, nothing from elsewhere: an injected tag cannot run.

@@ -188,7 +188,7 @@ export class Client {
 
   /**
    * Where a run is: {state: scheduled|ready|running|done|dead|unknown, ...}. Reads the keys
-   * the way zsched.inspect.get_run does (docs/protocol.md, "Read a run's state").
+   * the way zsched.runs.status.get_run does (docs/protocol.md, "Read a run's state").
    */
   async getRun(runId, { deadScanLimit = 10_000 } = {}) {
     const k = this.keys;

@@ -1,5 +1,5 @@
 // Key names of one zsched queue, as docs/protocol.md ("Keys of a queue") lays them out.
-// zsched/keys.py is the reference; tests/integration/test_cross_language.py checks that a run
+// zsched/protocol/keys.py is the reference; tests/integration/test_cross_language.py checks that a run
 // enqueued here lands in exactly the keys the Python client writes.
 
 const PREFIX = 'zsched';

@@ -15,7 +15,9 @@ _r = redis.Redis.from_url(app.url or "redis://127.0.0.1:6379/0")
 
 def _log(kind: str) -> None:
     run = zsched.current_run()
-    _r.rpush(f"test:{run.queue}:{kind}", f"{run.run_id}|{run.attempt}|{run.deliveries}|{os.getpid()}")
+    _r.rpush(
+        f"test:{run.queue}:{kind}", f"{run.run_id}|{run.attempt}|{run.deliveries}|{os.getpid()}"
+    )
 
 
 @app.task(name="quick")

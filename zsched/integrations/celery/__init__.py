@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .beat import from_beat_schedule
-from .bridge import enqueue_celery, register_bridge
-from .hook import install_overlap_hook
-from .rules import BRIDGE_TASK, celery_rule
+from zsched.integrations.celery.beat import from_beat_schedule
+from zsched.integrations.celery.bridge import enqueue_celery, register_bridge
+from zsched.integrations.celery.hook import install_overlap_hook
+from zsched.integrations.celery.rules import BRIDGE_TASK, celery_rule
 
 __all__ = [
     "BRIDGE_TASK",
@@ -32,7 +32,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The Beat drop-in subclasses celery.beat.Scheduler: imported only when asked for.
     if name == "Scheduler":
-        from .scheduler import Scheduler
+        from zsched.integrations.celery.scheduler import Scheduler
 
         return Scheduler
     raise AttributeError(name)

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ...errors import RuleError
-from .rules import celery_rule
+from zsched.errors import RuleError
+from zsched.integrations.celery.rules import celery_rule
 
 if TYPE_CHECKING:
-    from ...app import App
+    from zsched.app import App
 
 _FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 

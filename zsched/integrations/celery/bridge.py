@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ...errors import Fail
-from ...tasks import RunInfo, current_run
-from .rules import BRIDGE_TASK, CeleryFire, decode_fire, fire_payload
+from zsched.errors import Fail
+from zsched.integrations.celery.rules import BRIDGE_TASK, CeleryFire, decode_fire, fire_payload
+from zsched.worker.tasks import RunInfo, current_run
 
 if TYPE_CHECKING:
-    from ...app import App, EnqueuedId
+    from zsched.app import App, EnqueuedId
 
 log = logging.getLogger(__name__)
 #: Attempts of one send before the fire becomes a dead letter: with the worker's exponential

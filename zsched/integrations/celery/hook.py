@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...connection import sync_client
-from ...keys import QueueKeys
-from .bridge import HEADER_PARTITION, HEADER_QUEUE, HEADER_WAIT
+from zsched.integrations.celery.bridge import HEADER_PARTITION, HEADER_QUEUE, HEADER_WAIT
+from zsched.protocol.keys import QueueKeys
+from zsched.store.connection import sync_client
 
 log = logging.getLogger(__name__)
 #: The done report outlives a bridge that is down for a while (it reads it on redelivery).
@@ -46,7 +46,7 @@ def install_overlap_hook(celery_app: Any, redis: Any = None) -> Any:
     Returns the handler (to disconnect in tests)."""
     from celery import signals
 
-    from ...config import redis_url_from_env
+    from zsched.config import redis_url_from_env
 
     if redis is None:
         redis = redis_url_from_env() or "redis://127.0.0.1:6379/0"

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import RuleError
-from ...rules import Overlap
-from ...schedules import build_spec
+from zsched.errors import RuleError
+from zsched.rules.spec import build_spec
+from zsched.rules.triggers import Overlap
 
 #: The zsched task name of every Celery fire; only the bridge registers it.
 BRIDGE_TASK = "zsched.celery.send"

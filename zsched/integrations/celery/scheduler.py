@@ -34,9 +34,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def setup_schedule(self) -> None:
         import zsched
-
-        from .beat import from_beat_schedule
-        from .bridge import register_bridge
+        from zsched.integrations.celery.beat import from_beat_schedule
+        from zsched.integrations.celery.bridge import register_bridge
 
         conf = self.app.conf
         url = conf.get("zsched_redis_url") or zsched.config.redis_url_from_env()

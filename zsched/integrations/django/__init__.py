@@ -17,7 +17,7 @@ __all__ = ["ZschedBackend"]
 def __getattr__(name: str) -> Any:
     # Imported on use: Django loads this package as an app before its settings are complete.
     if name == "ZschedBackend":
-        from .backend import ZschedBackend
+        from zsched.integrations.django.backend import ZschedBackend
 
         return ZschedBackend
     raise AttributeError(name)

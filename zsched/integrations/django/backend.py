@@ -17,11 +17,11 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ... import App
-from ...config import redis_url_from_env
-from ...errors import RunNotFound
-from . import results as R
-from .compat import (
+from zsched import App
+from zsched.config import redis_url_from_env
+from zsched.errors import RunNotFound
+from zsched.integrations.django import results as R
+from zsched.integrations.django.compat import (
     BaseTaskBackend,
     TaskError,
     TaskResult,
@@ -29,7 +29,7 @@ from .compat import (
     TaskResultStatus,
     signals,
 )
-from .registry import discover
+from zsched.integrations.django.registry import discover
 
 #: OPTIONS the backend reads; any other name is a configuration error.
 OPTIONS = {

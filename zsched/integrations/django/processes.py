@@ -11,8 +11,8 @@ from typing import Any
 def backend_named(alias: str) -> Any:
     from django.core.management.base import CommandError
 
-    from .backend import ZschedBackend
-    from .compat import LINE
+    from zsched.integrations.django.backend import ZschedBackend
+    from zsched.integrations.django.compat import LINE
 
     if LINE == "django.tasks":
         from django.tasks import task_backends

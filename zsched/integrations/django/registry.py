@@ -8,7 +8,7 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
-from .compat import Task
+from zsched.integrations.django.compat import Task
 
 
 def _tasks_in(module: Any) -> Iterable[Any]:

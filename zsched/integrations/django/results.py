@@ -13,7 +13,7 @@ import traceback
 from datetime import UTC, datetime
 from typing import Any
 
-from .compat import module_path
+from zsched.integrations.django.compat import module_path
 
 #: A finished result is kept this long (s) unless OPTIONS["RESULT_TTL"] says otherwise.
 DEFAULT_RESULT_TTL_S = 86_400

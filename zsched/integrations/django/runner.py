@@ -7,9 +7,9 @@ import os
 import socket
 from typing import Any
 
-from ... import App, Fail, current_run
-from . import results as R
-from .compat import TaskContext, signals
+from zsched import App, Fail, current_run
+from zsched.integrations.django import results as R
+from zsched.integrations.django.compat import TaskContext, signals
 
 
 def worker_app(backend: Any, queue_name: str) -> App:

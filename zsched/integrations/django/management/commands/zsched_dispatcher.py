@@ -15,7 +15,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         parser.add_argument("--queue", action="append", help="Django queue (default: all)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        from ...processes import backend_named, queues, run_loops
+        from zsched.integrations.django.processes import backend_named, queues, run_loops
 
         backend = backend_named(opts["backend"])
         backend.declare_periodic()  # each dispatcher syncs its App's declared rules at start

@@ -16,8 +16,8 @@ class Command(BaseCommand):  # type: ignore[misc]
         parser.add_argument("--concurrency", type=int, default=8, help="tasks at once (default 8)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        from ...processes import backend_named, queues, run_loops
-        from ...runner import worker_app
+        from zsched.integrations.django.processes import backend_named, queues, run_loops
+        from zsched.integrations.django.runner import worker_app
 
         backend = backend_named(opts["backend"])
         names = queues(backend, opts["queue"])

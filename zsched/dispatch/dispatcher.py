@@ -1,0 +1,312 @@
+"""The dispatcher: moves due runs onto the ready stream, and lets extensions (rules) fire.
+
+It keeps the due-time timer on the client and listens on the wake channel only to hear that a
+run is due sooner: Redis checks blocking timeouts only `hz` times a second, so a blocking wait
+meant to end at a due time could be 100 ms late. Any number of dispatchers may run at once:
+every move is one atomic script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import redis.exceptions
+
+from zsched.config import DispatcherSettings, settings_from
+from zsched.dispatch.heartbeat import Heartbeat, process_name
+from zsched.dispatch.watch import DataWatch
+from zsched.errors import EvictionPolicyError, ScriptError
+from zsched.observability.metrics import observe_many
+from zsched.store import scripts as S
+from zsched.store.connection import (
+    RETRYABLE_ERRORS,
+    async_client,
+    async_from_sync,
+    open_pubsub,
+    redact_text,
+)
+from zsched.store.eviction import EvictionWatch
+from zsched.store.retrying import Backoff, Outage
+
+if TYPE_CHECKING:
+    from zsched.app import App
+
+log = logging.getLogger(__name__)
+# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
+REDIS_ERRORS = RETRYABLE_ERRORS
+#: Redis time a full dispatch call should stay under (the script reports its own). 500 runs
+#: take ~2.4 ms with 200k delayed runs but ~4.5 ms with 1M (cache misses), and more on a slow
+#: host, against a 5 ms budget for any script. 1 ms, not 2: a few calls run ~2.5x their
+#: usual time (host pauses, rehashing), which took 2 ms calls over 5 ms (10 slow dispatch
+#: calls in 6 runs of 1M, against 1 at 1 ms), at the same dispatch rate (BENCHMARKS.md).
+CALL_TARGET_S = 0.001
+#: Dispatch calls in flight while runs keep coming due: with two, Redis starts the next call
+#: as soon as one ends instead of idling through the round trip and this process's share.
+PIPELINE_DEPTH = 2
+# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
+# error and retried; exiting would not fix it, and the loop resumes once it is fixed.
+REFUSALS = (redis.exceptions.ResponseError, ScriptError)
+
+
+class TickPart(Protocol):
+    """Extra work a dispatcher does each pass (recurring rules). Returns its next due ms."""
+
+    async def tick(self, now_ms: int | None) -> int | None: ...
+    def invalidate(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TickResult:
+    moved: int
+    next_due_ms: int | None
+    now_ms: int
+    held: bool
+    more: bool
+    #: time.monotonic() when the call that read `now_ms` was sent: Redis read its clock after
+    #: that, so `now_ms` is at least this late, and the sleep until `next_due_ms` is counted
+    #: from here (not from whenever this process gets to sleep).
+    sent_at: float = 0.0
+
+
+class Dispatcher:
+    """Dispatches due runs of one queue. `run()` loops; `tick()` does one pass."""
+
+    def __init__(self, app: App, redis: Any = None, rules: bool = True, **settings: Any) -> None:
+        self.app = app
+        allow_eviction = bool(settings.pop("allow_eviction", False))  # zsched/store/eviction.py
+        self.settings = settings_from(DispatcherSettings, settings)
+        if redis is None:
+            redis = async_client(app.url) if app.url else async_from_sync(app.redis)
+        self.redis = redis
+        self.scripts = S.AsyncScripts(redis)
+        self.parts: list[TickPart] = []
+        if rules:
+            from zsched.dispatch.firer import RuleFirer
+
+            self.parts.append(RuleFirer(app, redis, self.scripts,
+                                        max_backlog=self.settings.max_backlog))  # fmt: skip
+        self.metrics = app.metrics
+        self._q = app.queue
+        self.watch = DataWatch(redis, app.keys, app.queue)
+        self.eviction = EvictionWatch(redis, app.keys.ready, app.queue, "dispatcher",
+                                      app.metrics, allow_eviction)  # fmt: skip
+        # Runs per dispatch call: batch_size, less while full calls take longer than
+        # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
+        self._limit = self.settings.batch_size
+        #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
+        self.heartbeat = Heartbeat(app.keys, process_name())
+
+    async def tick(self) -> TickResult:
+        """Dispatch due runs in bounded batches, then run the extensions once."""
+        clock = self.app.clock
+        # Rules first: a fire due now is then dispatched in this same pass.
+        part_due: int | None = None
+        for part in self.parts:
+            due = await part.tick(clock.now_ms())
+            if due is not None and (part_due is None or due < part_due):
+                part_due = due
+        moved, more, r, sent_at = await self._dispatch()
+        # Paused: the head of the delayed set is not a reason to wake (resume publishes on
+        # wake); rule slots still are, as they are fired into the delayed set.
+        next_due = None if r.paused else r.next_due_ms
+        if part_due is not None and (next_due is None or part_due < next_due):
+            next_due = part_due
+        self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
+        await self.heartbeat.beat(self.redis, clock.now_ms())
+        return TickResult(moved, next_due, r.now_ms, r.held and not r.paused, more, sent_at)
+
+    async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
+        """Dispatch calls until one moves less than a full batch or the pass's bound is
+        reached: (runs moved, whether more are due, the last reply, when its call went out)."""
+        s, k, clock = self.settings, self.app.keys, self.app.clock
+        moved, more = 0, False
+
+        def call() -> asyncio.Future[tuple[S.DispatchResult, int, float]]:
+            c = S.dispatch(k, now_ms=clock.now_ms(), limit=self._limit, max_backlog=s.max_backlog)
+            return asyncio.ensure_future(self._sized(c))
+
+        inflight = [call()]
+        sent = 1
+        try:
+            while inflight:
+                r, limit, sent_at = await inflight.pop(0)
+                moved += r.moved
+                more = r.moved == limit and not r.held
+                if more:
+                    self._adapt(limit, r.busy_us / 1e6)
+                    # A full batch: keep PIPELINE_DEPTH calls in flight (sleep(0) lets them
+                    # reach the socket), so Redis runs the next ones while this process
+                    # records the lag of the batch it just moved.
+                    while len(inflight) < PIPELINE_DEPTH and sent < s.max_batches_per_tick:
+                        inflight.append(call())
+                        sent += 1
+                    await asyncio.sleep(0)
+                self._observe(r)
+                if not more:
+                    # Nothing more due now: the calls still in flight answer (moving little
+                    # or nothing); the last reply is the freshest view of the head.
+                    while inflight:
+                        r, limit, sent_at = await inflight.pop(0)
+                        moved += r.moved
+                        self._observe(r)
+                    more = r.moved == limit and not r.held
+        except BaseException:
+            for f in inflight:  # the other call in flight: stop it, or take its outcome
+                if not f.cancel() and not f.cancelled():
+                    f.exception()  # retrieved: no "exception was never retrieved" later
+            raise
+        return moved, more, r, sent_at
+
+    async def _sized(self, c: S.Call[S.DispatchResult]) -> tuple[S.DispatchResult, int, float]:
+        sent_at = time.monotonic()
+        return await self.scripts.run(c), int(c.args[1]), sent_at
+
+    def _adapt(self, limit: int, took: float) -> None:
+        """Size the next call from how long a full one ran in Redis (`took`, as the script
+        measured it: a round trip measured here would count this process's own delays, and
+        on a slow host that shrank every call to the floor). Never below min(50, batch_size):
+        tiny calls would cost more in round trips than they save."""
+        s = self.settings
+        floor = min(50, s.batch_size)
+        if took > CALL_TARGET_S:
+            self._limit = max(floor, int(limit * CALL_TARGET_S / took))
+        elif took < CALL_TARGET_S / 2:
+            self._limit = min(s.batch_size, limit * 2)
+
+    def _observe(self, r: S.DispatchResult) -> None:
+        if not r.moved:
+            return
+        self.metrics.dispatched.labels(self._q).inc(r.moved)
+        now = r.now_ms
+        observe_many(
+            self.metrics.dispatch_lag.labels(self._q),
+            [(now - at) / 1000 if at < now else 0.0 for at in r.run_at_ms],
+        )
+
+    def _sleep_s(self, t: TickResult) -> float:
+        s = self.settings
+        if t.more:
+            return 0.0
+        if t.held:
+            return s.held_poll_ms / 1000
+        if t.next_due_ms is None:
+            return s.max_idle_ms / 1000
+        wait_ms = min(max(0, t.next_due_ms - t.now_ms), s.max_idle_ms)
+        if self.app.clock.now_ms() is not None or not t.sent_at:
+            return wait_ms / 1000  # a fake clock (tests, the simulator): its own time only
+        # Counted from when the call went out: the reply's trip back and this process's work
+        # since (lag metrics, the data watch) would otherwise make every timed wake that late.
+        return max(0.0, wait_ms / 1000 - (time.monotonic() - t.sent_at))
+
+    async def _migrate(self) -> bool:
+        """Move a delayed set of key layout 2 (an older zsched's) into the tree, once at start,
+        a bounded batch per call (zsched migrate does the same from the command line)."""
+        moved = 0
+        left = 1
+        while left:
+            n, left = await self.scripts.run(S.migrate(self.app.keys))
+            moved += n
+        if moved:
+            log.warning("moved %d delayed runs of key layout 2 into key layout 3", moved,
+                        extra={"queue": self._q})  # fmt: skip
+        return True
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""
+        stop = stop or asyncio.Event()
+        backoff = Backoff()
+        outage = Outage(log, "dispatcher", self._q)
+        log.info("dispatcher started", extra={"queue": self._q})
+        synced = not self.app.declared
+        migrated = False
+        while not stop.is_set():
+            pubsub = open_pubsub(self.redis)  # on a cluster: a connection of its own
+            try:
+                synced = synced or await self._sync_declared()  # Redis may be down at start
+                migrated = migrated or await self._migrate()
+                await pubsub.subscribe(self.app.keys.wake)
+                self._woken()  # what was published while not subscribed is not heard
+                await self.watch.check(force=True)
+                await self.eviction.check(force=not self.eviction.checked)
+                while not stop.is_set():
+                    t = await self.tick()
+                    backoff.reset()
+                    outage.ok()
+                    await self.watch.check()
+                    await self.eviction.check()
+                    await self._wait(pubsub, self._sleep_s(t), stop)
+            except REDIS_ERRORS as exc:
+                self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
+                delay = backoff.next()
+                outage.failed(exc, delay)  # one WARNING per outage, not one per attempt
+                await _sleep_or_stop(stop, delay)
+            except EvictionPolicyError:
+                raise  # refused to start: a setting to change, not a fault to wait out
+            except REFUSALS as exc:
+                self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
+                why = redact_text(str(exc))[:500]
+                delay = backoff.next()
+                log.error("dispatcher: Redis refused a command: %s; retrying in %.1fs", why,
+                          delay, extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, delay)
+            except Exception:  # noqa: BLE001 - keep dispatching other work; say so loudly
+                delay = backoff.next()
+                log.exception("dispatcher pass failed; retrying in %.1fs", delay,
+                              extra={"queue": self._q})  # fmt: skip
+                await _sleep_or_stop(stop, delay)
+            finally:
+                try:
+                    await pubsub.aclose()
+                except REDIS_ERRORS:
+                    pass
+        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+            await self.heartbeat.leave(self.redis)
+        log.info("dispatcher stopped", extra={"queue": self._q})
+
+    async def _sync_declared(self) -> bool:
+        result = await asyncio.to_thread(self.app.sync_schedules)
+        log.info("declared schedules synced: %s", {k: len(v) for k, v in result.items()},
+                 extra={"queue": self._q})  # fmt: skip
+        return True
+
+    async def _wait(self, pubsub: Any, seconds: float, stop: asyncio.Event) -> None:
+        """Wait `seconds` on the client's clock, or less if a wake-up or stop arrives."""
+        if seconds <= 0:
+            # Still drain pending wake-ups so they don't pile up while we are busy.
+            while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.0):
+                self._woken()
+            return
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            # Check `stop` at least every 0.5 s without costing any Redis command.
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(left, 0.5))
+            if msg is not None:
+                self._woken()
+                return
+            await self.heartbeat.beat(self.redis, self.app.clock.now_ms())  # idle: every 5 s
+
+    def _woken(self) -> None:
+        """Something was published on `wake`: a new earliest run, or a rule created or changed
+        (schedule.lua), so the parts read their state again at the next pass."""
+        for part in self.parts:
+            part.invalidate()
+
+    async def close(self) -> None:
+        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+            await self.heartbeat.leave(self.redis)  # gone, not stale
+        await self.redis.aclose()
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass

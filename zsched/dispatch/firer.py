@@ -1,0 +1,397 @@
+"""Turning recurring rules into runs: the slot plan (pure) and the dispatcher's RuleFirer.
+
+`plan()` decides, for one rule at one instant, which slots fire, which are coalesced or
+skipped and why (misfire policy, catch-up budget); the `fire` script then applies it with a
+compare-and-set and decides overlap and duplicates. The simulator runs this same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from zsched.errors import RuleError
+from zsched.protocol.envelope import Envelope
+from zsched.rules.spec import Spec, State, decode_spec, decode_state
+from zsched.rules.triggers import Cron, Misfire, Overlap, slot_run_id
+from zsched.store import scripts as S
+from zsched.store.connection import is_cluster
+
+log = logging.getLogger(__name__)
+
+#: The fire outcome of a catch-up replay: recorded `ran_late`; fire.lua refuses the whole call
+#: (compare-and-set) if a run holds the rule's overlap lease when a replay would start.
+REPLAY = "replay"
+#: Slots examined per rule per pass; a longer outage is counted without listing every slot.
+MAX_SLOTS_PER_PASS = 1000
+LEDGER_MAXLEN = 10_000
+#: How soon a dispatcher comes back to drain catch-up fires held back by the budget.
+CATCH_UP_PAUSE_MS = 20
+LEDGER_MAX_AGE_MS = 30 * 24 * 3600 * 1000
+#: How soon a dispatcher looks again at replays that wait for a run of their rule to end
+#: (unlease publishes on `wake` when it does; this bounds the wait if nobody publishes).
+CATCH_UP_BLOCKED_MS = 1000
+
+
+@dataclass
+class Plan:
+    """What one rule does at one instant."""
+
+    fires: list[tuple[int, int, str]] = field(default_factory=list)  # (slot, run_at, outcome)
+    records: list[tuple[int, str, str, str]] = field(default_factory=list)
+    new_next: int | None = None
+    state: State = field(default_factory=State)
+    missed: int = 0
+    budget_used: int = 0
+
+
+def jitter_ms(spec: Spec, slot_ms: int) -> int:
+    """A deterministic spread in [0, jitter): the same slot always gets the same delay."""
+    if not spec.jitter_ms:
+        return 0
+    return zlib.crc32(f"{spec.schedule_id}@{slot_ms}".encode()) % spec.jitter_ms
+
+
+def due_slots(spec: Spec, next_ms: int, now_ms: int) -> tuple[list[int], int | None]:
+    """Slots from `next_ms` up to `now_ms` (bounded), and the first slot after them."""
+    slots: list[int] = []
+    slot: int | None = next_ms
+    while slot is not None and slot <= now_ms and len(slots) < MAX_SLOTS_PER_PASS:
+        if spec.end_ms is not None and slot > spec.end_ms:
+            return slots, None
+        slots.append(slot)
+        slot = spec.first_slot_after(slot)
+    if slot is not None and slot <= now_ms:
+        # Too many to list in one pass: the next pass goes on from here.
+        return slots, slot
+    return slots, slot
+
+
+def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int,
+         lease_free: bool = True) -> Plan:  # fmt: skip
+    """Decide the fires and outcomes of one rule at `now_ms`. Pure: no I/O, no clock.
+    `next_ms` is the rule's stored next fire if it is due, else None (catch-up only).
+    `lease_free`: no live run holds the rule's overlap lease (read by the caller)."""
+    slots, new_next = due_slots(spec, next_ms, now_ms) if next_ms is not None else ([], None)
+    # An outage longer than one pass lists stays due (new_next <= now): the next pass goes on.
+    p = Plan(new_next=new_next)
+    on_time = [s for s in slots if now_ms - s <= spec.misfire_grace_ms]
+    late = [s for s in slots if now_ms - s > spec.misfire_grace_ms]
+    p.missed = len(late)
+    sid = spec.schedule_id
+    backlog = list(state.backlog)
+    if late:
+        last_pass = new_next is None or new_next > now_ms
+        backlog = _misfire(spec, p, backlog, on_time, late, now_ms, last_pass)
+    for s in on_time:
+        p.fires.append((s, s + jitter_ms(spec, s), "ran"))
+    # Catch-up replays drain under the budget, after the on-time fires. Under overlap skip or
+    # queue they run one after another: one at a time, only while no run holds the lease,
+    # so no replay is ever skipped or queued because of another (docs/policies.md).
+    take = backlog[: max(0, _replay_room(spec, p, budget, lease_free))]
+    for s in take:
+        p.fires.append((s, now_ms, REPLAY))
+    p.budget_used = len(take)
+    backlog = backlog[len(take) :]
+    gaps, gap_checked = dst_gap_skips(spec, state, next_ms, now_ms)
+    p.records += [(g, "skipped", "dst_gap", slot_run_id(sid, g)) for g in gaps]
+    fired_slots = [f[0] for f in p.fires]
+    p.state = replace(
+        state,
+        last_slot_ms=max([*fired_slots, state.last_slot_ms or 0]) or state.last_slot_ms,
+        last_fire_ms=now_ms if fired_slots else state.last_fire_ms,
+        missed=state.missed + p.missed,
+        fired=state.fired + len(p.fires),
+        backlog=backlog,
+        gap_checked_ms=gap_checked,
+    )
+    return p
+
+
+def _replay_room(spec: Spec, p: Plan, budget: int, lease_free: bool) -> int:
+    """How many catch-up replays may start in this pass."""
+    if spec.overlap is Overlap.ALLOW:
+        return budget
+    return min(budget, 1) if lease_free and not p.fires else 0
+
+
+def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: list[int],
+             now_ms: int, last_pass: bool) -> list[int]:  # fmt: skip
+    """Apply the rule's misfire policy to its `late` slots: records and fires go into `p`; the
+    catch-up backlog (capped at max_catch_up) is returned. `last_pass`: no more missed slots
+    wait for the next pass (an outage of over MAX_SLOTS_PER_PASS slots takes several)."""
+    sid = spec.schedule_id
+    if spec.misfire is Misfire.CATCH_UP:
+        backlog += late
+        if len(backlog) > spec.max_catch_up:
+            cut = len(backlog) - spec.max_catch_up
+            for s in backlog[:cut]:
+                p.records.append((s, "skipped", "catch_up_cap", slot_run_id(sid, s)))
+            backlog = backlog[cut:]
+    elif spec.misfire is Misfire.COALESCE:
+        _coalesce(spec, p, on_time, late, now_ms, last_pass)
+    else:
+        for s in late:
+            p.records.append((s, "skipped", "grace_passed", slot_run_id(sid, s)))
+    return backlog
+
+
+def _coalesce(spec: Spec, p: Plan, on_time: list[int], late: list[int], now_ms: int,
+              last_pass: bool) -> None:  # fmt: skip
+    """One run stands for all missed slots: the on-time fire, else the newest missed slot."""
+    if not last_pass:  # that slot is listed by a later pass
+        for s in late:
+            p.records.append((s, "coalesced", "into a later slot's run", ""))
+        return
+    target = on_time[0] if on_time else late[-1]
+    into = slot_run_id(spec.schedule_id, target)
+    for s in late:
+        if s != target:
+            p.records.append((s, "coalesced", f"into {into}", into))
+    if not on_time:
+        p.fires.append((target, now_ms + jitter_ms(spec, target), "ran_late"))
+
+
+_OFFSET_STEP_MS = 7 * 86_400_000
+
+
+def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
+                  ) -> tuple[list[int], int | None]:  # fmt: skip
+    """Fires a `dst_gap="skip"` cron rule dropped because their wall time did not exist.
+
+    They are the fires the same rule would make with `dst_gap="shift"` (moved to the end of the
+    gap) that are not fires of the rule itself; each is recorded at that instant, so the
+    ledger says why the day had no run. A wildcard rule's dropped slots merge into a real
+    slot at the gap's end and are not listed: they simply do not exist (docs/policies.md).
+    """
+    trig = spec.trigger
+    if not isinstance(trig, Cron) or trig.dst_gap != "skip" or next_ms is None:
+        return [], state.gap_checked_ms
+    # Never checked yet: from the rule's creation, so a gap before its first fire is listed.
+    first = state.created_ms if state.created_ms is not None else next_ms
+    lo = state.gap_checked_ms if state.gap_checked_ms is not None else first - 1
+    lo = max(lo, (state.created_ms or lo) - 1)
+    if now_ms <= lo:
+        return [], state.gap_checked_ms
+    zone = ZoneInfo(trig.tz)
+
+    def offset(ms: int) -> object:
+        return zone.utcoffset(datetime.fromtimestamp(ms / 1000, zone))
+
+    # No transition in between: the common case, cheap. Sampled weekly, not only at the ends:
+    # a spring and an autumn transition cancel out over a long window (a yearly rule, an
+    # outage); two transitions less than a week apart would still be missed.
+    samples = [*range(lo, now_ms, _OFFSET_STEP_MS), now_ms]
+    if len({offset(t) for t in samples}) == 1:
+        return [], now_ms
+    shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
+    own = set(trig.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS))
+    gaps = [s for s in shifted.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS) if s not in own]
+    return gaps, now_ms
+
+
+def fire_args(spec: Spec, raw_spec: bytes, raw_state: bytes, next_ms: int | None,
+              new_next: int | None, p: Plan, now_ms: int) -> S.FireArgs:  # fmt: skip
+    """The fire script's arguments: what was read (`*_raw`, `next_ms`) and what to write."""
+    sid = spec.schedule_id
+    lease = spec.lease_ms if spec.overlap is not Overlap.ALLOW else None
+    fires = []
+    for slot, run_at, outcome in p.fires:
+        rid = slot_run_id(sid, slot)
+        env = Envelope(rid, spec.task, spec.payload, run_at, slot, now_ms, schedule_id=sid,
+                       lease_ms=lease).encode()  # fmt: skip
+        fires.append((rid, run_at, slot, env, outcome))
+    return S.FireArgs(
+        schedule_id=sid,
+        expected_spec=raw_spec,
+        expected_next=next_ms,
+        expected_state=raw_state,
+        new_next=new_next,
+        new_state=p.state.encode(),
+        catchup_head=p.state.catchup_head,
+        overlap=str(spec.overlap),
+        lease_ms=spec.lease_ms,
+        fires=fires,
+        records=p.records,
+    )
+
+
+#: A pass reads the rules at least this often even with no change announced on `wake`
+#: (rules written by a client that does not publish). Idle dispatchers pass less often than
+#: this anyway (max_idle_ms), so it adds no request then.
+RULES_RECHECK_S = 5.0
+
+
+class RuleFirer:
+    """A dispatcher part: fires the due rules of one queue each pass (see Dispatcher.parts)."""
+
+    def __init__(self, app: Any, redis: Any, scripts: S.AsyncScripts, *,
+                 rules_per_pass: int = 100, catch_up_budget: int = 100,
+                 max_backlog: int = 50_000) -> None:  # fmt: skip
+        self.app = app
+        self.redis = redis
+        self.scripts = scripts
+        self.rules_per_pass = rules_per_pass
+        self.catch_up_budget = catch_up_budget
+        self.max_backlog = max_backlog
+        self.conflicts = 0
+        #: Rules of the last pass whose catch-up replays wait for the overlap lease.
+        self.blocked = 0
+        self.audit_every_s = 60.0
+        self._next_audit = 0.0
+        # What the last pass learned: the earliest next fire (Redis clock; None: no rule) and
+        # when, on this process's monotonic clock, that is. Until then, and unless told of a
+        # change (invalidate), a pass need not read the rules: one round trip less before
+        # every timed dispatch.
+        self._known: int | None = None
+        self._due_at = 0.0
+        self._read_at = -RULES_RECHECK_S
+        self._dirty = True
+
+    def invalidate(self) -> None:
+        """Read the rules at the next pass: something was published on `wake` (a rule was
+        created or changed: schedule.lua publishes), or the subscription was interrupted."""
+        self._dirty = True
+
+    def _still_known(self, now_ms: int | None) -> bool:
+        mono = time.monotonic()
+        if self._dirty or mono - self._read_at >= RULES_RECHECK_S:
+            return False
+        if self._known is None:
+            return True
+        if now_ms is not None:  # a fake clock: both times are its own
+            return now_ms < self._known
+        return mono < self._due_at
+
+    def _learn(self, head: int | None, now: int, read_at: float) -> int | None:
+        self._known, self._read_at, self._dirty = head, read_at, False
+        self._due_at = read_at + (head - now) / 1000 if head is not None else 0.0
+        return head
+
+    async def tick(self, now_ms: int | None) -> int | None:
+        """Fire what is due; return the earliest next fire (or now, if catch-up remains).
+        A pass before the next known fire, with no change announced, costs nothing; else
+        one round trip when nothing is due."""
+        if self._still_known(now_ms):
+            await self._maybe_audit()
+            return self._known
+        k = self.app.keys
+        read_at = time.monotonic()
+        # A cluster pipeline refuses keyless commands such as TIME: read it on its own there.
+        cluster = is_cluster(self.redis)
+        pipe = self.redis.pipeline(transaction=False)
+        if not cluster:
+            pipe.time()
+        pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1, withscores=True)
+        pipe.zrange(k.rule_catchup, 0, self.rules_per_pass - 1)
+        pipe.xlen(k.ready)
+        replies = await pipe.execute()
+        t = await self.redis.time() if cluster else replies.pop(0)
+        heads, catchup, backlog = replies
+        now = now_ms if now_ms is not None else int(t[0]) * 1000 + int(t[1]) // 1000
+        due = {_s(m): int(sc) for m, sc in heads if int(sc) <= now}
+        ids = list(dict.fromkeys([*due, *(_s(m) for m in catchup)]))
+        await self._maybe_audit()
+        if not ids:
+            return self._learn(int(heads[0][1]) if heads else None, now, read_at)
+        budget = int(self.catch_up_budget * max(0.0, 1 - backlog / max(1, self.max_backlog)))
+        self.blocked = 0
+        await self._fire(ids, now, budget)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrange(k.rule_next, 0, 0, withscores=True)
+        pipe.zcard(k.rule_catchup)
+        nxt, more = await pipe.execute()
+        head = int(nxt[0][1]) if nxt else None
+        if more:  # catch-up left to drain under the budget: come back soon, not at once
+            # Replays that only wait for a run to end: unlease publishes when it does.
+            pause = CATCH_UP_BLOCKED_MS if self.blocked >= more else CATCH_UP_PAUSE_MS
+            soon = now + pause
+            head = min(head, soon) if head is not None else soon
+        return self._learn(head, now, read_at)
+
+    async def _maybe_audit(self) -> None:
+        """Every minute, recount slots without an outcome (a hung replica shows up here)."""
+        if time.monotonic() < self._next_audit:
+            return
+        self._next_audit = time.monotonic() + self.audit_every_s
+        from zsched.rules.audit import audit
+
+        try:
+            results = await asyncio.to_thread(audit, self.app)
+        except Exception:  # noqa: BLE001 - the audit must never stop dispatching
+            log.exception("ledger audit failed", extra={"queue": self.app.queue})
+            return
+        for r in results:
+            self.app.metrics.unaccounted_slots.labels(self.app.queue, r.schedule_id).set(
+                len(r.unaccounted)
+            )
+
+    async def _fire(self, ids: list[str], now: int, budget: int) -> None:
+        k = self.app.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(k.rules, ids)
+        pipe.hmget(k.rule_state, ids)
+        pipe.zmscore(k.rule_next, ids)
+        for sid in ids:
+            pipe.get(k.lease(sid))
+        specs, states, nexts, *holders = await pipe.execute()
+        free = await self._leases_free(ids, holders)
+        for sid, raw_spec, raw_state, nxt in zip(ids, specs, states, nexts, strict=True):
+            if raw_spec is None:
+                continue
+            try:
+                spec = decode_spec(raw_spec)
+            except RuleError as exc:
+                log.error("rule %s cannot be read: %s", sid, exc, extra={"queue": self.app.queue})
+                continue
+            next_ms = int(nxt) if nxt is not None else None
+            fire_now = next_ms if next_ms is not None and next_ms <= now else None
+            p = plan(spec, decode_state(raw_state), fire_now, now, budget, free[sid])
+            if p.state.backlog and not p.budget_used and not free[sid]:
+                self.blocked += 1
+            # Not due, only draining catch-up: the next fire stays as it is.
+            new_next = p.new_next if fire_now is not None else next_ms
+            args = fire_args(spec, raw_spec, raw_state or b"", next_ms, new_next, p, now)
+            r = await self.scripts.run(
+                S.fire(k, args, now_ms=self.app.clock.now_ms(),
+                       dedupe_window_ms=self.app.settings.dedupe_window_ms,
+                       ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=LEDGER_MAX_AGE_MS)
+            )  # fmt: skip
+            if not r.ok:
+                self.conflicts += 1
+                continue
+            budget -= p.budget_used
+            self._count(spec, p, r)
+
+    async def _leases_free(self, ids: list[str], holders: list[Any]) -> dict[str, bool]:
+        """Whether each rule's overlap lease is free: no key, or its run is no longer live."""
+        held = [(sid, h) for sid, h in zip(ids, holders, strict=True) if h is not None]
+        free = {sid: True for sid in ids}
+        if held:
+            pipe = self.redis.pipeline(transaction=False)
+            for _, h in held:
+                pipe.hexists(self.app.keys.runs, h)
+            for (sid, _), live in zip(held, await pipe.execute(), strict=True):
+                free[sid] = not live
+        return free
+
+    def _count(self, spec: Spec, p: Plan, r: S.FireResult) -> None:
+        m, q, sid = self.app.metrics, self.app.queue, spec.schedule_id
+        if r.fired:
+            m.fires.labels(q, sid).inc(r.fired)
+        if p.missed:
+            m.missed_slots.labels(q, sid, str(spec.misfire)).inc(p.missed)
+        if r.overlap_skipped:
+            m.overlap_skips.labels(q, sid).inc(r.overlap_skipped)
+        if r.duplicates:
+            m.duplicates.labels(q, "fire").inc(r.duplicates)
+
+
+def _s(b: Any) -> str:
+    return b.decode() if isinstance(b, bytes) else str(b)

@@ -1,0 +1,67 @@
+"""Noticing that Redis lost a queue's data: a restart without persistence, or a flush.
+
+Redis answers as usual after such a loss, so nothing else would say that every delayed run
+vanished. Each dispatcher keeps the queue's `epoch` marker (a random token, set once with
+SET NX) and the server's INFO `run_id`. When the marker it saw is gone or replaced, it logs
+an ERROR naming the queue; a restart that kept the data is only an INFO line. INFO is
+optional (fakeredis has none): the marker alone decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from typing import Any
+
+import redis.exceptions
+
+from zsched.protocol.keys import QueueKeys
+
+log = logging.getLogger("zsched.dispatch.dispatcher")
+
+
+class DataWatch:
+    """Checks, at most every `every_s`, that the queue's marker is the one seen before."""
+
+    def __init__(self, redis: Any, keys: QueueKeys, queue: str, every_s: float = 5.0) -> None:
+        self.redis, self.keys, self.queue, self.every_s = redis, keys, queue, every_s
+        self.token: bytes | None = None
+        self.run_id: str | None = None
+        self._next = 0.0
+
+    async def check(self, force: bool = False) -> bool:
+        """True when the data vanished since the last check (and that was logged)."""
+        now = time.monotonic()
+        if not force and now < self._next:
+            return False
+        self._next = now + self.every_s
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.epoch, secrets.token_hex(8), nx=True)
+        pipe.get(self.keys.epoch)
+        _, token = await pipe.execute()
+        run_id = await self._server_run_id()
+        lost = self.token is not None and token != self.token
+        restarted = bool(self.run_id and run_id and run_id != self.run_id)
+        if lost:
+            how = f" (server restarted: run_id {self.run_id} -> {run_id})" if restarted else ""
+            log.error(
+                "Redis lost the data of queue %s%s: its marker key is gone. Runs, rules and "
+                "history stored before are lost. Cause: a restart without persistence "
+                "(enable appendonly), FLUSHALL/FLUSHDB, or a failover to an empty replica.",
+                self.queue, how, extra={"queue": self.queue},
+            )  # fmt: skip
+        elif restarted:
+            log.info("Redis server restarted (run_id %s -> %s); queue %s data intact",
+                     self.run_id, run_id, self.queue, extra={"queue": self.queue})  # fmt: skip
+        self.token, self.run_id = token, run_id or self.run_id
+        return lost
+
+    async def _server_run_id(self) -> str | None:
+        try:
+            info = await self.redis.info("server")
+        except (redis.exceptions.ResponseError, NotImplementedError, AttributeError, TypeError):
+            return None  # fakeredis, or a proxy that hides INFO: the marker still works
+        if isinstance(info, dict) and isinstance(info.get("run_id"), str):
+            return str(info["run_id"])
+        return None

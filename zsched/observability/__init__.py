@@ -1,0 +1,3 @@
+"""What zsched tells operators: Prometheus metrics, the collector, Redis-side counters,
+structured logs and tracing.
+"""

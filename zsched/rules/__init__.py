@@ -1,0 +1,3 @@
+"""Recurring rules: triggers (cron, every), DST, the stored spec, rule operations, the
+ledger audit, the simulator and rule controls.
+"""

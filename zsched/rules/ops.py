@@ -1,0 +1,253 @@
+"""Operations on a queue's recurring rules: upsert, pause, resume, remove, backfill, list,
+and syncing the rules declared in code. App methods delegate here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from zsched.dispatch.firer import LEDGER_MAXLEN
+from zsched.errors import RuleError, ScheduleNotFound
+from zsched.protocol.envelope import Envelope
+from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
+from zsched.rules.spec import _instant_ms as instant_ms
+from zsched.rules.triggers import slot_run_id
+from zsched.store import scripts as S
+
+if TYPE_CHECKING:
+    from zsched.app import App
+
+log = logging.getLogger(__name__)
+#: Slots listed one by one when a paused rule resumes; more are counted, not listed.
+MAX_PAUSED_RECORDS = 1000
+#: Read-then-write attempts of an edit or a pause racing a dispatcher that fires the rule.
+CAS_ATTEMPTS = 5
+#: Longest pause note (characters).
+MAX_NOTE = 500
+
+
+def server_now_ms(app: App) -> int:
+    now = app.clock.now_ms()
+    if now is not None:
+        return now
+    sec, usec = app.redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _read(app: App, sid: str) -> tuple[bytes | None, bytes | None, int | None]:
+    pipe = app.redis.pipeline(transaction=False)
+    pipe.hget(app.keys.rules, sid)
+    pipe.hget(app.keys.rule_state, sid)
+    pipe.zscore(app.keys.rule_next, sid)
+    raw_spec, raw_state, nxt = pipe.execute()
+    return raw_spec, raw_state, None if nxt is None else int(nxt)
+
+
+def load(app: App, sid: str) -> tuple[Spec, State, bytes, bytes, int | None]:
+    raw_spec, raw_state, nxt = _read(app, sid)
+    if raw_spec is None:
+        raise ScheduleNotFound(f"no schedule {sid!r} in queue {app.queue!r}")
+    return decode_spec(raw_spec), decode_state(raw_state), raw_spec, raw_state or b"", nxt
+
+
+def upsert(app: App, schedule_id: str, task_name: str, **options: Any) -> int:
+    """Create or edit a rule. Returns SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
+    spec = build_spec(schedule_id, task_name, **options)
+    return _with_cas(schedule_id, lambda: _upsert_once(app, spec, "paused" in options))
+
+
+def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
+    """Run a read-then-write of a rule until no dispatcher changed the rule in between."""
+    for _ in range(CAS_ATTEMPTS):
+        code = attempt()
+        if code != S.SCHEDULE_CHANGED:
+            return code
+    raise RuleError(f"schedule {schedule_id} kept changing while being written; try again")
+
+
+def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
+    schedule_id = spec.schedule_id
+    now = server_now_ms(app)
+    raw_old, raw_state, old_next = _read(app, schedule_id)
+    new_raw = spec.encode()
+    expected = (raw_old or b"", old_next, raw_state or b"")
+    if raw_old is None:
+        state = State(created_ms=now, updated_ms=now, paused_at_ms=now if spec.paused else None)
+        nxt = None if spec.paused else spec.first_slot_after(now - 1)
+        return app.scripts.run(
+            S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(), expected=expected)
+        )
+    if raw_old == new_raw:
+        return S.SCHEDULE_UNCHANGED
+    old = decode_spec(raw_old)
+    if not paused_given and old.paused:
+        # An edit that does not mention pausing keeps a pause made with pause_schedule (a
+        # declared rule synced at every dispatcher start, an app that upserts at boot).
+        spec = replace(spec, paused=True)
+        new_raw = spec.encode()
+        if raw_old == new_raw:
+            return S.SCHEDULE_UNCHANGED
+    if old.paused != spec.paused:
+        raise RuleError(f"schedule {schedule_id}: use pause_schedule/resume_schedule to pause")
+    # Catch-up replays still waiting stay (replayed under the new spec): none is lost.
+    state = replace(decode_state(raw_state), updated_ms=now)
+    if spec.paused:
+        nxt = None
+    elif old_next is not None and old_next <= now:
+        nxt = old_next  # a slot already due fires under the new spec; none is lost
+    else:
+        nxt = spec.first_slot_after(now)
+    head = None if spec.paused else state.catchup_head
+    return app.scripts.run(S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(),
+                                      catchup_head=head, expected=expected))  # fmt: skip
+
+
+def remove(app: App, schedule_id: str) -> bool:
+    return app.scripts.run(S.unschedule(app.keys, schedule_id)) == 1
+
+
+def pause(app: App, schedule_id: str, note: str | None = None) -> bool:
+    """Stop firing; slots until resume are recorded as skipped (paused, with the note).
+    False if paused. Catch-up replays still waiting are kept, and replayed after resume."""
+    if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE):
+        raise RuleError(
+            f"pause note of {schedule_id} must be text of at most {MAX_NOTE} characters"
+        )
+    code = _with_cas(schedule_id, lambda: _pause_once(app, schedule_id, note or None))
+    return code == S.SCHEDULE_UPDATED
+
+
+def _pause_once(app: App, schedule_id: str, note: str | None) -> int:
+    spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
+    if spec.paused:
+        return S.SCHEDULE_UNCHANGED
+    now = server_now_ms(app)
+    since = nxt if nxt is not None else now  # the first slot not handled yet
+    new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note)
+    return app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(),
+                                      None, new_state.encode(),
+                                      expected=(raw_spec, nxt, raw_state)))  # fmt: skip
+
+
+def resume(app: App, schedule_id: str) -> bool:
+    """Fire again from now on; the slots missed while paused get the outcome skipped/paused."""
+    spec, state, _, raw_state, _ = load(app, schedule_id)
+    if not spec.paused:
+        return False
+    now = server_now_ms(app)
+    live = replace(spec, paused=False)
+    raw_live = live.encode()
+    app.scripts.run(S.schedule(app.keys, schedule_id, raw_live, None))  # still inactive
+    since = state.paused_at_ms if state.paused_at_ms is not None else now
+    slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
+             if live.end_ms is None or s <= live.end_ms]  # fmt: skip
+    why = f"paused: {state.pause_note}" if state.pause_note else "paused"
+    records = [(s, "skipped", why, slot_run_id(schedule_id, s)) for s in slots]
+    # The schedule call kept the stored state, so what `load` read is still the CAS token.
+    new_state = replace(state, paused_at_ms=None, updated_ms=now, paused_ms=None, pause_note=None)
+    args = S.FireArgs(
+        schedule_id, raw_live, None, raw_state, live.first_slot_after(now),
+        new_state.encode(), state.catchup_head,  # replays a pause kept
+        str(live.overlap), live.lease_ms, [], records,
+    )  # fmt: skip
+    r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
+                               dedupe_window_ms=app.settings.dedupe_window_ms,
+                               ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
+    if not r.ok:
+        raise RuleError(f"schedule {schedule_id} changed while resuming; try again")
+    return True
+
+
+def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime | float) -> int:
+    """Enqueue the rule's slots in [start, end] with their usual run ids, due now. Slots the
+    ledger shows as run, and run ids still live or recently done, are not enqueued again.
+    Returns how many runs were added."""
+    spec, _, _, _, _ = load(app, schedule_id)
+    lo, hi = instant_ms(start, "start"), instant_ms(end, "end")
+    assert lo is not None and hi is not None
+    if hi < lo:
+        raise RuleError(f"backfill of {schedule_id}: end is before start")
+    slots = spec.trigger.slots_between(lo - 1, hi, 10_000)
+    ran = {row["slot_ms"] for row in history(app, schedule_id, LEDGER_MAXLEN)
+           if row["outcome"] in ("ran", "ran_late", "backfilled")}  # fmt: skip
+    now = server_now_ms(app)
+    todo = [s for s in slots if s not in ran]
+    recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
+    added = 0
+    for i in range(0, max(1, len(todo)), S.MAX_BATCH):
+        chunk = todo[i : i + S.MAX_BATCH]
+        groups = []
+        for s in chunk:
+            rid = slot_run_id(schedule_id, s)
+            env = Envelope(rid, spec.task, spec.payload, now, s, now, schedule_id=schedule_id)
+            groups.append((rid, s, env.encode()))
+        codes = app.scripts.run(S.backfill(
+            app.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
+            now_ms=app.clock.now_ms(), dedupe_window_ms=app.settings.dedupe_window_ms,
+            ledger_maxlen=LEDGER_MAXLEN,
+        ))  # fmt: skip
+        added += sum(1 for c in codes if c == S.ENQUEUED)
+    return added
+
+
+def history(app: App, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
+    """The rule's ledger, newest first: slot_ms, outcome, reason, run_id, at_ms."""
+    rows = app.redis.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=count)
+    out = []
+    for _, f in rows:
+        d = {k.decode(): v.decode() for k, v in f.items()}
+        out.append({"slot_ms": int(d["slot_ms"]), "outcome": d["outcome"],
+                    "reason": d.get("reason", ""), "run_id": d.get("run_id", ""),
+                    "at_ms": int(d.get("at_ms", 0))})  # fmt: skip
+    return out
+
+
+def infos(app: App) -> list[ScheduleInfo]:
+    k, r = app.keys, app.redis
+    pipe = r.pipeline(transaction=False)
+    pipe.hgetall(k.rules)
+    pipe.hgetall(k.rule_state)
+    pipe.zrange(k.rule_next, 0, -1, withscores=True)
+    specs, states, nexts = pipe.execute()
+    nxt = {m.decode(): int(s) for m, s in nexts}
+    ids = sorted(m.decode() for m in specs)
+    pipe = r.pipeline(transaction=False)
+    for sid in ids:
+        pipe.xrevrange(k.ledger(sid), "+", "-", count=1)
+    lasts = pipe.execute()
+    out = []
+    for sid, last in zip(ids, lasts, strict=True):
+        spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
+        outcome = last[0][1].get(b"outcome", b"").decode() if last else None
+        out.append(ScheduleInfo(
+            sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
+            nxt.get(sid), state.last_slot_ms, state.last_fire_ms, outcome, state.missed,
+            state.fired, len(state.backlog), state.paused_ms if spec.paused else None,
+            state.pause_note if spec.paused else None,
+        ))  # fmt: skip
+    return out
+
+
+def sync_declared(
+    app: App, declared: dict[str, dict[str, Any]], prune: bool = False
+) -> dict[str, list[str]]:
+    """Upsert the rules declared in code; report (and with prune, remove) rules only in Redis."""
+    names = ("created", "updated", "unchanged", "undeclared", "removed")
+    result: dict[str, list[str]] = {n: [] for n in names}
+    for sid, opts in declared.items():
+        opts = dict(opts)
+        code = upsert(app, sid, opts.pop("task"), **opts)
+        result[{S.SCHEDULE_CREATED: "created", S.SCHEDULE_UPDATED: "updated",
+                S.SCHEDULE_UNCHANGED: "unchanged"}[code]].append(sid)  # fmt: skip
+    stored = {m.decode() for m in app.redis.hkeys(app.keys.rules)}
+    for sid in sorted(stored - set(declared)):
+        if prune and remove(app, sid):
+            result["removed"].append(sid)
+        else:
+            result["undeclared"].append(sid)
+            log.warning("schedule %s is in Redis but not declared in code (kept; prune removes)",
+                        sid, extra={"queue": app.queue})  # fmt: skip
+    return result

@@ -1,0 +1,295 @@
+"""Read-side views of a queue: one run's state, queue status, dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+
+from zsched.errors import PayloadError, RunNotFound
+from zsched.protocol.envelope import Envelope, decode
+from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.runs import outcomes as _outcomes
+from zsched.store import scripts as S
+from zsched.store.delayed import untag
+from zsched.worker.tasks import ms_to_datetime
+
+if TYPE_CHECKING:
+    from zsched.app import App
+
+#: How far back get_run looks through the dead-letter stream for a run id.
+DEAD_SCAN_LIMIT = 10_000
+
+
+def _s(b: Any) -> str:
+    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Where a run is and its times. state: scheduled, ready, running, done, dead or
+    cancelled (`cancelled_at`; kept for the dedupe window). `cancel_requested`: a running
+    run was asked to stop and its worker has not ended it yet."""
+
+    run_id: str
+    state: str
+    task: str | None = None
+    attempt: int | None = None
+    run_at: datetime | None = None
+    scheduled_for: datetime | None = None
+    done_at: datetime | None = None
+    dead_reason: str | None = None
+    consumer: str | None = None
+    idle_ms: int | None = None
+    deliveries: int | None = None
+    cancelled_at: datetime | None = None
+    cancel_requested: bool | None = None
+    #: A finished run (done, dead, cancelled): when it finished.
+    finished_at: datetime | None = None
+    #: Kept for tasks with keep_result=True (zsched/runs/outcomes.py): attempts made, the last
+    #: attempt's duration, the handler's return value, or why it was not kept.
+    attempts: int | None = None
+    duration_ms: int | None = None
+    result: Any = None
+    result_error: str | None = None
+    #: A scheduled run deferred by its task's limits: the task whose limit it waits for.
+    waiting_for_limit: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in vars(self).items()}
+
+
+def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> RunStatus:
+    env: Envelope | None = None
+    if raw:
+        try:
+            env = decode(untag(raw)[1], run_id)
+        except PayloadError:
+            env = None
+    if env is None:
+        return RunStatus(run_id, state, **extra)
+    return RunStatus(
+        run_id,
+        state,
+        task=env.task,
+        attempt=env.attempt,
+        run_at=ms_to_datetime(env.run_at_ms),
+        scheduled_for=ms_to_datetime(env.scheduled_ms),
+        **extra,
+    )
+
+
+def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
+    pipe = r.pipeline(transaction=False)
+    pipe.hget(k.runs, run_id)
+    pipe.hget(k.entries, run_id)
+    pipe.zscore(k.done, run_id)
+    pipe.zscore(k.cancelled, run_id)
+    pipe.hget(k.outcomes, run_id)
+    raw, entry, done_at, cancelled_at, outcome = pipe.execute()
+    if raw is not None and entry is None:
+        # Live and not on the stream: in the delayed set, due when its value's tag says.
+        st = _from_envelope(run_id, "scheduled", raw)
+        due = untag(raw)[0]
+        if due is not None:
+            st = replace(st, run_at=ms_to_datetime(due))
+        if st.task and r.zscore(k.limit_waiting(st.task), run_id) is not None:
+            st = replace(st, waiting_for_limit=st.task)
+        return st
+    if raw is not None and entry is not None:
+        try:
+            pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            pending = []  # no worker has joined yet
+        if pending:
+            p = pending[0]
+            asked = _s(r.get(k.cancel_request(run_id)) or b"") == _s(entry)
+            return _from_envelope(
+                run_id, "running", raw, consumer=_s(p["consumer"]),
+                idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
+                cancel_requested=asked,
+            )  # fmt: skip
+        return _from_envelope(run_id, "ready", raw)
+    finished = _finished(r, k, run_id, done_at, cancelled_at)
+    if finished is None:
+        raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+    return _with_outcome(finished, outcome)
+
+
+def _finished(
+    r: Any, k: QueueKeys, run_id: str, done_at: Any, cancelled_at: Any
+) -> RunStatus | None:
+    if done_at is not None:
+        at = ms_to_datetime(int(float(done_at)))
+        return RunStatus(run_id, "done", done_at=at, finished_at=at)
+    if cancelled_at is not None:
+        at = ms_to_datetime(int(float(cancelled_at)))
+        return RunStatus(run_id, "cancelled", cancelled_at=at, finished_at=at)
+    for _entry_id, fields in _scan_dead(r, k):
+        if _s(fields.get(b"run_id", b"")) == run_id:
+            dead_ms = fields.get(b"dead_at_ms")
+            return _from_envelope(
+                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b"")),
+                finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
+            )  # fmt: skip
+    return None
+
+
+def _with_outcome(st: RunStatus, raw: bytes | None) -> RunStatus:
+    """A finished run's status with its kept outcome (keep_result tasks), if any."""
+    o = _outcomes.decode(raw) if raw else None
+    if o is None:
+        return st
+    return replace(st, attempts=o.attempts, duration_ms=o.duration_ms, result=o.result,
+                   result_error=o.result_error)  # fmt: skip
+
+
+def _scan_dead(r: Any, k: QueueKeys) -> Iterable[tuple[bytes, dict[bytes, bytes]]]:
+    end, seen = "+", 0
+    while seen < DEAD_SCAN_LIMIT:
+        batch = r.xrevrange(k.dead, end, "-", count=500)
+        if not batch:
+            return
+        yield from batch
+        seen += len(batch)
+        if len(batch) < 500:
+            return
+        end = "(" + _s(batch[-1][0])
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """A snapshot of one queue."""
+
+    queue: str
+    now_ms: int
+    delayed: int
+    due: int
+    oldest_due_age_ms: int
+    stream_length: int
+    pending: int
+    oldest_pending_idle_ms: int
+    dead: int
+    done_records: int
+    stats: dict[str, int] = field(default_factory=dict)
+    #: Paused by pause_queue (dispatchers move nothing): since when, and the note.
+    paused: bool = False
+    paused_ms: int | None = None
+    pause_note: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
+    call = S.status(k, now_ms=None)
+    sec, usec, delayed, due, head, _exact = r.register_script(S.source("status"))(
+        keys=call.keys, args=call.args
+    )
+    pipe = r.pipeline(transaction=False)
+    pipe.xlen(k.ready)
+    pipe.xlen(k.dead)
+    pipe.zcard(k.done)
+    pipe.hgetall(k.stats)
+    pipe.hmget(k.control, "paused_ms", "pause_note")
+    xlen, dead, done, stats, (paused_ms, note) = pipe.execute()
+    now_ms = int(sec) * 1000 + int(usec) // 1000
+    oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
+    pending, oldest_idle = 0, 0
+    if xlen:
+        try:
+            summary = r.xpending(k.ready, GROUP)
+            pending = int(summary["pending"])
+            if pending:
+                rows = r.xpending_range(k.ready, GROUP, "-", "+", 100)
+                oldest_idle = max((int(x["time_since_delivered"]) for x in rows), default=0)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+    return QueueStatus(
+        k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
+        int(dead), int(done), {_s(a): int(b) for a, b in stats.items()},
+        paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
+        _s(note) if note else None,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One entry of the dead-letter stream."""
+
+    entry_id: str
+    run_id: str
+    reason: str
+    dead_at: datetime | None
+    envelope: bytes
+    task: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in vars(self).items() if k != "envelope"}
+        d["dead_at"] = self.dead_at.isoformat() if self.dead_at else None
+        return d
+
+
+def _dead_letter(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
+    raw = f.get(b"envelope", b"")
+    try:
+        task: str | None = decode(raw, _s(f.get(b"run_id", b""))).task
+    except PayloadError:
+        task = None
+    at = f.get(b"dead_at_ms")
+    return DeadLetter(
+        _s(entry_id), _s(f.get(b"run_id", b"")), _s(f.get(b"reason", b"")),
+        ms_to_datetime(int(at)) if at else None, raw, task,
+    )  # fmt: skip
+
+
+def dead_letters(r: Any, k: QueueKeys, count: int, start: str = "-") -> list[DeadLetter]:
+    return [_dead_letter(i, f) for i, f in r.xrange(k.dead, start, "+", count=count)]
+
+
+def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
+    """Returns counts: replayed, missing, live (a run with that id is live), undecodable."""
+    r, k = app.redis, app.keys
+    if entry_ids is None:
+        letters = [_dead_letter(i, f) for i, f in r.xrange(k.dead, "-", "+")]
+    else:
+        entry_ids = list(entry_ids)  # read twice: a generator would be empty the second time
+        letters = []
+        for eid in entry_ids:
+            rows = r.xrange(k.dead, eid, eid)
+            letters.extend(_dead_letter(i, f) for i, f in rows)
+    counts = {"replayed": 0, "missing": 0, "live": 0, "undecodable": 0}
+    if entry_ids is not None:
+        counts["missing"] = len(entry_ids) - len(letters)
+    groups: list[tuple[str, str, bytes]] = []
+    now = app._local_ms()
+    for d in letters:
+        try:
+            env = decode(d.envelope, d.run_id)
+        except PayloadError:
+            counts["undecodable"] += 1
+            continue
+        fresh = Envelope(env.run_id, env.task, env.payload, now, env.scheduled_ms, now,
+                         1, env.schedule_id, env.max_attempts)  # fmt: skip
+        groups.append((d.entry_id, env.run_id, fresh.encode()))
+    for i in range(0, len(groups), S.MAX_BATCH):
+        codes = app.scripts.run(S.replay(k, groups[i : i + S.MAX_BATCH], now_ms=app.clock.now_ms()))
+        for c in codes:
+            key = {S.REPLAYED: "replayed", S.NOT_FOUND: "missing", S.REPLAY_LIVE: "live"}[c]
+            counts[key] += 1
+    return counts
+
+
+def purge_dead(r: Any, k: QueueKeys, entry_ids: Iterable[str] | None) -> int:
+    if entry_ids is None:
+        n = int(r.xlen(k.dead))
+        r.delete(k.dead)
+        return n
+    ids = list(entry_ids)
+    return int(r.xdel(k.dead, *ids)) if ids else 0

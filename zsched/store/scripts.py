@@ -1,0 +1,507 @@
+"""Lua loading and one typed wrapper per script.
+
+Each wrapper builds a `Call` (script name, KEYS, ARGV, reply decoder) so the same call runs
+on a sync or an asyncio client, alone or in a pipeline. `Scripts`/`AsyncScripts` register the
+sources with redis-py (EVALSHA, reload after NOSCRIPT, pipeline-safe) and decode every reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import redis
+
+from zsched.errors import ScriptError
+from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.store.direct import DEFAULT_SPIN_US, FALLBACK, DirectConnections
+
+T = TypeVar("T")
+
+NAMES = (
+    "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
+    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill", "hold",
+    "reschedule", "replace", "revoke", "discard", "record", "pause", "resume",
+    "acquire",
+)  # fmt: skip
+#: Hard bound of every batched script (runs per call).
+MAX_BATCH = 1000
+
+# Reply codes, named once.
+ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE = 1, 0, 2
+OK, FENCED = 1, 0
+CANCELLED, NOT_FOUND, NOT_CANCELLABLE = 1, 0, 2
+REPLAYED, REPLAY_LIVE = 1, 2
+SCHEDULE_UNCHANGED, SCHEDULE_CREATED, SCHEDULE_UPDATED, SCHEDULE_CHANGED = 0, 1, 2, 3
+
+
+def lua_dir() -> Path:
+    """The folder holding the .lua files: the repo's lua/ or the installed package data.
+
+    The wheel installs them as zsched/lua/, a folder without __init__.py, so
+    importlib.resources sees a namespace package whose str() is not a path: look for
+    the folder beside this package first, and only then ask importlib.resources.
+    """
+    here = Path(__file__).resolve()
+    for parent in here.parents[:3]:  # the repo's lua/, or zsched/lua/ in site-packages
+        candidate = parent / "lua"
+        if (candidate / "enqueue.lua").is_file():
+            return candidate
+    traversable = resources.files("zsched") / "lua"
+    if isinstance(traversable, Path):
+        return traversable
+    raise ScriptError(f"the Lua scripts are not installed as files ({traversable!r})")
+
+
+@cache
+def source(name: str) -> str:
+    """The Lua source of one script."""
+    path = lua_dir() / f"{name}.lua"
+    if name not in NAMES and not path.exists():
+        raise ScriptError(f"no Lua script named {name!r}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScriptError(f"cannot read Lua script {name!r}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script invocation, ready to run on any client."""
+
+    name: str
+    keys: list[str]
+    args: list[Any]
+    decode: Callable[[Any], T]
+
+
+def _now(now_ms: int | None) -> str | int:
+    return "" if now_ms is None else int(now_ms)
+
+
+def _int_list(reply: Any) -> list[int]:
+    if not isinstance(reply, list):
+        raise ScriptError(f"expected a list reply, got {reply!r}")
+    return [int(x) for x in reply]
+
+
+def _flatten(groups: Iterable[Sequence[Any]]) -> list[Any]:
+    out: list[Any] = []
+    for g in groups:
+        out.extend(g)
+    return out
+
+
+# -- wrappers ---------------------------------------------------------------------------------
+
+
+def enqueue(
+    k: QueueKeys,
+    runs: Sequence[tuple[str, int, str, bytes]],
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    max_envelope_bytes: int,
+) -> Call[list[int]]:
+    """runs: (run_id, run_at_ms, task, envelope). Reply: one code per run."""
+    return Call(
+        "enqueue",
+        [k.delayed, k.runs, k.done, k.stats, k.wake],
+        [_now(now_ms), dedupe_window_ms, max_envelope_bytes, *_flatten(runs)],
+        _int_list,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchResult:
+    moved: int
+    next_due_ms: int | None
+    now_ms: int
+    held: bool
+    run_at_ms: list[int]
+    #: How long the call ran in Redis (us); 0 on the idle pass.
+    busy_us: int = 0
+    #: The queue is paused (pause.lua): nothing moved (held is True too).
+    paused: bool = False
+
+
+def _decode_dispatch(reply: Any) -> DispatchResult:
+    r = _int_list(reply)
+    return DispatchResult(r[0], None if r[1] < 0 else r[1], r[2], bool(r[3]), r[5:], r[4],
+                          r[3] == 2)  # fmt: skip
+
+
+def dispatch(
+    k: QueueKeys, *, now_ms: int | None, limit: int, max_backlog: int
+) -> Call[DispatchResult]:
+    return Call(
+        "dispatch",
+        [k.delayed, k.runs, k.ready, k.entries, k.stats, k.control],
+        [_now(now_ms), limit, max_backlog],
+        _decode_dispatch,
+    )
+
+
+def ack(
+    k: QueueKeys,
+    consumer: str,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    trim_limit: int = 200,
+) -> Call[list[int]]:
+    """pairs: (entry_id, run_id). Reply: OK or FENCED per pair."""
+    return Call(
+        "ack",
+        [k.ready, k.runs, k.entries, k.done, k.stats],
+        [_now(now_ms), GROUP, consumer, dedupe_window_ms, trim_limit, *_flatten(pairs)],
+        _int_list,
+    )
+
+
+def retry(
+    k: QueueKeys,
+    consumer: str,
+    groups: Sequence[tuple[str, str, int, bytes]],
+    *,
+    now_ms: int | None,
+) -> Call[list[int]]:
+    """groups: (entry_id, run_id, delay_ms, next envelope). Reply: OK or FENCED each."""
+    return Call(
+        "retry",
+        [k.ready, k.runs, k.entries, k.delayed, k.stats, k.wake],
+        [_now(now_ms), GROUP, consumer, *_flatten(groups)],
+        _int_list,
+    )
+
+
+def release(
+    k: QueueKeys, consumer: str, pairs: Sequence[tuple[str, str]], *, now_ms: int | None
+) -> Call[list[int]]:
+    """pairs: (entry_id, run_id). Reply: OK or FENCED each."""
+    return Call(
+        "release",
+        [k.ready, k.runs, k.entries, k.delayed, k.wake],
+        [_now(now_ms), GROUP, consumer, *_flatten(pairs)],
+        _int_list,
+    )
+
+
+def dead(
+    k: QueueKeys,
+    consumer: str,
+    groups: Sequence[tuple[str, str, str, bytes]],
+    *,
+    now_ms: int | None,
+) -> Call[list[int]]:
+    """groups: (entry_id, run_id, reason, envelope). Reply: OK or FENCED each."""
+    return Call(
+        "dead",
+        [k.ready, k.runs, k.entries, k.dead, k.stats],
+        [_now(now_ms), GROUP, consumer, *_flatten(groups)],
+        _int_list,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    entry_id: str
+    run_id: str
+    envelope: bytes
+    deliveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimResult:
+    cursor: str
+    claimed: list[Claimed]
+    dead: int
+    gone: int
+
+
+def _s(b: Any) -> str:
+    return b.decode() if isinstance(b, bytes) else str(b)
+
+
+def _decode_reclaim(reply: Any) -> ReclaimResult:
+    cursor, flat, n_dead, n_gone = reply
+    claimed = [
+        Claimed(_s(flat[i]), _s(flat[i + 1]), bytes(flat[i + 2]), int(flat[i + 3]))
+        for i in range(0, len(flat), 4)
+    ]
+    return ReclaimResult(_s(cursor), claimed, int(n_dead), int(n_gone))
+
+
+def reclaim(
+    k: QueueKeys,
+    consumer: str,
+    *,
+    now_ms: int | None,
+    min_idle_ms: int,
+    count: int,
+    max_deliveries: int,
+    cursor: str = "0-0",
+) -> Call[ReclaimResult]:
+    return Call(
+        "reclaim",
+        [k.ready, k.runs, k.entries, k.dead, k.stats],
+        [_now(now_ms), GROUP, consumer, min_idle_ms, count, max_deliveries, cursor],
+        _decode_reclaim,
+    )
+
+
+def renew(k: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Call[list[int]]:
+    """Reply: OK or FENCED per entry id."""
+    return Call("renew", [k.ready, k.stats], [GROUP, consumer, *entry_ids], _int_list)
+
+
+def cancel(k: QueueKeys, run_id: str) -> Call[int]:
+    """Reply: CANCELLED, NOT_FOUND or NOT_CANCELLABLE."""
+    return Call("cancel", [k.delayed, k.runs], [run_id], int)
+
+
+def status(k: QueueKeys, *, now_ms: int | None, max_leaves: int = 1000) -> Call[list[Any]]:
+    """Reply: [sec, usec, size, due, head_ms or None, exact] of the delayed set."""
+    return Call("status", [k.delayed], [_now(now_ms), max_leaves], list)
+
+
+def migrate(k: QueueKeys, batch: int = MAX_BATCH) -> Call[tuple[int, int]]:
+    """Move a batch of a key layout 2 delayed set into the tree. Reply: (moved, left)."""
+    return Call("migrate", [k.delayed, k.runs, k.wake], [batch], lambda r: (int(r[0]), int(r[1])))
+
+
+def replay(
+    k: QueueKeys, groups: Sequence[tuple[str, str, bytes]], *, now_ms: int | None
+) -> Call[list[int]]:
+    """groups: (dead entry id, run_id, new envelope). Reply: REPLAYED, NOT_FOUND or REPLAY_LIVE."""
+    return Call(
+        "replay",
+        [k.dead, k.runs, k.delayed, k.wake],
+        [_now(now_ms), *_flatten(groups)],
+        _int_list,
+    )
+
+
+def schedule(
+    k: QueueKeys,
+    schedule_id: str,
+    spec: bytes,
+    next_ms: int | None,
+    state: bytes = b"",
+    catchup_head: int | None = None,
+    expected: tuple[bytes, int | None, bytes] | None = None,
+) -> Call[int]:
+    """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED, SCHEDULE_UNCHANGED, or
+    SCHEDULE_CHANGED when `expected` (spec, next fire, state as read; b"" / None = absent) no
+    longer holds. `catchup_head`: with a state, its oldest waiting catch-up slot."""
+    args: list[Any] = [schedule_id, spec, -1 if next_ms is None else next_ms, state,
+                       -1 if catchup_head is None else catchup_head]  # fmt: skip
+    if expected is not None:
+        exp_spec, exp_next, exp_state = expected
+        args += [exp_spec, "" if exp_next is None else exp_next, exp_state]
+    return Call("schedule", [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake], args, int)
+
+
+def unschedule(k: QueueKeys, schedule_id: str) -> Call[int]:
+    """Reply: 1 removed, 0 no such rule."""
+    return Call(
+        "unschedule",
+        [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.rule_waiting,
+         k.ledger(schedule_id), k.lease(schedule_id)],
+        [schedule_id],
+        int,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    ok: bool
+    fired: int
+    duplicates: int
+    overlap_skipped: int
+    queued: int
+
+
+def _decode_fire(reply: Any) -> FireResult:
+    r = _int_list(reply)
+    return FireResult(bool(r[0]), r[1], r[2], r[3], r[4])
+
+
+@dataclass(frozen=True, slots=True)
+class FireArgs:
+    """What a dispatcher read (for the compare-and-set) and what it wants written."""
+
+    schedule_id: str
+    expected_spec: bytes
+    expected_next: int | None
+    expected_state: bytes
+    new_next: int | None
+    new_state: bytes
+    catchup_head: int | None
+    overlap: str
+    lease_ms: int
+    #: (run_id, run_at_ms, slot_ms, envelope, outcome)
+    fires: Sequence[tuple[str, int, int, bytes, str]]
+    #: (slot_ms, outcome, reason, run_id)
+    records: Sequence[tuple[int, str, str, str]]
+
+
+def fire(
+    k: QueueKeys,
+    a: FireArgs,
+    *,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    ledger_maxlen: int,
+    ledger_max_age_ms: int,
+) -> Call[FireResult]:
+    sid = a.schedule_id
+    return Call(
+        "fire",
+        [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.runs, k.delayed, k.done, k.stats,
+         k.wake, k.rule_waiting, k.ledger(sid), k.lease(sid)],
+        [_now(now_ms), sid, a.expected_spec, "" if a.expected_next is None else a.expected_next,
+         a.expected_state, -1 if a.new_next is None else a.new_next, a.new_state,
+         -1 if a.catchup_head is None else a.catchup_head, dedupe_window_ms, a.overlap,
+         a.lease_ms, ledger_maxlen, ledger_max_age_ms, len(a.fires), *_flatten(a.fires),
+         *_flatten(a.records)],
+        _decode_fire,
+    )  # fmt: skip
+
+
+def unlease(
+    k: QueueKeys, schedule_id: str, run_id: str, lease_ms: int, *, now_ms: int | None
+) -> Call[tuple[bool, str]]:
+    """Reply: (released, run id of the waiting fire started now or "")."""
+    return Call(
+        "unlease",
+        [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
+        [_now(now_ms), schedule_id, run_id, lease_ms],
+        lambda r: (bool(int(r[0])), _s(r[1])),
+    )
+
+
+def backfill(
+    k: QueueKeys,
+    schedule_id: str,
+    slots: Sequence[tuple[str, int, bytes]],
+    *,
+    recorded: int,
+    now_ms: int | None,
+    dedupe_window_ms: int,
+    ledger_maxlen: int,
+) -> Call[list[int]]:
+    """slots: (run_id, slot_ms, envelope), enqueued due now with a ledger record each;
+    `recorded`: slots left out because the ledger shows them run. Reply: one code per slot
+    (ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE)."""
+    return Call(
+        "backfill",
+        [k.delayed, k.runs, k.done, k.stats, k.wake, k.ledger(schedule_id)],
+        [_now(now_ms), dedupe_window_ms, schedule_id, ledger_maxlen, recorded, *_flatten(slots)],
+        _int_list,
+    )
+
+
+def hold(k: QueueKeys, schedule_id: str, run_id: str, ttl_ms: int) -> Call[bool]:
+    """Keep a rule's overlap lease for its run while the run waits for a retry.
+    Reply: True held (its TTL extended), False not held by this run."""
+    return Call("hold", [k.lease(schedule_id), k.runs], [run_id, max(1, int(ttl_ms))],
+                lambda r: bool(int(r)))  # fmt: skip
+
+
+# -- runners ----------------------------------------------------------------------------------
+
+
+class Scripts:
+    """The scripts registered on a sync client (Redis or RedisCluster)."""
+
+    def __init__(
+        self, client: Any, names: Iterable[str] = NAMES, spin_us: int = DEFAULT_SPIN_US
+    ) -> None:
+        """`spin_us`: how long a call polls for its reply before sleeping (zsched/store/direct.py)."""
+        self._client = client
+        self._scripts = {n: client.register_script(source(n)) for n in names}
+        # The direct path serves a plain client (one server or Sentinel's master), whose
+        # commands all go to one pool; a cluster client routes by slot and keeps its own path.
+        plain = isinstance(client, redis.Redis) and getattr(client, "connection", None) is None
+        self._direct = DirectConnections(client.connection_pool, spin_us) if plain else None
+
+    def add(self, name: str) -> None:
+        """Register one more script by name (extensions such as rules)."""
+        self._scripts[name] = self._client.register_script(source(name))
+
+    def close(self) -> None:
+        """Close the connections of the direct path (the client's pool is the caller's)."""
+        if self._direct is not None:
+            self._direct.close()
+
+    def run(self, call: Call[T]) -> T:
+        """Run `call` and decode its reply."""
+        script = self._scripts[call.name]
+        if self._direct is not None:
+            reply = self._direct.evalsha(script.sha, call.keys, call.args)
+            if reply is not FALLBACK:
+                return call.decode(reply)
+        return call.decode(script(keys=call.keys, args=call.args))
+
+    def run_many(self, calls: list[Call[Any]]) -> list[Any]:
+        """Run `calls` of one script, in order, streamed on one connection (or one pipeline);
+        their decoded replies. The first error reply is raised once every call has answered."""
+        script = self._scripts[calls[0].name]
+        replies: Any = FALLBACK
+        if self._direct is not None:
+            replies = self._direct.evalsha_many(script.sha, [(c.keys, c.args) for c in calls])
+        if replies is FALLBACK:
+            pipe = self._client.pipeline(transaction=False)
+            for c in calls:
+                self.queue(c, pipe)
+            replies = pipe.execute(raise_on_error=False)
+        out = []
+        for c, r in zip(calls, replies, strict=True):
+            if isinstance(r, redis.exceptions.NoScriptError):  # not run: load it, run it now
+                r = script(keys=c.keys, args=c.args)
+            out.append(r)
+        for r in out:
+            if isinstance(r, Exception):
+                raise r
+        return [c.decode(r) for c, r in zip(calls, out, strict=True)]
+
+    def queue(self, call: Call[Any], pipe: Any) -> None:
+        """Queue `call` on a pipeline; decode its reply from `execute()` with `call.decode`."""
+        self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+
+
+class AsyncScripts:
+    """The scripts registered on an asyncio client."""
+
+    def __init__(self, client: Any, names: Iterable[str] = NAMES) -> None:
+        self._client = client
+        self._scripts = {n: client.register_script(source(n)) for n in names}
+
+    def add(self, name: str) -> None:
+        self._scripts[name] = self._client.register_script(source(name))
+
+    async def run(self, call: Call[T]) -> T:
+        script = self._scripts[call.name]
+        return call.decode(await script(keys=call.keys, args=call.args))
+
+    async def queue(self, call: Call[Any], pipe: Any) -> None:
+        """Queue `call` on an asyncio pipeline (its script is loaded before the pipeline runs)."""
+        await self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+
+    async def run_many(self, calls: list[Call[Any]]) -> list[Any]:
+        """Run `calls` in one pipeline (one round trip), in order; their decoded replies. The
+        first error reply is raised once every call has answered. Not on a cluster client."""
+        pipe = self._client.pipeline(transaction=False)
+        for c in calls:
+            await self.queue(c, pipe)
+        replies = await pipe.execute(raise_on_error=False)
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
+        return [c.decode(r) for c, r in zip(calls, replies, strict=True)]

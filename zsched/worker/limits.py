@@ -1,0 +1,167 @@
+"""Limits per task, shared by every worker through Redis (lua/acquire.lua): a concurrency
+semaphore (`max_concurrency=N`) and a token bucket (`rate="10/s"`, `burst=`), optionally one
+per limit key (`limit_key=lambda payload: payload["tenant"]`).
+
+Before a limited task's handler starts, the worker acquires a share; a run that gets none is
+deferred back to the delayed set (retry.lua with the same envelope: no attempt used) for the
+time the script says (the next token, or a short semaphore wait with jitter). The share of the
+semaphore is the run's stream entry id, held until the handler ends (released at once), and
+renewed with the worker's holds; a crashed worker's share ends with its hold (the visibility
+timeout), and the run reclaimed under the same entry id takes the same share back. Tasks
+without limits never reach this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zsched.errors import ScriptError, ZschedError
+from zsched.protocol.keys import QueueKeys
+from zsched.store.scripts import Call, _now
+
+if TYPE_CHECKING:
+    from zsched.protocol.envelope import Envelope
+    from zsched.worker.tasks import Task
+    from zsched.worker.worker import Delivery, Worker
+
+log = logging.getLogger(__name__)
+#: How long a run waits when the task's semaphore is full (ms), before jitter: this times
+#: the runs waiting per slot, at most MAX_DEFER_MS (acquire.lua).
+DEFER_MS = 200
+MAX_DEFER_MS = 30_000
+_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*)\s*([a-z]+)\s*$")
+
+
+def parse_rate(rate: str | float) -> float:
+    """Tokens per second of "10/s", "600/m", "5/10s", "100/h" or a number (per second)."""
+    if isinstance(rate, int | float) and not isinstance(rate, bool):
+        per_s = float(rate)
+    elif isinstance(rate, str) and (m := _RATE.match(rate.lower())) and m[3] in _UNITS:
+        per_s = float(m[1]) / (int(m[2] or 1) * _UNITS[m[3]])
+    else:
+        raise ZschedError(
+            f"rate {rate!r} must be like '10/s', '600/m', '5/10s', '100/h' or a number"
+        )
+    if not (math.isfinite(per_s) and per_s > 0):
+        raise ZschedError(f"rate {rate!r} must be above 0")
+    return per_s
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A task's limits: at most `max_concurrency` running at once, at most `rate_per_s` starts
+    a second with bursts of `burst`; per `limit_key(payload)` when given."""
+
+    max_concurrency: int = 0
+    rate_per_s: float = 0.0
+    burst: int = 1
+    limit_key: Any = None
+
+    def key_for(self, payload: Any) -> str | None:
+        if self.limit_key is None:
+            return None
+        return str(self.limit_key(payload))
+
+
+def make_limits(task: str, max_concurrency: int | None, rate: str | float | None,
+                burst: int | None, limit_key: Any) -> Limits | None:  # fmt: skip
+    """The Limits of @app.task's options, checked; None without any limit."""
+    if max_concurrency is None and rate is None:
+        if burst is not None or limit_key is not None:
+            raise ZschedError(f"task {task}: burst and limit_key need max_concurrency or rate")
+        return None
+    whole = isinstance(max_concurrency, int) and not isinstance(max_concurrency, bool)
+    if max_concurrency is not None and not (whole and max_concurrency >= 1):
+        raise ZschedError(f"task {task}: max_concurrency must be a whole number >= 1")
+    per_s = parse_rate(rate) if rate is not None else 0.0
+    if burst is not None and (rate is None or not isinstance(burst, int) or burst < 1):
+        raise ZschedError(f"task {task}: burst must be a whole number >= 1, with a rate")
+    if limit_key is not None and not callable(limit_key):
+        raise ZschedError(f"task {task}: limit_key must be a function of the payload")
+    return Limits(max_concurrency or 0, per_s, burst or 1, limit_key)
+
+
+def limit_id(task: str, key: str | None) -> str:
+    """The name of one limit in its keys: the task, or `<task>#<limit key>`."""
+    return task if key is None else f"{task}#{key}"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    granted: bool
+    wait_ms: int
+    waiting: int
+
+
+def acquire(k: QueueKeys, task: str, key: str | None, entry_id: str, run_id: str, limits: Limits,
+            *, hold_ms: int, now_ms: int | None, renew: bool = False) -> Call[Admission]:  # fmt: skip
+    """Take (or with renew=True, keep) a share of a task's limits for one run."""
+
+    def decode(reply: Any) -> Admission:
+        if not (isinstance(reply, list) and len(reply) == 3):
+            raise ScriptError(f"acquire: expected {{granted, wait_ms, waiting}}, got {reply!r}")
+        return Admission(int(reply[0]) == 1, int(reply[1]), int(reply[2]))
+
+    rate = 0 if renew else limits.rate_per_s
+    return Call(
+        "acquire",
+        [k.limit_holders(limit_id(task, key)), k.limit_bucket(limit_id(task, key)),
+         k.limit_waiting(task)],
+        [_now(now_ms), entry_id, run_id, limits.max_concurrency, hold_ms, repr(float(rate)),
+         limits.burst, DEFER_MS, MAX_DEFER_MS],
+        decode,
+    )  # fmt: skip
+
+
+# -- the worker's side ----------------------------------------------------------------------
+
+
+async def admit(w: Worker, d: Delivery, env: Envelope, task: Task) -> bool:
+    """Acquire the run's share; False = deferred (its retry is buffered, no attempt used)."""
+    limits: Limits = task.limits
+    q = w.app.queue
+    try:
+        d.limit_key = limits.key_for(env.payload)
+    except Exception as exc:  # noqa: BLE001 - the user's function: its failure is the run's
+        w._dead(d, f"limit_key failed: {type(exc).__name__}: {exc}"[:2000], "failed", task.name)
+        return False
+    call = acquire(w.app.keys, task.name, d.limit_key, d.entry_id, d.run_id, limits,
+                   hold_ms=w.settings.visibility_timeout_ms, now_ms=w.app.clock.now_ms())  # fmt: skip
+    got = await w.scripts.run(call)
+    w.metrics.limit_waiting.labels(q, task.name).set(got.waiting)
+    if got.granted:
+        d.limited = True
+        return True
+    wait = got.wait_ms
+    if limits.max_concurrency and not limits.rate_per_s:
+        wait += random.randint(0, min(wait, DEFER_MS))  # full semaphore: spread the retries
+    w._retries.append((d.entry_id, d.run_id, wait, d.raw))
+    w.metrics.limit_deferred.labels(q, task.name).inc()
+    return False
+
+
+async def vacate(w: Worker, d: Delivery, task: Task) -> None:
+    """Give the run's place in the semaphore back as soon as its handler ended."""
+    limits: Limits = task.limits
+    if d.limited and limits.max_concurrency:
+        await w.redis.zrem(w.app.keys.limit_holders(limit_id(task.name, d.limit_key)), d.entry_id)
+
+
+async def renew(w: Worker) -> None:
+    """Keep the semaphore shares of the runs `w` executes (with its lease renewal)."""
+    for d in list(w.running.values()):
+        task = w.app.tasks.get(d.task_name or "")
+        if not (d.limited and task is not None and task.limits and task.limits.max_concurrency):
+            continue
+        call = acquire(w.app.keys, task.name, d.limit_key, d.entry_id, d.run_id, task.limits,
+                       hold_ms=w.settings.visibility_timeout_ms, now_ms=w.app.clock.now_ms(),
+                       renew=True)  # fmt: skip
+        if not (await w.scripts.run(call)).granted:
+            log.warning("run %s of %s lost its concurrency share (renewed too late)", d.run_id,
+                        task.name, extra={"queue": w.app.queue, "run_id": d.run_id})  # fmt: skip
