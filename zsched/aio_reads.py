@@ -11,12 +11,14 @@ from typing import Any
 
 import redis.exceptions
 
+from zsched.clock import ms_to_datetime, time_reply_ms
 from zsched.errors import RunNotFound
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.text import lossy_text
+from zsched.rules import ledger
 from zsched.runs import status as _inspect
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
-from zsched.worker.tasks import ms_to_datetime
 
 
 async def _pending_one(r: Any, k: QueueKeys, entry: Any) -> list[Any]:
@@ -50,9 +52,9 @@ async def get_run(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus:
         pending = await _pending_one(r, k, entry)
         if pending:
             p = pending[0]
-            asked = _inspect._s(await r.get(k.cancel_request(run_id)) or b"") == _inspect._s(entry)
+            asked = lossy_text(await r.get(k.cancel_request(run_id)) or b"") == lossy_text(entry)
             return _inspect._from_envelope(
-                run_id, "running", raw, consumer=_inspect._s(p["consumer"]),
+                run_id, "running", raw, consumer=lossy_text(p["consumer"]),
                 idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
                 cancel_requested=asked,
             )  # fmt: skip
@@ -76,17 +78,17 @@ async def _finished(
     while seen < _inspect.DEAD_SCAN_LIMIT:
         batch = await r.xrevrange(k.dead, end, "-", count=500)
         for _entry_id, fields in batch:
-            if _inspect._s(fields.get(b"run_id", b"")) == run_id:
+            if lossy_text(fields.get(b"run_id", b"")) == run_id:
                 dead_ms = fields.get(b"dead_at_ms")
                 return _inspect._from_envelope(
                     run_id, "dead", fields.get(b"envelope"),
-                    dead_reason=_inspect._s(fields.get(b"reason", b"")),
+                    dead_reason=lossy_text(fields.get(b"reason", b"")),
                     finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
                 )  # fmt: skip
         seen += len(batch)
         if len(batch) < 500:
             break
-        end = "(" + _inspect._s(batch[-1][0])
+        end = "(" + lossy_text(batch[-1][0])
     return None
 
 
@@ -114,14 +116,14 @@ async def queue_status(r: Any, scripts: S.AsyncScripts, k: QueueKeys) -> _inspec
     pipe.hgetall(k.stats)
     pipe.hmget(k.control, "paused_ms", "pause_note")
     xlen, dead, done, stats, (paused_ms, note) = await pipe.execute()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
+    now_ms = time_reply_ms((sec, usec))
     oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
     pending, oldest_idle = await _pending_summary(r, k) if xlen else (0, 0)
     return _inspect.QueueStatus(
         k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
-        int(dead), int(done), {_inspect._s(a): int(b) for a, b in stats.items()},
+        int(dead), int(done), {lossy_text(a): int(b) for a, b in stats.items()},
         paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
-        _inspect._s(note) if note else None,
+        lossy_text(note) if note else None,
     )  # fmt: skip
 
 
@@ -143,12 +145,5 @@ async def purge_dead(r: Any, k: QueueKeys, entry_ids: list[str] | None) -> int:
 
 
 async def history(r: Any, k: QueueKeys, schedule_id: str, count: int) -> list[dict[str, Any]]:
-    """schedule_ops.history, awaited."""
-    rows = await r.xrevrange(k.ledger(schedule_id), "+", "-", count=count)
-    out = []
-    for _, f in rows:
-        d = {a.decode(): b.decode() for a, b in f.items()}
-        out.append({"slot_ms": int(d["slot_ms"]), "outcome": d["outcome"],
-                    "reason": d.get("reason", ""), "run_id": d.get("run_id", ""),
-                    "at_ms": int(d.get("at_ms", 0))})  # fmt: skip
-    return out
+    """ledger.history, awaited."""
+    return ledger.rows(await r.xrevrange(k.ledger(schedule_id), "+", "-", count=count))

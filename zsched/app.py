@@ -15,6 +15,7 @@ from zsched.observability import tracing as _tracing
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, check_payload, encode_first
 from zsched.protocol.keys import QueueKeys
+from zsched.protocol.limits import DEFAULT_MAX_RESULT_BYTES
 from zsched.protocol.runids import fresh_run_id
 from zsched.runs import status as _inspect
 from zsched.runs.controls import CancelResult, EnqueueOutcome
@@ -158,7 +159,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         backoff: Backoff = 1.0,
         timeout: float | None = None,
         keep_result: bool = False,
-        max_result_bytes: int = 16 * 1024,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         max_concurrency: int | None = None,
         rate: str | float | None = None,
         burst: int | None = None,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from zsched.errors import ConfigError
+from zsched.protocol.limits import DEFAULT_MAX_PAYLOAD_BYTES
 
 T = TypeVar("T")
 
@@ -25,7 +26,7 @@ class QueueSettings:
     #: A completed run id stays a duplicate this long (ms).
     dedupe_window_ms: int = 3_600_000
     #: Largest accepted payload (bytes, msgpack-encoded).
-    max_payload_bytes: int = 512 * 1024
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     #: How long enqueue and rule operations retry, with backoff, through a failover or a
     #: lost connection before they raise RedisUnavailable (ms); 0 = raise at once.
     outage_retry_ms: int = 10_000

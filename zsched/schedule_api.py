@@ -140,9 +140,10 @@ class ScheduleMethods:
 
     def schedule_history(self, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
         """The rule's fire ledger, newest first: one outcome per slot."""
-        from zsched.rules import ops as schedule_ops
+        from zsched.rules import ledger
 
-        return schedule_ops.history(self.rule_home(schedule_id), schedule_id, count)
+        home = self.rule_home(schedule_id)
+        return ledger.history(home.redis, home.keys, schedule_id, count)
 
     def audit_schedules(self) -> list[Any]:
         """Slots past their grace with no outcome in the ledger, per rule (see zsched.rules.audit)."""

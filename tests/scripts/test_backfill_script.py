@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from zsched.protocol.keys import QueueKeys
-from zsched.rules.ops import history
+from zsched.rules.ledger import history
 from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
@@ -29,7 +29,7 @@ def test_backfill_enqueues_free_slots_and_counts_the_rest(real, queue) -> None:
     assert call(app, slots, recorded=2) == [S.ENQUEUED, S.DUPLICATE_LIVE, S.DUPLICATE_DONE,
                                             S.ENQUEUED]  # fmt: skip
     assert stats(app) == {"enqueued": 2, "ledger:backfilled::r": 2, "duplicate:backfill:r": 4}
-    rows = history(app, "r")
+    rows = history(app.redis, app.keys, "r")
     assert sorted((row["slot_ms"], row["run_id"], row["outcome"]) for row in rows) == [
         (0, "r@new", "backfilled"), (3, "r@old", "backfilled")]  # fmt: skip
     assert app.get_run("r@new").state == "scheduled"

@@ -9,9 +9,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from zsched.dispatch.firer import LEDGER_MAXLEN
+from zsched.clock import server_now_ms
 from zsched.errors import RuleError, ScheduleNotFound
 from zsched.protocol.envelope import Envelope
+from zsched.rules import ledger
 from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
 from zsched.rules.spec import _instant_ms as instant_ms
 from zsched.rules.triggers import slot_run_id
@@ -27,14 +28,6 @@ MAX_PAUSED_RECORDS = 1000
 CAS_ATTEMPTS = 5
 #: Longest pause note (characters).
 MAX_NOTE = 500
-
-
-def server_now_ms(app: App) -> int:
-    now = app.clock.now_ms()
-    if now is not None:
-        return now
-    sec, usec = app.redis.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def _read(app: App, sid: str) -> tuple[bytes | None, bytes | None, int | None]:
@@ -70,7 +63,7 @@ def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
 
 def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
     schedule_id = spec.schedule_id
-    now = server_now_ms(app)
+    now = server_now_ms(app.clock, app.redis)
     raw_old, raw_state, old_next = _read(app, schedule_id)
     new_raw = spec.encode()
     expected = (raw_old or b"", old_next, raw_state or b"")
@@ -124,7 +117,7 @@ def _pause_once(app: App, schedule_id: str, note: str | None) -> int:
     spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
     if spec.paused:
         return S.SCHEDULE_UNCHANGED
-    now = server_now_ms(app)
+    now = server_now_ms(app.clock, app.redis)
     since = nxt if nxt is not None else now  # the first slot not handled yet
     new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note)
     return app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(),
@@ -137,7 +130,7 @@ def resume(app: App, schedule_id: str) -> bool:
     spec, state, _, raw_state, _ = load(app, schedule_id)
     if not spec.paused:
         return False
-    now = server_now_ms(app)
+    now = server_now_ms(app.clock, app.redis)
     live = replace(spec, paused=False)
     raw_live = live.encode()
     app.scripts.run(S.schedule(app.keys, schedule_id, raw_live, None))  # still inactive
@@ -145,7 +138,7 @@ def resume(app: App, schedule_id: str) -> bool:
     slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
              if live.end_ms is None or s <= live.end_ms]  # fmt: skip
     why = f"paused: {state.pause_note}" if state.pause_note else "paused"
-    records = [(s, "skipped", why, slot_run_id(schedule_id, s)) for s in slots]
+    records = [ledger.skipped(schedule_id, s, why) for s in slots]
     # The schedule call kept the stored state, so what `load` read is still the CAS token.
     new_state = replace(state, paused_at_ms=None, updated_ms=now, paused_ms=None, pause_note=None)
     args = S.FireArgs(
@@ -153,9 +146,8 @@ def resume(app: App, schedule_id: str) -> bool:
         new_state.encode(), state.catchup_head,  # replays a pause kept
         str(live.overlap), live.lease_ms, [], records,
     )  # fmt: skip
-    r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
-                               dedupe_window_ms=app.settings.dedupe_window_ms,
-                               ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
+    r = app.scripts.run(ledger.fire(app.keys, args, now_ms=app.clock.now_ms(),
+                                    dedupe_window_ms=app.settings.dedupe_window_ms, trim=False))  # fmt: skip
     if not r.ok:
         raise RuleError(f"schedule {schedule_id} changed while resuming; try again")
     return True
@@ -171,9 +163,10 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
     if hi < lo:
         raise RuleError(f"backfill of {schedule_id}: end is before start")
     slots = spec.trigger.slots_between(lo - 1, hi, 10_000)
-    ran = {row["slot_ms"] for row in history(app, schedule_id, LEDGER_MAXLEN)
-           if row["outcome"] in ("ran", "ran_late", "backfilled")}  # fmt: skip
-    now = server_now_ms(app)
+    ran = {row["slot_ms"] for row in ledger.history(app.redis, app.keys, schedule_id,
+                                                    ledger.LEDGER_MAXLEN)
+           if row["outcome"] in ledger.HAS_RUN}  # fmt: skip
+    now = server_now_ms(app.clock, app.redis)
     todo = [s for s in slots if s not in ran]
     recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
     added = 0
@@ -184,25 +177,12 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
             rid = slot_run_id(schedule_id, s)
             env = Envelope(rid, spec.task, spec.payload, now, s, now, schedule_id=schedule_id)
             groups.append((rid, s, env.encode()))
-        codes = app.scripts.run(S.backfill(
+        codes = app.scripts.run(ledger.backfill(
             app.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
             now_ms=app.clock.now_ms(), dedupe_window_ms=app.settings.dedupe_window_ms,
-            ledger_maxlen=LEDGER_MAXLEN,
         ))  # fmt: skip
         added += sum(1 for c in codes if c == S.ENQUEUED)
     return added
-
-
-def history(app: App, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
-    """The rule's ledger, newest first: slot_ms, outcome, reason, run_id, at_ms."""
-    rows = app.redis.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=count)
-    out = []
-    for _, f in rows:
-        d = {k.decode(): v.decode() for k, v in f.items()}
-        out.append({"slot_ms": int(d["slot_ms"]), "outcome": d["outcome"],
-                    "reason": d.get("reason", ""), "run_id": d.get("run_id", ""),
-                    "at_ms": int(d.get("at_ms", 0))})  # fmt: skip
-    return out
 
 
 def infos(app: App) -> list[ScheduleInfo]:
@@ -221,7 +201,7 @@ def infos(app: App) -> list[ScheduleInfo]:
     out = []
     for sid, last in zip(ids, lasts, strict=True):
         spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
-        outcome = last[0][1].get(b"outcome", b"").decode() if last else None
+        outcome = ledger.last_outcome(last)
         out.append(ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             nxt.get(sid), state.last_slot_ms, state.last_fire_ms, outcome, state.missed,

@@ -16,7 +16,8 @@ from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import decode
 from zsched.protocol.keys import GROUP
-from zsched.rules.ops import history, load
+from zsched.rules.ledger import history
+from zsched.rules.ops import load
 from zsched.rules.spec import State
 from zsched.store import scripts as S
 from zsched.store.delayed import leaf_number
@@ -90,7 +91,9 @@ async def _run(
 
 
 def ledger_rows(app: App, sid: str) -> list[SimRow]:
-    rows = sorted(history(app, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"]))
+    rows = sorted(
+        history(app.redis, app.keys, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"])
+    )
     return [SimRow(h["slot_ms"], h["outcome"], h["reason"], h["run_id"]) for h in rows]
 
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from zsched.protocol.envelope import MAX_INSTANT_MS
-
-#: Run ids are UTF-8 text of at most this many bytes (docs/protocol.md; the scripts check it).
-MAX_RUN_ID_BYTES = 512
+from zsched.clock import datetime_to_ms
+from zsched.protocol.limits import MAX_INSTANT_MS, MAX_RUN_ID_BYTES
 
 
 def check_names(task_name: str, run_id: str | None) -> None:
@@ -34,7 +32,7 @@ def to_ms(run_at: datetime | float | int) -> int:
                 f"run_at {run_at.isoformat()} is a naive datetime; pass an aware one "
                 "(e.g. datetime.now(timezone.utc)) so the instant is unambiguous"
             )
-        ms = int(round(run_at.timestamp() * 1000))
+        ms = datetime_to_ms(run_at)
         if ms < 0:  # the scripts refuse negative instants: say so here, naming the field
             raise ValueError(f"run_at {run_at.isoformat()} is before 1970-01-01T00:00:00Z")
         return ms

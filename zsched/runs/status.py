@@ -9,23 +9,20 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
+from zsched.clock import ms_to_datetime, time_reply_ms
 from zsched.errors import PayloadError, RunNotFound
 from zsched.protocol.envelope import Envelope, decode
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.text import lossy_text
 from zsched.runs import outcomes as _outcomes
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
-from zsched.worker.tasks import ms_to_datetime
 
 if TYPE_CHECKING:
     from zsched.app import App
 
 #: How far back get_run looks through the dead-letter stream for a run id.
 DEAD_SCAN_LIMIT = 10_000
-
-
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
 
 
 @dataclass(frozen=True)
@@ -108,9 +105,9 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
             pending = []  # no worker has joined yet
         if pending:
             p = pending[0]
-            asked = _s(r.get(k.cancel_request(run_id)) or b"") == _s(entry)
+            asked = lossy_text(r.get(k.cancel_request(run_id)) or b"") == lossy_text(entry)
             return _from_envelope(
-                run_id, "running", raw, consumer=_s(p["consumer"]),
+                run_id, "running", raw, consumer=lossy_text(p["consumer"]),
                 idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
                 cancel_requested=asked,
             )  # fmt: skip
@@ -131,10 +128,10 @@ def _finished(
         at = ms_to_datetime(int(float(cancelled_at)))
         return RunStatus(run_id, "cancelled", cancelled_at=at, finished_at=at)
     for _entry_id, fields in _scan_dead(r, k):
-        if _s(fields.get(b"run_id", b"")) == run_id:
+        if lossy_text(fields.get(b"run_id", b"")) == run_id:
             dead_ms = fields.get(b"dead_at_ms")
             return _from_envelope(
-                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b"")),
+                run_id, "dead", fields.get(b"envelope"), dead_reason=lossy_text(fields.get(b"reason", b"")),
                 finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
             )  # fmt: skip
     return None
@@ -159,7 +156,7 @@ def _scan_dead(r: Any, k: QueueKeys) -> Iterable[tuple[bytes, dict[bytes, bytes]
         seen += len(batch)
         if len(batch) < 500:
             return
-        end = "(" + _s(batch[-1][0])
+        end = "(" + lossy_text(batch[-1][0])
 
 
 @dataclass(frozen=True)
@@ -198,7 +195,7 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
     pipe.hgetall(k.stats)
     pipe.hmget(k.control, "paused_ms", "pause_note")
     xlen, dead, done, stats, (paused_ms, note) = pipe.execute()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
+    now_ms = time_reply_ms((sec, usec))
     oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
     pending, oldest_idle = 0, 0
     if xlen:
@@ -213,9 +210,9 @@ def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
                 raise
     return QueueStatus(
         k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
-        int(dead), int(done), {_s(a): int(b) for a, b in stats.items()},
+        int(dead), int(done), {lossy_text(a): int(b) for a, b in stats.items()},
         paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
-        _s(note) if note else None,
+        lossy_text(note) if note else None,
     )  # fmt: skip
 
 
@@ -239,12 +236,12 @@ class DeadLetter:
 def _dead_letter(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
     raw = f.get(b"envelope", b"")
     try:
-        task: str | None = decode(raw, _s(f.get(b"run_id", b""))).task
+        task: str | None = decode(raw, lossy_text(f.get(b"run_id", b""))).task
     except PayloadError:
         task = None
     at = f.get(b"dead_at_ms")
     return DeadLetter(
-        _s(entry_id), _s(f.get(b"run_id", b"")), _s(f.get(b"reason", b"")),
+        lossy_text(entry_id), lossy_text(f.get(b"run_id", b"")), lossy_text(f.get(b"reason", b"")),
         ms_to_datetime(int(at)) if at else None, raw, task,
     )  # fmt: skip
 

@@ -18,6 +18,8 @@ import redis
 
 from zsched.errors import ScriptError
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.limits import MAX_BATCH as MAX_BATCH
+from zsched.protocol.text import text
 from zsched.store.direct import DEFAULT_SPIN_US, FALLBACK, DirectConnections
 
 T = TypeVar("T")
@@ -28,8 +30,6 @@ NAMES = (
     "reschedule", "replace", "revoke", "discard", "record", "pause", "resume",
     "acquire",
 )  # fmt: skip
-#: Hard bound of every batched script (runs per call).
-MAX_BATCH = 1000
 
 # Reply codes, named once.
 ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE = 1, 0, 2
@@ -224,17 +224,13 @@ class ReclaimResult:
     gone: int
 
 
-def _s(b: Any) -> str:
-    return b.decode() if isinstance(b, bytes) else str(b)
-
-
 def _decode_reclaim(reply: Any) -> ReclaimResult:
     cursor, flat, n_dead, n_gone = reply
     claimed = [
-        Claimed(_s(flat[i]), _s(flat[i + 1]), bytes(flat[i + 2]), int(flat[i + 3]))
+        Claimed(text(flat[i]), text(flat[i + 1]), bytes(flat[i + 2]), int(flat[i + 3]))
         for i in range(0, len(flat), 4)
     ]
-    return ReclaimResult(_s(cursor), claimed, int(n_dead), int(n_gone))
+    return ReclaimResult(text(cursor), claimed, int(n_dead), int(n_gone))
 
 
 def reclaim(
@@ -382,7 +378,7 @@ def unlease(
         "unlease",
         [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
         [_now(now_ms), schedule_id, run_id, lease_ms],
-        lambda r: (bool(int(r[0])), _s(r[1])),
+        lambda r: (bool(int(r[0])), text(r[1])),
     )
 
 

@@ -9,14 +9,12 @@ When the handler stops, however it stops, the run ends `cancelled` (discard.lua)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zsched.protocol.text import lossy_text
 
 if TYPE_CHECKING:
     from zsched.worker.worker import Delivery, Worker
-
-
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
 
 
 async def check_cancels(w: Worker) -> int:
@@ -28,7 +26,7 @@ async def check_cancels(w: Worker) -> int:
     values = await w.redis.mget([k.cancel_request(d.run_id) for d in running])
     heard = 0
     for d, v in zip(running, values, strict=True):
-        if v is not None and _s(v) == d.entry_id:
+        if v is not None and lossy_text(v) == d.entry_id:
             request(d)
             heard += 1
     return heard

@@ -12,22 +12,15 @@ import logging
 import time
 from typing import Any
 
-import redis.exceptions
-
-from zsched.errors import EvictionPolicyError, ScriptError
+from zsched.errors import EvictionPolicyError
 from zsched.protocol.keys import GROUP
 from zsched.store import scripts as S
-from zsched.store.connection import RETRYABLE_ERRORS, redact_text
-from zsched.store.retrying import Backoff
+from zsched.store.connection import RETRYABLE_ERRORS
+from zsched.store.retrying import REFUSALS, PassFailures
 from zsched.worker import cancel as worker_cancel
 from zsched.worker import limits, recovery
 
 log = logging.getLogger("zsched.worker.worker")
-# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
-REDIS_ERRORS = RETRYABLE_ERRORS
-# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
-# error and retried; a loop that died here would leave a live process that does nothing.
-REFUSALS = (redis.exceptions.ResponseError, ScriptError)
 
 
 class WorkerLoop:
@@ -56,8 +49,10 @@ class WorkerLoop:
     async def _guard(self: Any, loop: Any, stop: asyncio.Event) -> None:
         """Run one loop, retrying with backoff while Redis is unreachable. The worker's loops
         share one Outage (`self.outage`): an outage is one WARNING per worker, not per loop."""
-        backoff = Backoff()
         q = self.app.queue
+        name = getattr(loop, "__name__", loop)
+        fails = PassFailures("worker", q, log, self.metrics.redis_errors.labels(q, "worker"),
+                             self.outage, f"worker loop {name} failed; restarting it in %.1fs")  # fmt: skip
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -66,26 +61,12 @@ class WorkerLoop:
                 self.refused = exc
                 stop.set()
                 return
-            except REDIS_ERRORS as exc:
-                # A loop that ran well for a while starts over from a short backoff.
-                if time.monotonic() - started > 10:
-                    backoff.reset()
-                self.metrics.redis_errors.labels(q, "worker").inc()
-                delay = backoff.next()
-                self.outage.failed(exc, delay)
-            except REFUSALS as exc:
-                self.metrics.redis_errors.labels(q, "worker").inc()
-                if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
-                    self._group_ready = False
-                why = redact_text(str(exc))[:500]
-                delay = backoff.next()
-                log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
-                          delay, extra={"queue": q})  # fmt: skip
-            except Exception:  # noqa: BLE001 - a loop must never die silently in a live process
-                delay = backoff.next()
-                log.exception("worker loop %s failed; restarting it in %.1fs",
-                              getattr(loop, "__name__", loop), delay,
-                              extra={"queue": q})  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - a loop must never die silently in a live process
+                if isinstance(exc, RETRYABLE_ERRORS) and time.monotonic() - started > 10:
+                    fails.backoff.reset()  # a loop that ran well for a while starts over short
+                if isinstance(exc, REFUSALS) and "NOGROUP" in str(exc):
+                    self._group_ready = False  # the stream or group vanished: create it again
+                delay = fails.failed(exc)
             else:
                 return
             with contextlib.suppress(TimeoutError):
@@ -178,7 +159,7 @@ class WorkerLoop:
         try:
             await self.flush()
             await self._hand_back()
-        except REDIS_ERRORS:
+        except RETRYABLE_ERRORS:
             log.error("Redis unreachable at shutdown: held runs will be reclaimed by other "
                       "workers after the visibility timeout", extra={"queue": self.app.queue})  # fmt: skip
         for t in list(self._tasks):

@@ -11,11 +11,12 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from zsched.errors import ZschedError
 from zsched.protocol.envelope import Payload
+from zsched.protocol.limits import DEFAULT_MAX_RESULT_BYTES, MAX_TASK_BYTES
 
 
 class Handler(Protocol):
@@ -41,7 +42,7 @@ class Task:
     #: Keep each run's outcome (attempts, duration, return value) for the dedupe window.
     keep_result: bool = False
     #: Largest return value kept (msgpack bytes); a larger one is recorded as an error.
-    max_result_bytes: int = 16 * 1024
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     #: Concurrency and rate limits shared by all workers (zsched/worker/limits.py); None = none.
     limits: Any = None
 
@@ -63,15 +64,15 @@ def make_task(
     backoff: Backoff = 1.0,
     timeout: float | None = None,
     keep_result: bool = False,
-    max_result_bytes: int = 16 * 1024,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     max_concurrency: int | None = None,
     rate: str | float | None = None,
     burst: int | None = None,
     limit_key: Callable[[Any], Any] | None = None,
 ) -> Task:
     task_name = name or f"{fn.__module__}.{fn.__qualname__}"
-    if not task_name or len(task_name.encode()) > 256:
-        raise ZschedError(f"task name {task_name!r} must be 1..256 bytes")
+    if not task_name or len(task_name.encode()) > MAX_TASK_BYTES:
+        raise ZschedError(f"task name {task_name!r} must be 1..{MAX_TASK_BYTES} bytes")
     if max_attempts is not None and max_attempts < 1:
         raise ZschedError(f"task {task_name}: max_attempts must be >= 1, got {max_attempts}")
     if timeout is not None and not timeout > 0:
@@ -127,7 +128,3 @@ def current_run() -> RunInfo:
 
 def set_current(info: RunInfo | None) -> contextvars.Token[RunInfo | None]:
     return _current.set(info)
-
-
-def ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)

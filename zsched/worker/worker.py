@@ -23,23 +23,25 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio.connection
 import redis.exceptions
 
-from zsched.clock import ServerTime
+from zsched.clock import ServerTime, ms_to_datetime
 from zsched.config import WorkerSettings, settings_from
 from zsched.errors import Fail, PayloadError, Retry
 from zsched.observability import tracing as _tracing
 from zsched.observability.metrics import TaskMetrics
 from zsched.protocol.envelope import Envelope, decode
 from zsched.protocol.keys import GROUP
+from zsched.protocol.limits import MAX_DURATION_MS
+from zsched.protocol.text import lossy_text
 from zsched.runs import controls as C
 from zsched.runs import outcomes as _outcomes
 from zsched.store import scripts as S
-from zsched.store.connection import async_client, async_from_sync
+from zsched.store.connection import RETRYABLE_ERRORS, async_client, async_from_sync
 from zsched.store.eviction import EvictionWatch
-from zsched.store.retrying import Outage
+from zsched.store.retrying import REFUSALS, Outage
 from zsched.worker import limits as _limits
 from zsched.worker import recovery
-from zsched.worker.loops import REDIS_ERRORS, REFUSALS, WorkerLoop
-from zsched.worker.tasks import RunInfo, Task, ms_to_datetime, set_current
+from zsched.worker.loops import WorkerLoop
+from zsched.worker.tasks import RunInfo, Task, set_current
 
 if TYPE_CHECKING:
     from zsched.app import App
@@ -50,9 +52,9 @@ log = logging.getLogger(__name__)
 #: may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
 #: Longest retry delay (1000 years): retry.lua refuses a due after 9999-12-31.
-MAX_RETRY_DELAY_S = 1000 * 365.25 * 86400
+MAX_RETRY_DELAY_S = MAX_DURATION_MS / 1000
 _DEFAULT_SOCKET_TIMEOUT = getattr(redis.asyncio.connection, "DEFAULT_SOCKET_TIMEOUT", None)
-_FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
+_FLUSH_ERRORS: tuple[type[Exception], ...] = (*RETRYABLE_ERRORS, *REFUSALS)
 
 
 @dataclass
@@ -76,14 +78,10 @@ class Delivery:
     limited: bool = False
 
 
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
-
-
 def _delivery(entry_id: Any, fields: dict[bytes, bytes]) -> Delivery:
     due = fields.get(b"due_ms")
     return Delivery(
-        _s(entry_id), _s(fields.get(b"run_id", b"")), fields.get(b"envelope", b""),
+        lossy_text(entry_id), lossy_text(fields.get(b"run_id", b"")), fields.get(b"envelope", b""),
         int(due) if due and due.isdigit() else None,
     )  # fmt: skip
 
