@@ -49,6 +49,7 @@ from zsched.clock import Clock
 from zsched.config import QueueSettings
 from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
+from zsched.protocol.replies import ScheduleResult
 from zsched.runs import status as _inspect
 from zsched.store import durable as _durable
 from zsched.store import partitions as _partitions
@@ -262,7 +263,9 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
 
     # -- recurring rules ----------------------------------------------------------------------
 
-    async def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
+    async def schedule(
+        self, schedule_id: str, task_name: str | None = None, **options: Any
+    ) -> ScheduleResult:
         """App.schedule (a compare-and-set loop), in a worker thread; `celery_task=` instead
         of a task name sends each fire to Celery (docs/celery.md)."""
         return await self.in_thread(self.app.schedule, schedule_id, task_name, **options)

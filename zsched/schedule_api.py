@@ -10,6 +10,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from zsched.errors import InvalidArgument
+from zsched.protocol.replies import ScheduleResult
+
 if TYPE_CHECKING:
     from zsched.app import App
 
@@ -41,13 +44,16 @@ class ScheduleMethods:
             return app.partition_views()  # type: ignore[no-any-return]
         return [app]
 
-    def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
+    def schedule(
+        self, schedule_id: str, task_name: str | None = None, **options: Any
+    ) -> ScheduleResult:
         """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
 
         Options: cron= | every=, tz=, payload=, misfire="coalesce"|"catch_up"|"skip",
         misfire_grace=, overlap="allow"|"skip"|"queue", max_catch_up=, jitter=, start_at=,
         end_at=, paused=, lease=, dst_gap="shift"|"skip", dst_repeat="first"|"both".
-        Returns scripts.SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
+        Returns a ScheduleResult: CREATED, UPDATED or UNCHANGED (an IntEnum, equal to the
+        1, 2 or 0 that earlier versions returned).
         `celery_task=` instead of a task name: each fire is sent to Celery (docs/celery.md).
         """
         from zsched.rules import ops as schedule_ops
@@ -158,10 +164,14 @@ def _target(
     """A rule's zsched task: the one named, or the Celery bridge's for `celery_task=`."""
     if "celery_task" in options:
         if task_name is not None:
-            raise ValueError(f"schedule {schedule_id}: give a task name or celery_task, not both")
+            raise InvalidArgument(
+                f"schedule {schedule_id}: give a task name or celery_task, not both", "celery_task"
+            )
         from zsched.integrations.celery.rules import celery_rule
 
         return celery_rule(schedule_id, **options)
     if task_name is None:
-        raise ValueError(f"schedule {schedule_id}: a task name (or celery_task=) is required")
+        raise InvalidArgument(
+            f"schedule {schedule_id}: a task name (or celery_task=) is required", "task_name"
+        )
     return task_name, options

@@ -21,3 +21,5 @@ MAX_INSTANT_MS = 253_402_300_799_999
 MIN_INSTANT_MS = -62_135_596_800_000
 #: Longest duration a rule or a retry may name: 1000 years (of 365.25 days), in ms.
 MAX_DURATION_MS = 1000 * 31_557_600_000
+#: Longest note of a queue's pause (UTF-8 bytes, stored in its control hash).
+MAX_PAUSE_NOTE_BYTES = 500

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from zsched.clock import datetime_to_ms
 from zsched.clock import ms_to_datetime as from_ms
-from zsched.errors import RuleError
+from zsched.errors import InvalidArgument, RuleError
 
 _EPOCH_WALL = datetime(1970, 1, 1)
 MS = timedelta(milliseconds=1)
@@ -73,7 +73,7 @@ def to_ms(dt: datetime) -> int:
 def aware_ms(dt: datetime, where: str) -> int:
     """`to_ms` for a caller's datetime: naive ones are rejected, naming `where`."""
     if not isinstance(dt, datetime) or dt.utcoffset() is None:
-        raise ValueError(f"{where} needs an aware datetime, got {dt!r}")
+        raise InvalidArgument(f"{where} needs an aware datetime, got {dt!r}")
     return to_ms(dt)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from zsched.clock import server_now_ms
 from zsched.errors import RuleError, ScheduleNotFound
 from zsched.protocol.envelope import Envelope
+from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
 from zsched.rules import ledger
 from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
 from zsched.rules.spec import _instant_ms as instant_ms
@@ -46,17 +47,18 @@ def load(app: App, sid: str) -> tuple[Spec, State, bytes, bytes, int | None]:
     return decode_spec(raw_spec), decode_state(raw_state), raw_spec, raw_state or b"", nxt
 
 
-def upsert(app: App, schedule_id: str, task_name: str, **options: Any) -> int:
-    """Create or edit a rule. Returns SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
+def upsert(app: App, schedule_id: str, task_name: str, **options: Any) -> ScheduleResult:
+    """Create or edit a rule: CREATED, UPDATED or UNCHANGED."""
     spec = build_spec(schedule_id, task_name, **options)
-    return _with_cas(schedule_id, lambda: _upsert_once(app, spec, "paused" in options))
+    code = _with_cas(schedule_id, lambda: _upsert_once(app, spec, "paused" in options))
+    return ScheduleResult.of(code)
 
 
 def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
     """Run a read-then-write of a rule until no dispatcher changed the rule in between."""
     for _ in range(CAS_ATTEMPTS):
         code = attempt()
-        if code != S.SCHEDULE_CHANGED:
+        if code != ScheduleCode.CHANGED:
             return code
     raise RuleError(f"schedule {schedule_id} kept changing while being written; try again")
 
@@ -74,7 +76,7 @@ def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
             S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(), expected=expected)
         )
     if raw_old == new_raw:
-        return S.SCHEDULE_UNCHANGED
+        return ScheduleCode.UNCHANGED
     old = decode_spec(raw_old)
     if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
@@ -82,7 +84,7 @@ def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
         spec = replace(spec, paused=True)
         new_raw = spec.encode()
         if raw_old == new_raw:
-            return S.SCHEDULE_UNCHANGED
+            return ScheduleCode.UNCHANGED
     if old.paused != spec.paused:
         raise RuleError(f"schedule {schedule_id}: use pause_schedule/resume_schedule to pause")
     # Catch-up replays still waiting stay (replayed under the new spec): none is lost.
@@ -110,13 +112,13 @@ def pause(app: App, schedule_id: str, note: str | None = None) -> bool:
             f"pause note of {schedule_id} must be text of at most {MAX_NOTE} characters"
         )
     code = _with_cas(schedule_id, lambda: _pause_once(app, schedule_id, note or None))
-    return code == S.SCHEDULE_UPDATED
+    return code == ScheduleCode.UPDATED
 
 
 def _pause_once(app: App, schedule_id: str, note: str | None) -> int:
     spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
     if spec.paused:
-        return S.SCHEDULE_UNCHANGED
+        return ScheduleCode.UNCHANGED
     now = server_now_ms(app.clock, app.redis)
     since = nxt if nxt is not None else now  # the first slot not handled yet
     new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note)
@@ -181,7 +183,7 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
             app.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
             now_ms=app.clock.now_ms(), dedupe_window_ms=app.settings.dedupe_window_ms,
         ))  # fmt: skip
-        added += sum(1 for c in codes if c == S.ENQUEUED)
+        added += sum(1 for c in codes if c == EnqueueCode.ENQUEUED)
     return added
 
 
@@ -220,8 +222,7 @@ def sync_declared(
     for sid, opts in declared.items():
         opts = dict(opts)
         code = upsert(app, sid, opts.pop("task"), **opts)
-        result[{S.SCHEDULE_CREATED: "created", S.SCHEDULE_UPDATED: "updated",
-                S.SCHEDULE_UNCHANGED: "unchanged"}[code]].append(sid)  # fmt: skip
+        result[code.name.lower()].append(sid)
     stored = {m.decode() for m in app.redis.hkeys(app.keys.rules)}
     for sid in sorted(stored - set(declared)):
         if prune and remove(app, sid):

@@ -111,6 +111,8 @@ def decode_spec(raw: bytes) -> Spec:
         d["trigger"] = rule_from_dict(d["trigger"])
         d["misfire"], d["overlap"] = Misfire.parse(d["misfire"]), Overlap.parse(d["overlap"])
         return Spec(**d)
+    except RuleError:
+        raise  # a ValueError too, already naming what is wrong
     except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
         raise RuleError(f"stored rule cannot be read: {exc}") from exc
 

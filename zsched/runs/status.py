@@ -13,6 +13,7 @@ from zsched.clock import ms_to_datetime, time_reply_ms
 from zsched.errors import PayloadError, RunNotFound
 from zsched.protocol.envelope import Envelope, decode
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.replies import ReplayCode
 from zsched.protocol.text import lossy_text
 from zsched.runs import outcomes as _outcomes
 from zsched.store import scripts as S
@@ -250,6 +251,10 @@ def dead_letters(r: Any, k: QueueKeys, count: int, start: str = "-") -> list[Dea
     return [_dead_letter(i, f) for i, f in r.xrange(k.dead, start, "+", count=count)]
 
 
+_REPLAYED: dict[int, str] = {ReplayCode.REPLAYED: "replayed", ReplayCode.NOT_FOUND: "missing",
+             ReplayCode.LIVE: "live"}  # fmt: skip
+
+
 def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
     """Returns counts: replayed, missing, live (a run with that id is live), undecodable."""
     r, k = app.redis, app.keys
@@ -278,8 +283,7 @@ def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
     for i in range(0, len(groups), S.MAX_BATCH):
         codes = app.scripts.run(S.replay(k, groups[i : i + S.MAX_BATCH], now_ms=app.clock.now_ms()))
         for c in codes:
-            key = {S.REPLAYED: "replayed", S.NOT_FOUND: "missing", S.REPLAY_LIVE: "live"}[c]
-            counts[key] += 1
+            counts[_REPLAYED[c]] += 1
     return counts
 
 

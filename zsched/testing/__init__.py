@@ -18,7 +18,7 @@ from typing import Any
 from zsched.aio import AsyncApp
 from zsched.app import App
 from zsched.clock import FakeClock, datetime_to_ms, ms_to_datetime
-from zsched.errors import PayloadError, ZschedError
+from zsched.errors import InvalidArgument, PayloadError, ZschedError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, decode
 from zsched.rules.simulate import fakeredis_module
@@ -62,7 +62,7 @@ class Outcome:
 def _ms(value: timedelta | float) -> int:
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if seconds < 0:
-        raise ValueError(f"advance() moves time forward only, got {value!r}")
+        raise InvalidArgument(f"advance() moves time forward only, got {value!r}", "by")
     return int(round(seconds * 1000))
 
 
@@ -85,7 +85,7 @@ class Kit:
         queue: str | None = None,
     ) -> None:
         if start is not None and start.utcoffset() is None:
-            raise ValueError(f"start must be an aware datetime, got {start!r}")
+            raise InvalidArgument(f"start must be an aware datetime, got {start!r}", "start")
         moment = start or datetime.now(UTC)
         self.clock = FakeClock(datetime_to_ms(moment))
         self._redis_url = redis_url

@@ -8,16 +8,14 @@ from datetime import datetime
 from typing import Any
 
 from zsched.dispatch import heartbeat
+from zsched.runs.runinput import check_pause_note
 from zsched.web import words
-
-#: Longest pause note (pause_queue refuses more; a rule's note is held to the same).
-NOTE_MAX_BYTES = 500
 
 
 def _note(note: str | None) -> str | None:
+    """A form's pause note, stripped; held to pause_queue's bound (a rule's note too)."""
     note = (note or "").strip() or None
-    if note is not None and len(note.encode()) > NOTE_MAX_BYTES:
-        raise ValueError(f"a pause note is at most {NOTE_MAX_BYTES} bytes")
+    check_pause_note(note)
     return note
 
 

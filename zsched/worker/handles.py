@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from zsched.errors import Fail, PayloadError, ZschedError
+from zsched.errors import Fail, InvalidArgument, PayloadError
 from zsched.worker.payloads import Codec
 
 if TYPE_CHECKING:
@@ -123,7 +123,9 @@ def register(app: App, fn: Callable[..., Any] | None, options: dict[str, Any]) -
         t = make_task(run, **options)
         old = app.tasks.get(t.name)
         if old is not None and getattr(old.fn, "_zsched_handler", old.fn) is not base:
-            raise ZschedError(f"task name {t.name!r} is already registered on {app.queue}")
+            raise InvalidArgument(
+                f"task name {t.name!r} is already registered on {app.queue}", "name"
+            )
         app.tasks[t.name] = t
         if codec is not None:
             app.payload_types[t.name] = codec

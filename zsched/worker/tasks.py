@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from zsched.errors import ZschedError
+from zsched.errors import InvalidArgument, ZschedError
 from zsched.protocol.envelope import Payload
 from zsched.protocol.limits import DEFAULT_MAX_RESULT_BYTES, MAX_TASK_BYTES
 
@@ -72,15 +72,23 @@ def make_task(
 ) -> Task:
     task_name = name or f"{fn.__module__}.{fn.__qualname__}"
     if not task_name or len(task_name.encode()) > MAX_TASK_BYTES:
-        raise ZschedError(f"task name {task_name!r} must be 1..{MAX_TASK_BYTES} bytes")
+        raise InvalidArgument(f"task name {task_name!r} must be 1..{MAX_TASK_BYTES} bytes", "name")
     if max_attempts is not None and max_attempts < 1:
-        raise ZschedError(f"task {task_name}: max_attempts must be >= 1, got {max_attempts}")
+        raise InvalidArgument(
+            f"task {task_name}: max_attempts must be >= 1, got {max_attempts}", "max_attempts"
+        )
     if timeout is not None and not timeout > 0:
-        raise ZschedError(f"task {task_name}: timeout must be > 0 seconds, got {timeout}")
+        raise InvalidArgument(
+            f"task {task_name}: timeout must be > 0 seconds, got {timeout}", "timeout"
+        )
     if not callable(backoff) and not float(backoff) >= 0:
-        raise ZschedError(f"task {task_name}: backoff must be >= 0 seconds, got {backoff}")
+        raise InvalidArgument(
+            f"task {task_name}: backoff must be >= 0 seconds, got {backoff}", "backoff"
+        )
     if not (isinstance(max_result_bytes, int) and max_result_bytes >= 0):
-        raise ZschedError(f"task {task_name}: max_result_bytes must be a whole number >= 0")
+        raise InvalidArgument(
+            f"task {task_name}: max_result_bytes must be a whole number >= 0", "max_result_bytes"
+        )
     is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
     from zsched.worker.limits import make_limits
 
