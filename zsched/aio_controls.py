@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from zsched.app import EnqueuedId, _enqueued
+from zsched.app import EnqueuedId, Group
 from zsched.control_api import count_conflict, enqueued_id
 from zsched.observability import tracing as _tracing
 from zsched.protocol.envelope import Payload
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 P = TypeVar("P")
-Group = tuple[str, int | str, str, bytes]
 #: Runs validated and packed between two yields to the loop (~1-2 ms of CPU).
 BUILD_SLICE = 200
 #: replace.lua calls (one run each) sent per round trip by enqueue_many.
@@ -106,10 +105,7 @@ class AsyncEnqueue:
                 return rid
             (code,) = await self.ride("enqueue", lambda _: aio._enqueue_groups([group]))
             span.enqueued([group[0]], 0 if code == _ENQUEUED else 1)
-        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
-        dup = code != _ENQUEUED and run_id is not None
-        aio.app._count(0 if dup else 1, 1 if dup else 0)
-        return _enqueued(group[0], dup, code)
+        return aio.app.enqueued_id(group[0], code, run_id is not None)
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -134,11 +130,7 @@ class AsyncEnqueue:
                 await self.ride("enqueue", lambda _: aio._enqueue_groups(plain)) if plain else []
             )
             span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != _ENQUEUED))
-        dups = [c != _ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
-        aio.app._count(len(dups) - sum(dups), sum(dups))
-        for i, c, d in zip(keep, codes, dups, strict=True):
-            out[i] = _enqueued(groups[i][0], d, c)
-        return [r for r in out if r is not None]
+        return aio.app.enqueued_ids(out, groups, keep, codes, given)
 
     async def _build_items(
         self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
 
 from zsched.clock import Clock, ServerTime, SystemClock
 from zsched.config import QueueSettings, redis_url_from_env
@@ -15,7 +15,6 @@ from zsched.observability import tracing as _tracing
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, check_payload, encode_first
 from zsched.protocol.keys import QueueKeys
-from zsched.protocol.limits import DEFAULT_MAX_RESULT_BYTES
 from zsched.protocol.replies import EnqueueCode
 from zsched.protocol.runids import fresh_run_id
 from zsched.runs import status as _inspect
@@ -29,7 +28,7 @@ from zsched.store import scripts as S
 from zsched.store.connection import sync_client
 from zsched.store.direct import DEFAULT_SPIN_US
 from zsched.store.retrying import ride_through
-from zsched.worker.tasks import Backoff, Task
+from zsched.worker.tasks import Task, TaskOptions
 
 if TYPE_CHECKING:
     from zsched.aio import AsyncApp
@@ -45,6 +44,9 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: under the 5 ms any script may hold Redis (1000, the scripts' bound, took 5+ ms).
 ENQUEUE_BATCH = 100
 log = logging.getLogger(__name__)
+#: One run as enqueue.lua takes it: (run_id, run_at (epoch ms, or "+N" ms after TIME), task,
+#: envelope).
+Group = tuple[str, int | str, str, bytes]
 # Bound once: looking a member up on an Enum class costs ~0.3 us, paid per run otherwise.
 _ENQUEUED, _DUPLICATE_DONE = EnqueueCode.ENQUEUED, EnqueueCode.DUPLICATE_DONE
 
@@ -86,6 +88,18 @@ def _bytes_client(redis: Any) -> Any:
             "bytes, not text (pass a URL, or a client made without decode_responses)"
         )
     return client
+
+
+class AppOptions(TypedDict, total=False):
+    """App's keyword arguments, for those that pass them on (AsyncApp); App documents them."""
+
+    settings: QueueSettings | None
+    clock: Clock | None
+    metrics: Metrics | None
+    partitions: int | str
+    durable: bool | str
+    durable_timeout: float
+    spin_us: int
 
 
 class App(ScheduleMethods, ControlMethods, CancelMethods):
@@ -157,19 +171,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
     def task(self, fn: Callable[[P], R], /) -> TaskHandle[P, R]: ...
     @overload
     def task(
-        self,
-        *,
-        name: str | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff = 1.0,
-        timeout: float | None = None,
-        keep_result: bool = False,
-        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-        max_concurrency: int | None = None,
-        rate: str | float | None = None,
-        burst: int | None = None,
-        limit_key: Callable[[Any], Any] | None = None,
-        payload: type | None = None,
+        self, *, payload: type | None = None, **options: Unpack[TaskOptions]
     ) -> Callable[[Callable[[P], R]], TaskHandle[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
@@ -215,7 +217,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         delay: timedelta | float | None = None,
         run_id: str | None = None,
         trace: dict[str, str] | None = None,
-    ) -> tuple[str, int | str, str, bytes]:
+    ) -> Group:
         """Validate one run and return its enqueue group (run_id, run_at, task, envelope).
         `trace`: the W3C trace context to carry (zsched/observability/tracing.py)."""
         check_names(task_name, run_id)
@@ -271,10 +273,25 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
                 )
             (code,) = self.ride("enqueue", lambda _attempt: self._enqueue_groups([group]))
             span.enqueued([group[0]], 0 if code == _ENQUEUED else 1)
-        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
-        dup = code != _ENQUEUED and run_id is not None
+        return self.enqueued_id(group[0], code, run_id is not None)
+
+    def enqueued_id(self, run_id: str, code: int, named: bool) -> EnqueuedId:
+        """The id an enqueue returns for `code`, counted in the metrics (App and AsyncApp).
+        A generated id (`named` False) can only meet an earlier attempt of this very call,
+        whose reply was lost: never a duplicate."""
+        dup = code != _ENQUEUED and named
         self._count(0 if dup else 1, 1 if dup else 0)
-        return _enqueued(group[0], dup, code)
+        return _enqueued(run_id, dup, code)
+
+    def enqueued_ids(self, out: list[EnqueuedId | None], groups: list[Group], keep: list[int],
+                     codes: list[int], given: list[bool]) -> list[EnqueuedId]:  # fmt: skip
+        """enqueue_many's answer: `out` (conflict runs filled in) with the plain runs `keep`
+        of `groups` filled in from their `codes`, counted once for the batch."""
+        dups = [c != _ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
+        self._count(len(dups) - sum(dups), sum(dups))
+        for i, c, d in zip(keep, codes, dups, strict=True):
+            out[i] = _enqueued(groups[i][0], d, c)
+        return [r for r in out if r is not None]
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -297,18 +314,14 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             plain = [groups[i] for i in keep]
             codes = self.ride("enqueue", lambda _: self._enqueue_groups(plain)) if plain else []
             span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != _ENQUEUED))
-        dups = [c != _ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
-        self._count(len(dups) - sum(dups), sum(dups))
-        for i, c, d in zip(keep, codes, dups, strict=True):
-            out[i] = _enqueued(groups[i][0], d, c)
-        return [r for r in out if r is not None]
+        return self.enqueued_ids(out, groups, keep, codes, given)
 
     def _build_items(
         self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
-    ) -> tuple[list[tuple[str, int | str, str, bytes]], dict[int, tuple[str, Any]], list[bool]]:
+    ) -> tuple[list[Group], dict[int, tuple[str, Any]], list[bool]]:
         """enqueue_many's items checked and packed; the conflict mode of those that set one;
         whether the caller named each run id (a generated one is never a duplicate)."""
-        groups: list[tuple[str, int | str, str, bytes]] = []
+        groups: list[Group] = []
         modes: dict[int, tuple[str, Any]] = {}
         given: list[bool] = []
         for item in items:
@@ -319,7 +332,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         self,
         item: Mapping[str, Any] | tuple[Any, ...],
         trace: Any,
-        groups: list[tuple[str, int | str, str, bytes]],
+        groups: list[Group],
         modes: dict[int, tuple[str, Any]],
         given: list[bool],
     ) -> None:
@@ -343,7 +356,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
                             queue=self.queue, logger=log)  # fmt: skip
 
-    def _enqueue_groups(self, groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
+    def _enqueue_groups(self, groups: list[Group]) -> list[int]:
         """Route runs to their partitions, enqueue them in calls of at most MAX_BATCH (durably
         if asked), and return one reply code per run, in order."""
         _partitions.claim_layout(self)
@@ -357,9 +370,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
                 codes[i] = code
         return codes
 
-    def enqueue_plan(
-        self, groups: list[tuple[str, int | str, str, bytes]]
-    ) -> tuple[list[list[int]], list[S.Call[list[int]]]]:
+    def enqueue_plan(self, groups: list[Group]) -> tuple[list[list[int]], list[S.Call[list[int]]]]:
         """The enqueue calls for `groups` (per partition, at most ENQUEUE_BATCH runs each, in
         due order) and, per call, the indexes of its runs in `groups` (shared with AsyncApp)."""
         by_part: dict[int, list[int]] = {}
@@ -375,7 +386,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         return batches, calls
 
     def _enqueue_call(
-        self, groups: list[tuple[str, int | str, str, bytes]], keys: QueueKeys | None = None
+        self, groups: list[Group], keys: QueueKeys | None = None
     ) -> S.Call[list[int]]:
         return S.enqueue(
             keys or self.keys,
@@ -420,7 +431,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         total over all partitions of a partitioned queue (see partition_statuses)."""
         if self._whole_partitioned:
             return _partitions.total(self.queue, self.partition_statuses())
-        return _inspect.queue_status(self.redis, self.keys)
+        return _inspect.queue_status(self.redis, self.scripts, self.keys)
 
     def dead_letters(self, count: int = 100, start: str = "-") -> list[_inspect.DeadLetter]:
         """Dead letters, oldest first."""

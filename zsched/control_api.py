@@ -18,7 +18,7 @@ from zsched.store import scripts as S
 from zsched.store.scripts import Call
 
 if TYPE_CHECKING:
-    from zsched.app import App, EnqueuedId
+    from zsched.app import App, EnqueuedId, Group
     from zsched.rules.controls import ManualFire
 
 
@@ -119,7 +119,7 @@ class ControlMethods:
 
     def enqueue_conflict_call(
         self,
-        group: tuple[str, int | str, str, bytes],
+        group: Group,
         on_conflict: str,
         max_delay: timedelta | float | None,
     ) -> Call[C.ReplaceResult]:
@@ -148,7 +148,7 @@ class ControlMethods:
 
     def enqueue_conflict(
         self,
-        group: tuple[str, int | str, str, bytes],
+        group: Group,
         on_conflict: str,
         max_delay: timedelta | float | None,
     ) -> EnqueuedId:

@@ -71,15 +71,8 @@ def fire(
                   ledger_max_age_ms=LEDGER_MAX_AGE_MS if trim else 0)  # fmt: skip
 
 
-def backfill(
-    k: QueueKeys,
-    schedule_id: str,
-    slots: Sequence[tuple[str, int, bytes]],
-    *,
-    recorded: int,
-    now_ms: int | None,
-    dedupe_window_ms: int,
-) -> S.Call[list[int]]:
+def backfill(k: QueueKeys, schedule_id: str, slots: Sequence[tuple[str, int, bytes]], *,
+             recorded: int, now_ms: int | None, dedupe_window_ms: int) -> S.Call[list[int]]:  # fmt: skip
     """The backfill call, with the ledger's bound (see scripts.backfill)."""
     return S.backfill(k, schedule_id, slots, recorded=recorded, now_ms=now_ms,
                       dedupe_window_ms=dedupe_window_ms, ledger_maxlen=LEDGER_MAXLEN)  # fmt: skip

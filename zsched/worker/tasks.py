@@ -12,7 +12,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from zsched.errors import InvalidArgument, ZschedError
 from zsched.protocol.envelope import Payload
@@ -54,6 +54,21 @@ class Task:
         cap: float = min(float(self.backoff) * 2.0 ** (attempt - 1), max_seconds)
         # Half fixed, half random: spreads a thundering herd yet keeps the delay growing.
         return cap / 2 + random.uniform(0, cap / 2)
+
+
+class TaskOptions(TypedDict, total=False):
+    """@app.task's options, as make_task takes them (its defaults and checks)."""
+
+    name: str | None
+    max_attempts: int | None
+    backoff: Backoff
+    timeout: float | None
+    keep_result: bool
+    max_result_bytes: int
+    max_concurrency: int | None
+    rate: str | float | None
+    burst: int | None
+    limit_key: Callable[[Any], Any] | None
 
 
 def make_task(
