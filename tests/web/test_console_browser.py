@@ -184,7 +184,9 @@ def test_every_page_and_every_action_in_a_browser(
         page.click("#pause")
         assert flash(page) == "paused rule tick" and rule_of(app, "tick").paused
         assert rule_of(app, "tick").pause_note == "ana: " + XSS
+        assert rule_of(app, "tick").paused_by == "token"  # who: the token login
         assert ("ana: " + XSS) in page.inner_text("#pause-note")
+        assert page.inner_text("#paused-by") == "token"
         page.goto(f"{base}/q/{q}/rules")
         assert ("paused since" in page.inner_text("tr[data-rule=tick]")
                 and ("ana: " + XSS) in page.inner_text("tr[data-rule=tick]"))  # fmt: skip

@@ -219,7 +219,7 @@ def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesP
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             None if nx is None else int(nx), state.last_slot_ms, state.last_fire_ms, outcome,
             state.missed, state.fired, len(state.backlog),
-            paused_ms=state.paused_ms, pause_note=state.pause_note,
+            paused_ms=state.paused_ms, pause_note=state.pause_note, paused_by=state.paused_by,
         )  # fmt: skip
         out.append((info, spec))
     return RulesPage(out, int(nxt), int(total))

@@ -47,8 +47,10 @@ class RunControls:
         fire = self.app(queue).run_schedule_now(schedule_id, force=force)
         return words.fired_now(fire.outcome.value, schedule_id, fire.run_id)
 
-    def pause(self, queue: str, schedule_id: str, note: str | None = None) -> str:
-        ok = self.app(queue).pause_schedule(schedule_id, note=_note(note))
+    def pause(
+        self, queue: str, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> str:
+        ok = self.app(queue).pause_schedule(schedule_id, note=_note(note), by=by)
         return f"paused rule {schedule_id}" if ok else f"rule {schedule_id} was already paused"
 
     def pause_queue(self, queue: str, note: str | None) -> str:
