@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from zsched.app import App
 from zsched.store.connection import redact, sync_client
 from zsched.web.actions import act
+from zsched.web.aio_backend import AsyncBackend
 from zsched.web.auth import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
@@ -91,7 +92,7 @@ def create_app(
         label = redact(first) if first else "the client given by the host app"
     creds = Credentials.from_env(os.environ if environ is None else environ)
     reason = READ_ONLY_FLAG if read_only else ("" if creds.enabled else NO_CREDENTIALS)
-    backend = SyncBackend.build(list(apps), thresholds)
+    backend = AsyncBackend(SyncBackend.build(list(apps), thresholds))
     state = ConsoleState(Console(backend), [a.queue for a in apps], creds, bool(reason), reason,
                          environment(), label)  # fmt: skip
     app = Starlette(routes=_routes(state))
