@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from console_seed import TOKEN, XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed
+from console_seed import TOKEN, XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed, server_ms
 
 import zsched
 from zsched.observability.metrics import Metrics
@@ -148,6 +148,10 @@ def test_every_page_and_every_action_in_a_browser(
         page.click("#reschedule")
         assert flash(page).startswith("run send-0005 now waits until ")
         assert app.get_run("send-0005").run_at < datetime(2030, 1, 1, tzinfo=UTC)  # type: ignore[operator]
+        page.click("#run-due-now")  # run now: due at once (a reschedule with no delay)
+        assert flash(page).startswith("run send-0005 now waits until ")
+        due = app.get_run("send-0005").run_at
+        assert due is not None and due.timestamp() * 1000 <= server_ms(client)
         # Overview: a dispatcher's heartbeat; pause the queue with a note, seen on every page.
         beat = in_thread(lambda: one_tick_kept(app, redis_url))
         page.goto(f"{base}/")

@@ -97,8 +97,8 @@ class AsyncBackend:
         return run_view(st, env)
 
     async def rule(self, queue: str, schedule_id: str) -> dict[str, Any]:
-        """SyncBackend.rule, awaited: one pipeline (spec, state, next fire, TIME, the audit's
-        ledger read), then AsyncApp.schedule_history."""
+        """SyncBackend.rule, awaited: one pipeline (spec, state, next fire, the audit's ledger
+        read), TIME, then AsyncApp.schedule_history."""
         aio = await self.aio(queue)
         home = aio.app.rule_home(schedule_id)
         k = home.keys
@@ -106,9 +106,9 @@ class AsyncBackend:
         pipe.hget(k.rules, schedule_id)
         pipe.hget(k.rule_state, schedule_id)
         pipe.zscore(k.rule_next, schedule_id)
-        pipe.time()
         pipe.xrevrange(k.ledger(schedule_id), "+", "-", count=reads.AUDIT_LEDGER_MAX)
-        raw, raw_state, nxt, (sec, _usec), audit_ledger = await pipe.execute()
+        raw, raw_state, nxt, audit_ledger = await pipe.execute()
+        sec, _usec = await aio.redis.time()  # not in the pipeline: TIME has no key to route by
         spec, state = _decode_rule(home, schedule_id, raw, raw_state)
         now = int(sec) * 1000
         missing = reads.unaccounted(spec, state, audit_ledger, now)
