@@ -153,7 +153,7 @@ class ControlMethods:
         """Run an enqueue with a conflict mode; count its outcome; its EnqueuedId."""
         app: App = self  # type: ignore[assignment]
         call = self.enqueue_conflict_call(group, on_conflict, max_delay)
-        res: C.ReplaceResult = _durable.run_calls(app, [call])[0]  # WAITs when app.durable
+        res: C.ReplaceResult = _durable.run_calls(app.ctx, [call])[0]  # WAITs when app.durable
         count_conflict(app, res.outcome)
         return enqueued_id(res)
 
@@ -163,7 +163,7 @@ class ControlMethods:
         app: App = self  # type: ignore[assignment]
         calls = [self.enqueue_conflict_call(g, mode, cap) for g, mode, cap in items]
         out = []
-        for res in _durable.run_calls(app, calls):
+        for res in _durable.run_calls(app.ctx, calls):
             count_conflict(app, res.outcome)
             out.append(enqueued_id(res))
         return out

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from zsched.app import App
+    from zsched.context import QueueContext
 
 T = TypeVar("T")
 
@@ -19,7 +20,7 @@ T = TypeVar("T")
 class ScheduleMethods:
     """Recurring rules of an App: schedule, declare, sync, pause, resume, backfill, list."""
 
-    declared: dict[str, dict[str, Any]]
+    ctx: QueueContext
 
     def _ride(self, what: str, call: Callable[[int], T]) -> T:
         # Rule operations ride through a failover like enqueue (App.ride): an upsert, a pause
@@ -67,7 +68,7 @@ class ScheduleMethods:
         task_name, options = _target(schedule_id, task_name, options)
 
         build_spec(schedule_id, task_name, **options)
-        self.declared[schedule_id] = {"task": task_name, **options}
+        self.ctx.declared[schedule_id] = {"task": task_name, **options}
 
     def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:
         """Write the declared rules; report rules only in Redis (removed only with prune)."""
@@ -78,14 +79,10 @@ class ScheduleMethods:
 
     def _sync_once(self, prune: bool) -> dict[str, list[str]]:
         from zsched.rules import ops as schedule_ops
-        from zsched.store.partitions import declared_in
 
         total: dict[str, list[str]] = {}
-        apps = self._rule_apps()
-        for a in apps:
-            whole = len(apps) == 1
-            mine = self.declared if whole else declared_in(self, a.partition)  # type: ignore[arg-type]
-            for k, v in schedule_ops.sync_declared(a, mine, prune).items():
+        for a in self._rule_apps():
+            for k, v in schedule_ops.sync_declared(a, a.declared, prune).items():
                 total.setdefault(k, []).extend(v)
         return total
 

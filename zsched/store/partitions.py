@@ -13,7 +13,6 @@ changing N moves every run id to another partition, so it needs a drain (docs/sc
 from __future__ import annotations
 
 import asyncio
-import copy
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
@@ -24,6 +23,7 @@ from zsched.errors import ConfigError
 from zsched.protocol.keys import QueueKeys, partitions_key
 from zsched.runs.status import DeadLetter, QueueStatus
 from zsched.store.connection import async_client, async_from_sync, ensure_ready
+from zsched.store.state import StoreTarget
 
 if TYPE_CHECKING:
     from zsched.app import App
@@ -65,13 +65,13 @@ def stored_count(r: Any, queue: str) -> int:
     return int(raw) if raw is not None else 1
 
 
-def claim_layout(app: App) -> None:
+def claim_layout(app: StoreTarget) -> None:
     """Record the App's partition count, or refuse one that differs from the recorded count.
 
     Runs once per App (views share the flag). A partitioned App also refuses a queue whose
     unpartitioned keys still hold live runs: nobody would serve them any more.
     """
-    if app._layout_checked[0]:
+    if app.shared.layout_checked:
         return
     r, key, n = app.redis, partitions_key(app.queue), app.partitions
     if n == 1:
@@ -88,7 +88,7 @@ def claim_layout(app: App) -> None:
             )
         if old is not None and int(old) != n:
             raise ConfigError(_mismatch(app.queue, int(old), n))
-    app._layout_checked[0] = True
+    app.shared.layout_checked = True
 
 
 def _mismatch(queue: str, stored: int, wanted: int) -> str:
@@ -99,7 +99,7 @@ def _mismatch(queue: str, stored: int, wanted: int) -> str:
     )
 
 
-def reset_layout(app: App) -> None:
+def reset_layout(app: StoreTarget) -> None:
     """Forget the recorded count of a drained queue, so it can be re-split (docs/scaling.md).
 
     Refuses while any partition (or the unpartitioned keys) still holds a live run or an
@@ -112,29 +112,15 @@ def reset_layout(app: App) -> None:
     if busy:
         raise ConfigError(f"queue {app.queue!r} is not drained: live runs in {', '.join(busy)}")
     r.delete(partitions_key(app.queue))
-    app._layout_checked[0] = False
+    app.shared.layout_checked = False
 
 
 # -- views --------------------------------------------------------------------------------------
 
 
-def make_view(app: App, i: int) -> App:
-    """A light App for partition `i`: same client, tasks, metrics, settings; that partition's keys.
-
-    Enqueue on a view still routes by run id, so a view is safe to hand to any code that takes
-    an App; its dispatcher and worker serve partition `i` only.
-    """
-    view = copy.copy(app)
-    view.keys = QueueKeys(app.queue, i)
-    view.partition = i
-    view._views = None
-    view.declared = declared_in(app, i)
-    return view
-
-
-def declared_in(app: App, i: int) -> dict[str, dict[str, Any]]:
-    """The rules declared on `app` that live in partition `i` (each rule in exactly one)."""
-    return {s: o for s, o in app.declared.items() if partition_for(s, app.partitions) == i}
+def declared_in(declared: dict[str, dict[str, Any]], n: int, i: int) -> dict[str, dict[str, Any]]:
+    """The declared rules that live in partition `i` of `n` (each rule in exactly one)."""
+    return {s: o for s, o in declared.items() if partition_for(s, n) == i}
 
 
 def shares(total: int, n: int) -> list[int]:
@@ -168,9 +154,7 @@ class MultiDispatcher:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
-        await asyncio.to_thread(claim_layout, self.app)
-        for d in self.dispatchers:  # rules declared since the views were made
-            d.app.declared = declared_in(self.app, d.app.partition)
+        await asyncio.to_thread(self.app.ctx.claim_layout)
         # Load a cluster client's slot map once, before the partitions use it concurrently:
         # redis-py 8.1 races when many coroutines connect a fresh cluster client at once.
         await ensure_ready(self.redis)
@@ -211,7 +195,7 @@ class MultiWorker:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
-        await asyncio.to_thread(claim_layout, self.app)
+        await asyncio.to_thread(self.app.ctx.claim_layout)
         await ensure_ready(self.redis)  # see MultiDispatcher.run
         await asyncio.gather(*(w.run(stop) for w in self.workers))
 
