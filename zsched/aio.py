@@ -49,9 +49,9 @@ from zsched.clock import Clock
 from zsched.config import QueueSettings
 from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
+from zsched.runs import partitioned as _parts
 from zsched.runs import status as _inspect
 from zsched.store import durable as _durable
-from zsched.store import partitions as _partitions
 from zsched.store import scripts as S
 from zsched.store.connection import async_client, async_from_sync, is_cluster
 from zsched.store.direct import DEFAULT_SPIN_US
@@ -224,7 +224,7 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
         await self._ready()
         if self.partitions == 1:
             return await _reads.queue_status(self.redis, self.scripts, self.keys)
-        return _partitions.total(self.queue, await self.partition_statuses())
+        return _parts.total(self.queue, await self.partition_statuses())
 
     async def partition_statuses(self) -> list[_inspect.QueueStatus]:
         """App.partition_statuses, awaited."""

@@ -158,7 +158,7 @@ class AsyncEnqueue:
         out = []
         for j in range(0, len(calls), CONFLICT_CALLS_PER_TRIP):
             for res in await aio._run_calls(calls[j : j + CONFLICT_CALLS_PER_TRIP]):
-                count_conflict(aio.app, res.outcome)
+                count_conflict(aio.app.ctx, res.outcome)
                 out.append(enqueued_id(res))
         return out
 

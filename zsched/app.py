@@ -18,6 +18,7 @@ from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload
 from zsched.protocol.keys import QueueKeys
 from zsched.runs import enqueue as _enq
+from zsched.runs import partitioned as _parts
 from zsched.runs import status as _inspect
 from zsched.runs.controls import CancelResult
 from zsched.runs.enqueue import ENQUEUE_BATCH as ENQUEUE_BATCH
@@ -34,8 +35,12 @@ from zsched.worker.tasks import Backoff, Task
 
 if TYPE_CHECKING:
     from zsched.aio import AsyncApp
+    from zsched.dispatch.dispatcher import Dispatcher
+    from zsched.dispatch.multi import MultiDispatcher
     from zsched.worker.handles import TaskHandle
+    from zsched.worker.multi import MultiWorker
     from zsched.worker.payloads import Codec
+    from zsched.worker.worker import Worker
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -314,7 +319,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         """Move delayed runs kept in key layout 2 (zsched 0.1: one ZSET) into key layout 3,
         in every partition; safe while the queue runs, and a no-op when there is nothing to
         move. Returns the runs moved. `progress(moved, left)` is called after each batch."""
-        return _delayed.migrate(self.partition_views(), progress)
+        return _delayed.migrate(self.ctx.views(), progress)
 
     def get_run(self, run_id: str) -> _inspect.RunStatus:
         """The state of a run: scheduled, ready, running, done or dead. Raises RunNotFound."""
@@ -324,25 +329,25 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         """Counts and ages of the queue (delayed, due backlog, stream, pending, dead); the
         total over all partitions of a partitioned queue (see partition_statuses)."""
         if self._whole_partitioned:
-            return _partitions.total(self.queue, self.partition_statuses())
+            return _parts.total(self.ctx.queue, _parts.statuses(self.ctx))
         return _inspect.queue_status(self.redis, self.keys)
 
     def dead_letters(self, count: int = 100, start: str = "-") -> list[_inspect.DeadLetter]:
         """Dead letters, oldest first."""
         if self._whole_partitioned:
-            return _partitions.dead_letters(self, count, start)
+            return _parts.dead_letters(self.ctx, count, start)
         return _inspect.dead_letters(self.redis, self.keys, count, start)
 
     def replay_dead(self, entry_ids: Iterable[str] | None = None) -> dict[str, int]:
         """Put dead letters back as fresh runs (attempt 1, due now). None = all of them."""
         if self._whole_partitioned:
-            return _partitions.replay_dead(self, entry_ids)
+            return _parts.replay_dead(self.ctx, entry_ids)
         return _inspect.replay_dead(self.ctx, entry_ids)
 
     def purge_dead(self, entry_ids: Iterable[str] | None = None) -> int:
         """Delete dead letters. None = all of them. Returns how many were deleted."""
         if self._whole_partitioned:
-            return _partitions.purge_dead(self, entry_ids)
+            return _parts.purge_dead(self.ctx, entry_ids)
         return _inspect.purge_dead(self.redis, self.keys, entry_ids)
 
     # -- partitions (docs/scaling.md) --------------------------------------------------------
@@ -371,6 +376,12 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         """A light App for partition `i` (shares client, tasks, metrics, settings)."""
         return self.partition_views()[i]
 
+    def rule_home(self, schedule_id: str) -> App:
+        """The App (on a partitioned queue: the partition view) where this rule lives."""
+        if self.ctx.whole_partitioned:
+            return self.partition_view(self.partition_for(schedule_id))
+        return self
+
     def partition_views(self) -> list[App]:
         """One view per partition; [self] for a queue that is not partitioned. A view's
         enqueue still routes by run id, so it is safe to hand to any code that takes an App;
@@ -386,27 +397,29 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
 
     def partition_statuses(self) -> list[_inspect.QueueStatus]:
         """The status of each partition (queue reads `<queue>#<i>`)."""
-        return _partitions.statuses(self)
+        return _parts.statuses(self.ctx)
 
     # -- processes ---------------------------------------------------------------------------
 
-    def dispatcher(self, **settings: Any) -> Any:
+    def dispatcher(self, **settings: Any) -> Dispatcher | MultiDispatcher:
         """A Dispatcher for this queue (see zsched.dispatch.dispatcher); for a partitioned queue, a
         MultiDispatcher running one per partition."""
         from zsched.dispatch.dispatcher import Dispatcher
+        from zsched.dispatch.multi import MultiDispatcher
 
         if self._whole_partitioned:
-            return _partitions.MultiDispatcher(self, **settings)
-        return Dispatcher(self, **settings)
+            return MultiDispatcher(self.ctx, **settings)
+        return Dispatcher(self.ctx, **settings)
 
-    def worker(self, **settings: Any) -> Any:
+    def worker(self, **settings: Any) -> Worker | MultiWorker:
         """A Worker for this queue (see zsched.worker.worker); for a partitioned queue, a MultiWorker
         running one per partition, each with its share of `concurrency`."""
+        from zsched.worker.multi import MultiWorker
         from zsched.worker.worker import Worker
 
         if self._whole_partitioned:
-            return _partitions.MultiWorker(self, **settings)
-        return Worker(self, **settings)
+            return MultiWorker(self.ctx, **settings)
+        return Worker(self.ctx, **settings)  # type: ignore[arg-type]  # until Worker takes a QueueContext
 
     def aio(self, redis: Any = None) -> AsyncApp:
         """An AsyncApp sharing this App's tasks, declared rules, settings and metrics, on an

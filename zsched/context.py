@@ -20,6 +20,7 @@ from zsched.config import QueueSettings
 from zsched.observability.metrics import Metrics
 from zsched.protocol.keys import QueueKeys
 from zsched.store import partitions as _partitions
+from zsched.store.connection import async_client, async_from_sync
 from zsched.store.retrying import ride_through
 from zsched.store.scripts import Scripts
 from zsched.store.state import SharedState
@@ -68,6 +69,10 @@ class QueueContext:
         self.shared.opened.append(s)
         return s
 
+    def async_client(self) -> Any:
+        """A new asyncio client of the same deployment (the URL's, or the client's settings)."""
+        return async_client(self.url) if self.url else async_from_sync(self.redis)
+
     def view(self, i: int) -> QueueContext:
         """The context of partition `i`: same client, registries and shared state."""
         return replace(self, keys=QueueKeys(self.queue, i), partition=i)
@@ -81,6 +86,16 @@ class QueueContext:
         if self.shared.views is None:
             self.shared.views = [self.view(i) for i in range(self.partitions)]
         return self.shared.views
+
+    def rule_home(self, schedule_id: str) -> QueueContext:
+        """The context where rule `schedule_id` lives (its partition's, when partitioned)."""
+        if self.whole_partitioned:
+            return self.views()[_partitions.partition_for(schedule_id, self.partitions)]
+        return self
+
+    def rule_homes(self) -> list[QueueContext]:
+        """Where rules live: every partition of a partitioned queue, else this context."""
+        return self.views() if self.whole_partitioned else [self]
 
     @property
     def whole_partitioned(self) -> bool:

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from zsched.app import App
     from zsched.context import QueueContext
 
 T = TypeVar("T")
@@ -26,21 +25,7 @@ class ScheduleMethods:
         # Rule operations ride through a failover like enqueue (App.ride): an upsert, a pause
         # or a backfill done twice is done once (by schedule id and slot run ids). A retry
         # after a lost reply may answer "unchanged" / False for what the first attempt did.
-        app: Any = self
-        return app.ride(what, call)  # type: ignore[no-any-return]
-
-    def rule_home(self, schedule_id: str) -> App:
-        """The App (on a partitioned queue: the partition view) where this rule lives."""
-        app: Any = self
-        if app.partitions > 1 and app.partition is None:
-            return app.partition_view(app.partition_for(schedule_id))  # type: ignore[no-any-return]
-        return app  # type: ignore[no-any-return]
-
-    def _rule_apps(self) -> list[App]:
-        app: Any = self
-        if app.partitions > 1 and app.partition is None:
-            return app.partition_views()  # type: ignore[no-any-return]
-        return [app]
+        return self.ctx.ride(what, call)
 
     def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
         """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
@@ -54,7 +39,7 @@ class ScheduleMethods:
         from zsched.rules import ops as schedule_ops
 
         task_name, options = _target(schedule_id, task_name, options)
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"schedule {schedule_id!r}",
             lambda _: schedule_ops.upsert(home, schedule_id, task_name, **options),
@@ -81,8 +66,8 @@ class ScheduleMethods:
         from zsched.rules import ops as schedule_ops
 
         total: dict[str, list[str]] = {}
-        for a in self._rule_apps():
-            for k, v in schedule_ops.sync_declared(a, a.declared, prune).items():
+        for c in self.ctx.rule_homes():
+            for k, v in schedule_ops.sync_declared(c, c.declared_here(), prune).items():
                 total.setdefault(k, []).extend(v)
         return total
 
@@ -90,7 +75,7 @@ class ScheduleMethods:
         """Remove a rule, its state and ledger. Runs it already made are untouched."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"unschedule {schedule_id!r}",
             lambda _: schedule_ops.remove(home, schedule_id),
@@ -102,7 +87,7 @@ class ScheduleMethods:
         entries read `paused: <note>`."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"pause of schedule {schedule_id!r}",
             lambda _: schedule_ops.pause(home, schedule_id, note),
@@ -112,7 +97,7 @@ class ScheduleMethods:
         """Fire again from the next slot after now."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"resume of schedule {schedule_id!r}",
             lambda _: schedule_ops.resume(home, schedule_id),
@@ -122,7 +107,7 @@ class ScheduleMethods:
         """Enqueue a past range's slots with their usual run ids; re-running adds nothing."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"backfill of schedule {schedule_id!r}",
             lambda _: schedule_ops.backfill(home, schedule_id, start, end),
@@ -132,20 +117,20 @@ class ScheduleMethods:
         """Every rule with next fire, last fire, last outcome and missed count."""
         from zsched.rules import ops as schedule_ops
 
-        out = [i for a in self._rule_apps() for i in schedule_ops.infos(a)]
+        out = [i for c in self.ctx.rule_homes() for i in schedule_ops.infos(c)]
         return sorted(out, key=lambda i: i.schedule_id)
 
     def schedule_history(self, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
         """The rule's fire ledger, newest first: one outcome per slot."""
         from zsched.rules import ops as schedule_ops
 
-        return schedule_ops.history(self.rule_home(schedule_id), schedule_id, count)
+        return schedule_ops.history(self.ctx.rule_home(schedule_id), schedule_id, count)
 
     def audit_schedules(self) -> list[Any]:
         """Slots past their grace with no outcome in the ledger, per rule (see zsched.rules.audit)."""
         from zsched.rules.audit import audit
 
-        return [r for a in self._rule_apps() for r in audit(a)]
+        return [r for c in self.ctx.rule_homes() for r in audit(c)]
 
 
 def _target(

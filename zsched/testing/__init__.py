@@ -18,10 +18,10 @@ from typing import Any
 from zsched.aio import AsyncApp
 from zsched.app import App
 from zsched.clock import FakeClock
+from zsched.dispatch.simulate import fakeredis_module
 from zsched.errors import PayloadError, ZschedError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, decode
-from zsched.rules.simulate import fakeredis_module
 from zsched.runs.status import DeadLetter
 from zsched.store.delayed import leaf_number, untag
 from zsched.worker.tasks import ms_to_datetime
