@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from zsched.app import EnqueuedId, Group
 from zsched.control_api import count_conflict, enqueued_id
 from zsched.observability import tracing as _tracing
 from zsched.protocol.envelope import Payload
-from zsched.protocol.replies import EnqueueCode
 from zsched.runs import controls as C
+from zsched.runs import enqueue as _enq
+from zsched.runs.enqueue import EnqueuedId, Group
 from zsched.runs.runinput import check_pause_note
 from zsched.store import scripts as S
 from zsched.store.retrying import ride_through_async
@@ -41,8 +41,6 @@ BUILD_SLICE = 200
 #: replace.lua calls (one run each) sent per round trip by enqueue_many.
 CONFLICT_CALLS_PER_TRIP = 100
 log = logging.getLogger("zsched.app")  # the App's logger: one outage reads the same
-# Bound once: looking a member up on an Enum class costs ~0.3 us, paid per run otherwise.
-_ENQUEUED = EnqueueCode.ENQUEUED
 
 
 class AsyncEnqueue:
@@ -104,8 +102,8 @@ class AsyncEnqueue:
                 (rid,) = await self.ride("enqueue", lambda _: self._conflicts([call]))
                 return rid
             (code,) = await self.ride("enqueue", lambda _: aio._enqueue_groups([group]))
-            span.enqueued([group[0]], 0 if code == _ENQUEUED else 1)
-        return aio.app.enqueued_id(group[0], code, run_id is not None)
+            span.enqueued([group[0]], 0 if code == _enq.ENQUEUED else 1)
+        return _enq.enqueued_id(aio.app.ctx, group[0], code, run_id is not None)
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -129,8 +127,8 @@ class AsyncEnqueue:
             codes = (
                 await self.ride("enqueue", lambda _: aio._enqueue_groups(plain)) if plain else []
             )
-            span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != _ENQUEUED))
-        return aio.app.enqueued_ids(out, groups, keep, codes, given)
+            span.enqueued([g[0] for g in plain], _enq.duplicates_in(codes))
+        return _enq.enqueued_ids(aio.app.ctx, out, groups, keep, codes, given)
 
     async def _build_items(
         self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
@@ -141,7 +139,7 @@ class AsyncEnqueue:
         modes: dict[int, tuple[str, Any]] = {}
         given: list[bool] = []
         for item in items:
-            aio.app.build_item(item, trace, groups, modes, given)
+            _enq.build_item(aio.app.ctx, item, trace, groups, modes, given)
             if len(groups) % BUILD_SLICE == 0:
                 await asyncio.sleep(0)
         return groups, modes, given
@@ -153,7 +151,7 @@ class AsyncEnqueue:
         out = []
         for j in range(0, len(calls), CONFLICT_CALLS_PER_TRIP):
             for res in await aio._run_calls(calls[j : j + CONFLICT_CALLS_PER_TRIP]):
-                count_conflict(aio.app, res.outcome)
+                count_conflict(aio.app.ctx, res.outcome)
                 out.append(enqueued_id(res))
         return out
 
@@ -228,7 +226,9 @@ class AsyncControls:
         aio: AsyncApp = self  # type: ignore[assignment]
         return await aio.in_thread(aio.app.run_schedule_now, schedule_id, force)
 
-    async def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
-        """App.pause_schedule(note=) (a compare-and-set loop), in a worker thread."""
+    async def pause_schedule(
+        self, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> bool:
+        """App.pause_schedule(note=, by=) (a compare-and-set loop), in a worker thread."""
         aio: AsyncApp = self  # type: ignore[assignment]
-        return await aio.in_thread(aio.app.pause_schedule, schedule_id, note)
+        return await aio.in_thread(aio.app.pause_schedule, schedule_id, note, by)

@@ -4,6 +4,7 @@ next, history, audit, simulate."""
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -21,6 +22,14 @@ def _iso(ms: int | None, tz: str = "UTC") -> str:
     if ms is None:
         return "-"
     return ms_to_datetime(ms).astimezone(ZoneInfo(tz)).isoformat(timespec="seconds")
+
+
+def _os_user() -> str | None:
+    """Who runs the CLI, as the OS says (None when it cannot say)."""
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):  # no USER/LOGNAME and no passwd entry (a bare container)
+        return None
 
 
 def _rule_options(p: argparse.ArgumentParser, required: bool) -> None:
@@ -69,6 +78,7 @@ def register(sub: Any) -> None:
     pz = action("pause", "stop firing (slots until resume are recorded as skipped)", cmd_pause)
     pz.add_argument("--note", default=None, help="why (kept with the pause time, shown by list "
                     "and in the ledger's skipped entries)")  # fmt: skip
+    pz.add_argument("--by", default=None, help="who pauses (default: the OS user; '' for none)")
     rn = action("run", "fire the rule once now (run id ID@manual:<instant>; slots unchanged)",
                 cmd_run)  # fmt: skip
     rn.add_argument("--force", action="store_true",
@@ -139,7 +149,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from zsched.rules.spec import spec_options
 
     app = make_app(args)
-    spec = load(app.rule_home(args.schedule_id), args.schedule_id)[0]
+    spec = load(app.rule_home(args.schedule_id).ctx, args.schedule_id)[0]
     o = spec_options(spec)
     new = _options(args)
     if "every" in new and new["every"] is not None:
@@ -160,9 +170,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         nxt = "paused" if i.paused else _iso(i.next_fire_ms)
         lines.append(f"{i.schedule_id:<20} {i.rule:<34} {nxt:<26} {i.last_outcome or '-':<13} "
                      f"{i.missed}")  # fmt: skip
-        if i.paused and (i.paused_ms is not None or i.pause_note):
+        if i.paused and (i.paused_ms is not None or i.pause_note or i.paused_by):
             since = f" since {_iso(i.paused_ms)}" if i.paused_ms is not None else ""
-            lines.append(f"{'':<20} paused{since}: {i.pause_note or '(no note)'}")
+            by = f" by {i.paused_by}" if i.paused_by else ""
+            lines.append(f"{'':<20} paused{since}{by}: {i.pause_note or '(no note)'}")
     emit(args, [i.as_dict() for i in infos], "\n".join(lines) if infos else "no schedules")
     return 0
 
@@ -174,9 +185,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    ok = make_app(args).pause_schedule(args.schedule_id, note=args.note)
+    by = _os_user() if args.by is None else args.by or None
+    ok = make_app(args).pause_schedule(args.schedule_id, note=args.note, by=by)
     text = "paused" if ok else "already paused"
-    emit(args, {"schedule_id": args.schedule_id, "paused": ok}, text)
+    emit(args, {"schedule_id": args.schedule_id, "paused": ok, "by": by}, text)
     return 0
 
 
@@ -204,7 +216,7 @@ def cmd_next(args: argparse.Namespace) -> int:
 
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
-    home = make_app(args).rule_home(args.schedule_id)
+    home = make_app(args).rule_home(args.schedule_id).ctx
     spec = load(home, args.schedule_id)[0]
     tz = getattr(spec.trigger, "tz", "UTC")
     slots: list[int] = []
@@ -241,7 +253,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from zsched.rules.simulate import simulate
+    from zsched.dispatch.simulate import simulate
 
     if ".." not in args.down:
         raise UsageError(f"--down {args.down!r}: expected FROM..TO (two ISO instants)")
@@ -253,7 +265,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     app = make_app(args)
     from zsched.rules.ops import load
 
-    home = app.rule_home(args.schedule_id)
+    home = app.rule_home(args.schedule_id).ctx
     tz = getattr(load(home, args.schedule_id)[0].trigger, "tz", "UTC")
     rows = simulate(home, args.schedule_id, datetime_to_ms(start, floor=True),
                     datetime_to_ms(end, floor=True), slow)  # fmt: skip

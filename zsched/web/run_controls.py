@@ -12,8 +12,9 @@ from zsched.runs.runinput import check_pause_note
 from zsched.web import words
 
 
-def _note(note: str | None) -> str | None:
-    """A form's pause note, stripped; held to pause_queue's bound (a rule's note too)."""
+def checked_note(note: str | None) -> str | None:
+    """A pause note stripped (None when empty); InvalidArgument (a ValueError) over
+    MAX_PAUSE_NOTE_BYTES, pause_queue's bound (a rule's note is held to it too)."""
     note = (note or "").strip() or None
     check_pause_note(note)
     return note
@@ -45,12 +46,14 @@ class RunControls:
         fire = self.app(queue).run_schedule_now(schedule_id, force=force)
         return words.fired_now(fire.outcome.value, schedule_id, fire.run_id)
 
-    def pause(self, queue: str, schedule_id: str, note: str | None = None) -> str:
-        ok = self.app(queue).pause_schedule(schedule_id, note=_note(note))
+    def pause(
+        self, queue: str, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> str:
+        ok = self.app(queue).pause_schedule(schedule_id, note=checked_note(note), by=by)
         return f"paused rule {schedule_id}" if ok else f"rule {schedule_id} was already paused"
 
     def pause_queue(self, queue: str, note: str | None) -> str:
-        ok = self.app(queue).pause_queue(_note(note))
+        ok = self.app(queue).pause_queue(checked_note(note))
         return (f"paused queue {queue}: no run is dispatched until it resumes" if ok
                 else f"queue {queue} was already paused")  # fmt: skip
 
