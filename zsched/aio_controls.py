@@ -16,14 +16,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from zsched.control_api import count_conflict, enqueued_id
 from zsched.observability import tracing as _tracing
 from zsched.protocol.envelope import Payload
 from zsched.runs import controls as C
 from zsched.runs import enqueue as _enq
-from zsched.runs.enqueue import EnqueuedId, Group
+from zsched.runs.enqueue import EnqueuedId, EnqueueOptions, Group
 from zsched.runs.runinput import check_pause_note
 from zsched.store import scripts as S
 from zsched.store.retrying import ride_through_async
@@ -53,29 +53,15 @@ class AsyncEnqueue:
         return await ride_through_async(call, bound_ms=aio.settings.outage_retry_ms,
                                         what=what, queue=aio.queue, logger=log)  # fmt: skip
 
+    # The overloads take enqueue's keywords as one TypedDict (the implementation spells them,
+    # so an unknown keyword is still a TypeError): a handle's payload type is checked.
     @overload
     async def enqueue(
-        self,
-        task_name: TaskHandle[P, Any],
-        payload: P,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-        on_conflict: str = "keep",
-        max_delay: timedelta | float | None = None,
+        self, task_name: TaskHandle[P, Any], payload: P, **options: Unpack[EnqueueOptions]
     ) -> EnqueuedId: ...
     @overload
     async def enqueue(
-        self,
-        task_name: str,
-        payload: Payload = None,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-        on_conflict: str = "keep",
-        max_delay: timedelta | float | None = None,
+        self, task_name: str, payload: Payload = None, **options: Unpack[EnqueueOptions]
     ) -> EnqueuedId: ...
 
     async def enqueue(

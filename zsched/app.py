@@ -211,19 +211,11 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         return self.ctx.scripts
 
     def build(
-        self,
-        task_name: str,
-        payload: Payload = None,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-        trace: dict[str, str] | None = None,
+        self, task_name: str, payload: Payload = None, **options: Unpack[_enq.BuildOptions]
     ) -> Group:
-        """Validate one run and return its enqueue group (run_id, run_at, task, envelope).
-        `trace`: the W3C trace context to carry (zsched/observability/tracing.py)."""
-        return _enq.build(self.ctx, task_name, payload, run_at=run_at, delay=delay,
-                          run_id=run_id, trace=trace)  # fmt: skip
+        """Validate one run and return its enqueue group (run_id, run_at, task, envelope):
+        runs/enqueue.py build, whose keywords (run_at, delay, run_id, trace) these are."""
+        return _enq.build(self.ctx, task_name, payload, **options)
 
     def enqueue(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from zsched.errors import InvalidArgument, PayloadError
 from zsched.protocol.envelope import Payload, check_payload, encode_first
@@ -32,6 +32,26 @@ ENQUEUE_BATCH = 100
 
 #: One run to enqueue: (run_id, run_at ms or "+delay", task, envelope).
 Group = tuple[str, int | str, str, bytes]
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """enqueue's keyword arguments (App.enqueue documents them), for typed signatures that
+    pass them on."""
+
+    run_at: datetime | float | None
+    delay: timedelta | float | None
+    run_id: str | None
+    on_conflict: str
+    max_delay: timedelta | float | None
+
+
+class BuildOptions(TypedDict, total=False):
+    """`build`'s keyword arguments: when the run is due, its id, the trace context."""
+
+    run_at: datetime | float | None
+    delay: timedelta | float | None
+    run_id: str | None
+    trace: dict[str, str] | None
 
 
 class EnqueuedId(str):
