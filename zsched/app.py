@@ -274,14 +274,8 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             span.enqueued([g[0] for g in plain], _enq.duplicates_in(codes))
         return _enq.enqueued_ids(ctx, out, groups, keep, codes, given)
 
-    def build_item(
-        self,
-        item: Mapping[str, Any] | tuple[Any, ...],
-        trace: Any,
-        groups: list[Group],
-        modes: dict[int, tuple[str, Any]],
-        given: list[bool],
-    ) -> None:
+    def build_item(self, item: Mapping[str, Any] | tuple[Any, ...], trace: Any, groups: list[Group],
+                   modes: dict[int, tuple[str, Any]], given: list[bool]) -> None:  # fmt: skip
         """One enqueue_many item onto the lists (runs/enqueue.py build_item)."""
         _enq.build_item(self.ctx, item, trace, groups, modes, given)
 
