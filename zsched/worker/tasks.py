@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from zsched.errors import ZschedError
+from zsched.observability.logs import CURRENT_RUN
 from zsched.protocol.envelope import Payload
 
 
@@ -112,9 +113,7 @@ class RunInfo:
         return self._cancel[0]
 
 
-_current: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(
-    "zsched_current_run", default=None
-)
+_current: contextvars.ContextVar[RunInfo | None] = CURRENT_RUN  # read by log records too
 
 
 def current_run() -> RunInfo:
