@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from zsched.clock import Clock, ServerTime
 from zsched.config import QueueSettings
@@ -159,7 +159,7 @@ class InContext(Generic[V]):
     def __get__(self, obj: _HasContext | None, owner: type) -> V | InContext[V]:
         if obj is None:
             return self
-        return getattr(obj.ctx, self.name)  # type: ignore[no-any-return]
+        return cast(V, getattr(obj.ctx, self.name))
 
     def __set__(self, obj: _HasContext, value: V) -> None:
         change: dict[str, Any] = {self.name: value}
