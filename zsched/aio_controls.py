@@ -243,6 +243,8 @@ class AsyncControls(_Host):
         """App.run_schedule_now (a compare-and-set loop over the rule), in a worker thread."""
         return await self.in_thread(self.app.run_schedule_now, schedule_id, force)
 
-    async def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
-        """App.pause_schedule(note=) (a compare-and-set loop), in a worker thread."""
-        return await self.in_thread(self.app.pause_schedule, schedule_id, note)
+    async def pause_schedule(
+        self, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> bool:
+        """App.pause_schedule(note=, by=) (a compare-and-set loop), in a worker thread."""
+        return await self.in_thread(self.app.pause_schedule, schedule_id, note, by)
