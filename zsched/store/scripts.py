@@ -124,11 +124,13 @@ class DispatchResult:
     moved: int
     next_due_ms: int | None
     now_ms: int
-    held: bool
+    #: Nothing moved because the stream holds max_backlog entries or more (or the queue is
+    #: paused): the dispatcher polls again after held_poll_ms.
+    backlogged: bool
     run_at_ms: list[int]
     #: How long the call ran in Redis (us); 0 on the idle pass.
     busy_us: int = 0
-    #: The queue is paused (pause.lua): nothing moved (held is True too).
+    #: The queue is paused (pause.lua): nothing moved (backlogged is True too).
     paused: bool = False
 
 
