@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
 from typing import TYPE_CHECKING, Any
 
-from zsched.clock import ServerTime
 from zsched.config import WorkerSettings, settings_from
 from zsched.store import scripts as S
-from zsched.store.connection import async_client, async_from_sync
 from zsched.store.eviction import EvictionWatch
-from zsched.store.retrying import Outage
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
 from zsched.worker.loops import FlushLoop, Guard, HoldLoop, ReadLoop
@@ -30,7 +24,7 @@ from zsched.worker.runner import Runner
 from zsched.worker.writer import REDIS_ERRORS, Writer
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.context import QueueContext
 
 log = logging.getLogger(__name__)
 
@@ -39,34 +33,19 @@ class Worker:
     """Consumes one queue. `run()` loops until stopped; `tick()` does one non-blocking pass."""
 
     def __init__(
-        self, app: App, redis: Any = None, consumer: str | None = None, **settings: Any
+        self, ctx: QueueContext, redis: Any = None, consumer: str | None = None, **settings: Any
     ) -> None:
         allow_eviction = bool(settings.pop("allow_eviction", False))  # zsched/store/eviction.py
         s = settings_from(WorkerSettings, settings)
-        url = app.url
-
-        def make() -> Any:
-            return async_client(url) if url else async_from_sync(app.redis)
-
-        client = redis if redis is not None else make()
-        # Blocking reads hold their connection; give them their own client.
-        reader = client if redis is not None else make()
-        self.ctx = ctx = WorkerContext(
-            queue=app.queue, keys=app.keys, clock=app.clock, queue_settings=app.settings,
-            settings=s, metrics=app.metrics, tasks=app.tasks, redis=client, reader=reader,
-            scripts=S.AsyncScripts(client),
-            consumer=consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
-            server_time=ServerTime(app.clock),
-            outage=Outage(logging.getLogger("zsched.worker.worker"), "worker", app.queue),
-        )  # fmt: skip
+        self.ctx = wctx = WorkerContext.of(ctx, s, redis, consumer)
         slot_free = asyncio.Event()
-        self.writer = Writer(ctx, slot_free)
-        self.runner = Runner(ctx, self.writer, slot_free)
-        self.holds = Holds(ctx, self.runner, self.writer)
-        self.eviction = EvictionWatch(client, app.keys.ready, app.queue, "worker",
-                                      app.metrics, allow_eviction)  # fmt: skip
-        self.reader = ReadLoop(ctx, self.runner, self.writer, self.holds, self.eviction)
-        self.guard = Guard(ctx, self.reader)
+        self.writer = Writer(wctx, slot_free)
+        self.runner = Runner(wctx, self.writer, slot_free)
+        self.holds = Holds(wctx, self.runner, self.writer)
+        self.eviction = EvictionWatch(wctx.redis, wctx.keys.ready, wctx.queue, "worker",
+                                      wctx.metrics, allow_eviction)  # fmt: skip
+        self.reader = ReadLoop(wctx, self.runner, self.writer, self.holds, self.eviction)
+        self.guard = Guard(wctx, self.reader)
         self.stopping = False
 
     # -- the parts others read ---------------------------------------------------------------
