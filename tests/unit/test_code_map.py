@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 LUA = ROOT / "lua"
 SCRIPTS = sorted(p.stem for p in LUA.glob("*.lua"))
+#: Former names of scripts, kept as files for clients (scripts.py's ALIASES: old -> new name).
+ALIASES: dict[str, str] = dict(getattr(S, "ALIASES", {}))
 REF = re.compile(r"`([\w./-]+\.py)::([\w.]+)`")
 FILE = re.compile(r"`((?:zsched|tests|docs|lua)/[\w./-]*?)(?:#([\w-]+))?`")
 #: Glossary words the style guide asks for (shared/STYLE.md) and issue 17.
@@ -168,11 +170,20 @@ def test_every_lua_script_has_a_row() -> None:
 
 
 def test_every_lua_file_is_a_registered_script() -> None:
-    """A script Scripts does not register cannot be called (NAMES is its list)."""
-    assert sorted(S.NAMES) == SCRIPTS
+    """A script Scripts does not register cannot be called (NAMES is its list); a former
+    name (ALIASES) is a file for other clients, of a script in NAMES."""
+    assert sorted(set(S.NAMES) | set(ALIASES)) == SCRIPTS
+    assert set(ALIASES.values()) <= set(S.NAMES) and not set(ALIASES) & set(S.NAMES)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_row_of_a_former_name_names_the_script_it_stands_for() -> None:
+    for alias, name in ALIASES.items():
+        cells = code_map()[alias]
+        assert not REF.findall(cells[1] + cells[2]), f"{alias}: no wrapper, no caller of its own"
+        assert f"`{name}`" in cells[1], f"{alias}: the wrapper cell names {name}"
+
+
+@pytest.mark.parametrize("script", sorted(S.NAMES))
 def test_the_wrapper_builds_the_call_of_its_script(script: str) -> None:
     refs = REF.findall(code_map()[script][1])
     assert len(refs) == 1, f"{script}: the wrapper cell names one `path.py::function`"
