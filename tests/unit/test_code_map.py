@@ -347,3 +347,19 @@ def test_the_glossary_defines_each_word_once() -> None:
     terms = re.findall(r"^- \*\*([^*]+)\*\*:", doc_section("Glossary"), re.M)
     assert len(terms) == len(set(terms))
     assert set(GLOSSARY) <= set(terms), f"define {sorted(set(GLOSSARY) - set(terms))}"
+
+
+# -- layout named anywhere in the docs ---------------------------------------------------------
+
+#: Paths the docs name that are not in the tree on purpose: made by `make`, or the wheel's layout.
+NOT_IN_TREE = {"bench/peers/.venv", "bench/peers/node_modules", "zsched/lua"}
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    """A module, test or example moved or renamed leaves no stale path in README, docs/ or
+    BENCHMARKS.md."""
+    docs = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    path = re.compile(r"(?<![\w/.-])((?:zsched|tests|lua|bench|examples|mk)/[\w/.-]*\w)")
+    stale = [f"{doc.name}: {p}" for doc in docs for p in sorted(set(path.findall(doc.read_text())))
+             if p not in NOT_IN_TREE and not (ROOT / p).exists()]  # fmt: skip
+    assert not stale, f"paths that do not exist: {stale}"
