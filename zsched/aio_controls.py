@@ -234,7 +234,9 @@ class AsyncControls:
         aio: AsyncApp = self  # type: ignore[assignment]
         return await aio.in_thread(aio.app.run_schedule_now, schedule_id, force)
 
-    async def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
-        """App.pause_schedule(note=) (a compare-and-set loop), in a worker thread."""
+    async def pause_schedule(
+        self, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> bool:
+        """App.pause_schedule(note=, by=) (a compare-and-set loop), in a worker thread."""
         aio: AsyncApp = self  # type: ignore[assignment]
-        return await aio.in_thread(aio.app.pause_schedule, schedule_id, note)
+        return await aio.in_thread(aio.app.pause_schedule, schedule_id, note, by)

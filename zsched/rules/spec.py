@@ -133,10 +133,11 @@ class State:
     updated_ms: int | None = None
     #: Up to when DST gaps were checked for wall times a `dst_gap="skip"` rule dropped.
     gap_checked_ms: int | None = None
-    #: When pause_schedule paused the rule, and the note it was given (shown by list and in
-    #: the ledger's `skipped: paused` entries).
+    #: When pause_schedule paused the rule, the note it was given and who paused it (shown
+    #: by list and in the ledger's `skipped: paused` entries).
     paused_ms: int | None = None
     pause_note: str | None = None
+    paused_by: str | None = None
 
     @property
     def catchup_head(self) -> int | None:
@@ -290,9 +291,10 @@ class ScheduleInfo:
     missed: int
     fired: int
     catch_up_waiting: int
-    #: A paused rule: when it was paused, and the note given.
+    #: A paused rule: when it was paused, the note given and who paused it (`by=`).
     paused_ms: int | None = None
     pause_note: str | None = None
+    paused_by: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
