@@ -381,7 +381,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
 
         if self._whole_partitioned:
             return MultiWorker(self.ctx, **settings)
-        return Worker(self.ctx, **settings)  # type: ignore[arg-type]  # until Worker takes a QueueContext
+        return Worker(self.ctx, **settings)
 
     def aio(self, redis: Any = None) -> AsyncApp:
         """An AsyncApp sharing this App's tasks, declared rules, settings and metrics, on an
