@@ -21,6 +21,7 @@ from zsched.observability.metrics import Metrics
 from zsched.protocol.keys import QueueKeys
 from zsched.store import partitions as _partitions
 from zsched.store.connection import async_client, async_from_sync
+from zsched.store.direct import DEFAULT_SPIN_US
 from zsched.store.retrying import ride_through
 from zsched.store.scripts import Scripts
 from zsched.store.state import SharedState
@@ -50,7 +51,7 @@ class QueueContext:
     durability: str | None = None
     durable_timeout_ms: int = 1000
     #: How long a sync call polls its socket for the reply (store/direct.py).
-    spin_us: int = 200
+    spin_us: int = DEFAULT_SPIN_US
     #: Registered tasks by name (worker.tasks.Task), shared with the App.
     tasks: dict[str, Any] = field(default_factory=dict)
     #: Declared payload types by task name (worker.payloads.Codec), checked at enqueue.
