@@ -53,8 +53,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("zsched.rules.ops", "zsched.dispatch.firer"): "homes: ledger",
     # ms -> datetime moves to zsched/clock.py ("homes": the server clock).
     ("zsched.runs.status", "zsched.worker.tasks"): "homes: clock",
-    # The worker takes a QueueContext ("wkr"), and its modules stop importing worker.py.
-    ("zsched.worker.tasks", "zsched.worker.limits"): "wkr: tasks <-> limits",
     # App.aio() makes the AsyncApp that wraps an App (the facade's one circle, see the doc).
     ("zsched.app", "zsched.aio"): "App.aio()",
 }
