@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 #: Slots examined per rule per pass; a longer outage is counted without listing every slot.
 MAX_SLOTS_PER_PASS = 1000
-#: How soon a dispatcher comes back to drain catch-up fires held back by the budget.
+#: How soon a dispatcher comes back to drain catch-up fires the budget left for later.
 CATCH_UP_PAUSE_MS = 20
 #: How soon a dispatcher looks again at replays that wait for a run of their rule to end
 #: (unlease publishes on `wake` when it does; this bounds the wait if nobody publishes).

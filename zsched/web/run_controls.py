@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import zsched.web.words as words
 from zsched.dispatch import heartbeat
 from zsched.runs.runinput import check_pause_note
-from zsched.web import words
 
 
 def checked_note(note: str | None) -> str | None:

@@ -15,8 +15,10 @@ from datetime import datetime
 from typing import Any, Protocol, TypedDict
 
 from zsched.errors import InvalidArgument, ZschedError
+from zsched.observability.logs import CURRENT_RUN
 from zsched.protocol.envelope import Payload
 from zsched.protocol.limits import DEFAULT_MAX_RESULT_BYTES, MAX_TASK_BYTES
+from zsched.worker.limits import Limits, make_limits
 
 
 class Handler(Protocol):
@@ -44,7 +46,7 @@ class Task:
     #: Largest return value kept (msgpack bytes); a larger one is recorded as an error.
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     #: Concurrency and rate limits shared by all workers (zsched/worker/limits.py); None = none.
-    limits: Any = None
+    limits: Limits | None = None
 
     def backoff_seconds(self, attempt: int, max_seconds: float) -> float:
         """Delay before attempt `attempt + 1`: base * 2^(attempt-1), with full jitter."""
@@ -105,8 +107,6 @@ def make_task(
             f"task {task_name}: max_result_bytes must be a whole number >= 0", "max_result_bytes"
         )
     is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
-    from zsched.worker.limits import make_limits
-
     limits = make_limits(task_name, max_concurrency, rate, burst, limit_key)
     return Task(task_name, fn, is_async, max_attempts, backoff, timeout, bool(keep_result),
                 max_result_bytes, limits)  # fmt: skip
@@ -136,9 +136,7 @@ class RunInfo:
         return self._cancel[0]
 
 
-_current: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(
-    "zsched_current_run", default=None
-)
+_current: contextvars.ContextVar[RunInfo | None] = CURRENT_RUN  # read by log records too
 
 
 def current_run() -> RunInfo:
