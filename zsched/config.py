@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from zsched.errors import ConfigError
-from zsched.protocol.limits import DEFAULT_MAX_PAYLOAD_BYTES
 
 T = TypeVar("T")
+
+
+#: Largest accepted payload (bytes, msgpack-encoded) unless QueueSettings says otherwise:
+#: spelled here, the bottom layer, and named in zsched/protocol/limits.py with the others.
+DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)

@@ -48,11 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 #: The test fails when one of them is gone too, so this list only shrinks.
 KNOWN: dict[tuple[str, str], str] = {
     # The ledger's constants get a home of their own ("homes": the ledger).
-    ("zsched.rules.audit", "zsched.dispatch.firer"): "homes: ledger",
-    ("zsched.rules.controls", "zsched.dispatch.firer"): "homes: ledger",
-    ("zsched.rules.ops", "zsched.dispatch.firer"): "homes: ledger",
     # ms -> datetime moves to zsched/clock.py ("homes": the server clock).
-    ("zsched.runs.status", "zsched.worker.tasks"): "homes: clock",
     # App.aio() makes the AsyncApp that wraps an App (the facade's one circle, see the doc).
     ("zsched.app", "zsched.aio"): "App.aio()",
 }

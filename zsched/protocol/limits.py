@@ -1,15 +1,15 @@
 """The limits of the wire contract, spelled once: what the scripts refuse and what a client in
-another language must respect (docs/protocol.md). A leaf module: it imports nothing, so the
-settings (config.py) and every room may name these."""
+another language must respect (docs/protocol.md). The payload default is a setting's
+default, so it is spelled in config.py (the layer below) and named here."""
 
 from __future__ import annotations
+
+from zsched.config import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 
 #: Run ids are UTF-8 text of at most this many bytes (the scripts check it).
 MAX_RUN_ID_BYTES = 512
 #: Task names are UTF-8 text of 1..this many bytes.
 MAX_TASK_BYTES = 256
-#: Largest accepted payload (bytes, msgpack-encoded), unless QueueSettings says otherwise.
-DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 #: Largest return value kept (bytes, msgpack-encoded), unless a task says otherwise.
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024
 #: Hard bound of every batched script (runs per call).
