@@ -6,9 +6,9 @@
 -- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua)
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
--- ARGV[3] max_backlog  hold back while XLEN ready >= this; 0 = no limit
--- Returns {moved, next_due_ms, now_ms, held, busy_us, run_at_ms...}: next_due_ms is the
---   earliest run_at left in `delayed` (-1 when empty); held is 1 when the backlog limit
+-- ARGV[3] max_backlog  move nothing while XLEN ready >= this; 0 = no limit
+-- Returns {moved, next_due_ms, now_ms, backlogged, busy_us, run_at_ms...}: next_due_ms is the
+--   earliest run_at left in `delayed` (-1 when empty); backlogged is 1 when the backlog limit
 --   stopped the move, 2 when the queue is paused (nothing moves; checked only once something
 --   is due, so an idle pass costs nothing more); busy_us is how long this call ran in Redis when it moved runs (server
 --   TIME at its start and end; 0 on the idle pass), so the caller can size its calls on

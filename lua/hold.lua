@@ -1,5 +1,6 @@
--- hold: a rule's run waits for its retry in the delayed set, where no worker renews its
---   overlap lease: keep the lease for the wait and a lease beyond it.
+-- hold: the former name of extend.lua, kept for clients that load it by this name: the same
+--   script (same KEYS, ARGV and replies). A rule's run waits for its retry in the delayed
+--   set, where no worker renews its overlap lease: keep the lease for the wait and beyond.
 -- KEYS[1] lease (string of this rule)   KEYS[2] runs (hash)
 -- ARGV[1] run_id (the run that waits)   ARGV[2] ttl_ms (the retry's delay + the rule's lease_ms)
 -- Returns 1 held, 0 not held (no lease: the rule was removed or the lease lapsed; another

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from zsched.clock import Clock, ServerTime
 from zsched.config import QueueSettings
@@ -21,11 +21,13 @@ from zsched.observability.metrics import Metrics
 from zsched.protocol.keys import QueueKeys
 from zsched.store import partitions as _partitions
 from zsched.store.connection import async_client, async_from_sync
+from zsched.store.direct import DEFAULT_SPIN_US
 from zsched.store.retrying import ride_through
 from zsched.store.scripts import Scripts
 from zsched.store.state import SharedState
 
 T = TypeVar("T")
+V = TypeVar("V")
 log = logging.getLogger("zsched.app")
 
 
@@ -49,7 +51,7 @@ class QueueContext:
     durability: str | None = None
     durable_timeout_ms: int = 1000
     #: How long a sync call polls its socket for the reply (store/direct.py).
-    spin_us: int = 200
+    spin_us: int = DEFAULT_SPIN_US
     #: Registered tasks by name (worker.tasks.Task), shared with the App.
     tasks: dict[str, Any] = field(default_factory=dict)
     #: Declared payload types by task name (worker.payloads.Codec), checked at enqueue.
@@ -138,3 +140,28 @@ class QueueContext:
         `settings.outage_retry_ms` (store/retrying.py); then RedisUnavailable."""
         return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
                             queue=self.queue, logger=log)  # fmt: skip
+
+
+class _HasContext(Protocol):
+    ctx: QueueContext
+
+
+class InContext(Generic[V]):
+    """A facade attribute kept in its owner's QueueContext (`App.queue` is `App.ctx.queue`):
+    read there; setting it (a test's clock) gives the owner a context with the new value."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> InContext[V]: ...
+    @overload
+    def __get__(self, obj: _HasContext, owner: type) -> V: ...
+    def __get__(self, obj: _HasContext | None, owner: type) -> V | InContext[V]:
+        if obj is None:
+            return self
+        return cast(V, getattr(obj.ctx, self.name))
+
+    def __set__(self, obj: _HasContext, value: V) -> None:
+        change: dict[str, Any] = {self.name: value}
+        obj.ctx = replace(obj.ctx, **change)

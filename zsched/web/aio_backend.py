@@ -19,10 +19,11 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
+import zsched.web.reads as reads
+import zsched.web.words as words
 from zsched.aio import AsyncApp
 from zsched.errors import ScheduleNotFound
 from zsched.rules.spec import Spec, State, decode_spec, decode_state
-from zsched.web import reads, words
 from zsched.web.backend import (
     SyncBackend,
     dead_rows,

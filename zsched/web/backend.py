@@ -17,10 +17,10 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+import zsched.web.reads as reads
 from zsched.app import App
 from zsched.dispatch.simulate import simulate
 from zsched.rules.spec import build_spec, spec_options
-from zsched.web import reads
 from zsched.web.health import Sampler, Thresholds, causes, verdict
 from zsched.web.run_controls import RunControls
 from zsched.web.words import paused_line

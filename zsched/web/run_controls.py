@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import zsched.web.words as words
 from zsched.dispatch import heartbeat
-from zsched.web import words
 
 #: Longest pause note (pause_queue refuses more; a rule's note is held to the same).
 NOTE_MAX_BYTES = 500
