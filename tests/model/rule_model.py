@@ -158,7 +158,9 @@ class Model:
     def backfill(self, lo: int, hi: int) -> None:
         """The rule's slots in [lo, hi] that the ledger does not show as run, due now with
         their usual run ids (none whose run is live or done), recorded `backfilled`. They
-        hold no lease: overlap does not apply to them."""
+        hold no lease: overlap does not apply to them. The rule never fires a backfilled
+        slot again: a replay of it still waiting is recorded `duplicate` now and leaves the
+        backlog; a later fire or replay of it is recorded `duplicate`."""
         done = {s for s, o, _, _ in self.ledger if o in ("ran", "ran_late", "backfilled")}
         for s in self.rule.trigger.slots_between(lo - 1, hi, 10_000):
             rid = run_id(self.rule.schedule_id, s)
@@ -167,7 +169,14 @@ class Model:
             self.runs[rid] = Run(rid, s, due=self.now)
             self.backfilled.add(rid)
             self._record(s, "backfilled", "backfill", rid)
+        self._drop_backfilled_replays()
         self.settle()
+
+    def _drop_backfilled_replays(self) -> None:
+        sid = self.rule.schedule_id
+        for s in [s for s in self.backlog if run_id(sid, s) in self.backfilled]:
+            self._record(s, "duplicate", "run id already live or done", run_id(sid, s))
+            self.backlog.remove(s)
 
     def kill_worker(self) -> None:
         """The worker dies: each running attempt starts again now (reclaimed by another
@@ -272,6 +281,7 @@ class Model:
         late = [s for s in slots if now - s > rule.grace()]
         fires = [(s, s + self._jitter(s), "ran") for s in on_time]
         fires += self._misfire(on_time, late)
+        self._drop_backfilled_replays()
         room = self._replay_room(bool(fires))
         fires += [(s, now, "ran_late") for s in self.backlog[:room]]
         self.backlog = self.backlog[room:]
@@ -315,7 +325,8 @@ class Model:
         sid = self.rule.schedule_id
         for slot, due, outcome in fires:
             rid = run_id(sid, slot)
-            if rid in self.runs and self.runs[rid].state != "dead":  # live or done
+            # Live or done, or backfilled (whatever became of that run): never again.
+            if rid in self.backfilled or (rid in self.runs and self.runs[rid].state != "dead"):
                 self._record(slot, "duplicate", "run id already live or done", rid)
             elif self.rule.overlap != "allow" and self._lease_held():
                 if self.rule.overlap == "queue" and self.waiting is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.model.harness import Pair
-from tests.model.rule_model import Fate, RuleDef
+from tests.model.rule_model import Fate, RuleDef, run_id
 from zsched.rules.triggers import Cron, Every
 
 M = 60_000
@@ -63,5 +63,54 @@ async def test_a_removed_rule_gets_no_lease_back_from_a_retrying_run(real, queue
         await p.do("advance_to", T0 + 40_000)  # attempt 1 retried: waits until T0 + 60 s
         assert p.system.lease() is None
         await p.do("advance_to", T0 + 5 * M)
+    finally:
+        await p.close()
+
+
+P30 = 30 * M
+
+
+@pytest.mark.parametrize("kind", ["ok", "fail"])
+@pytest.mark.parametrize("overlap", ["skip", "queue"])
+async def test_a_backfilled_slot_is_not_replayed_after_the_dedupe_window(real, queue, overlap,
+                                                                         kind) -> None:  # fmt: skip
+    """The divergence the state machine found (issue 18: real `ran_late`, model `duplicate`;
+    a Santiago rule, whose slots are far apart): replays waiting for a long run's lease, their
+    slots backfilled meanwhile; the backfilled runs end (done, or dead) and the long run ends
+    hours later, past the dedupe window (1 h), so `done` no longer knew the runs and the
+    replays ran the slots a second time. A backfilled slot is now never fired again by its
+    rule: its waiting replay is recorded `duplicate` at the backfill."""
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        return Fate(5 * H) if rid == run_id("r", T0) else Fate(0, kind)
+
+    rule = RuleDef("r", Every(1800), misfire="catch_up", overlap=overlap, max_catch_up=3)
+    p = Pair(real, queue, rule, fate_of, T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 1000)
+        await p.do("set_up", False)
+        await p.do("advance_to", T0 + 4 * P30 + 5)  # slots 1-3 missed, replays wait
+        await p.do("set_up", True)
+        await p.do("backfill", T0 + P30, T0 + 3 * P30)
+        dups = [s for s, o, _, _ in p.model.ledger if o == "duplicate"]
+        assert dups == [T0 + k * P30 for k in (1, 2, 3)]
+        await p.do("advance_to", T0 + 8 * H)  # Pair checks that no slot fired twice
+    finally:
+        await p.close()
+
+
+async def test_a_slot_backfilled_ahead_does_not_fire_again_when_it_comes_due(real, queue) -> None:
+    """A backfill of slots not due yet runs them now; hours later (past the dedupe window)
+    the rule reaches them: each is recorded `duplicate`, none runs twice."""
+    rule = RuleDef("r", Every(1800), misfire="coalesce", overlap="allow")
+    p = Pair(real, queue, rule, [Fate(0)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 1000)
+        await p.do("backfill", T0 + 3 * H, T0 + 4 * H)
+        await p.do("advance_to", T0 + 5 * H)
+        dups = sorted(s for s, o, _, _ in p.model.ledger if o == "duplicate")
+        assert dups == [T0 + 3 * H, T0 + 3 * H + P30, T0 + 4 * H]
     finally:
         await p.close()

@@ -231,19 +231,6 @@ class RuleMachine(RuleBasedStateMachine):
             self.loop.close()
 
 
-# Known, not yet analysed (issue #18's note): in a whole-suite run the machine found a slot
-# that a backfill had enqueued, whose run failed into the dead letters, later fired by a
-# catch-up as ran_late where the model says duplicate (edit catch_up/skip -> skip/queue,
-# backfills, Santiago, jitter). Alone, every pair passes. Until one of the two is fixed the
-# divergence is reported (xfail) instead of failing make test; make model still fails on it.
-_KNOWN = pytest.mark.xfail(
-    os.environ.get("ZSCHED_MODEL_RANDOM") != "1",
-    reason="issue #18: backfilled-then-dead slot fired again by catch-up (ran_late vs duplicate)",
-    strict=False,
-)
-
-
-@_KNOWN
 @pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
 @pytest.mark.parametrize("misfire", ["catch_up", "coalesce", "skip"])
 def test_the_real_system_agrees_with_the_model(redis_url: str, misfire: str, overlap: str) -> None:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from zsched.dispatch.firer import LEDGER_MAXLEN
+from zsched.dispatch.firer import DUPLICATE_REASON, LEDGER_MAXLEN
 from zsched.errors import RuleError, ScheduleNotFound
 from zsched.protocol.envelope import Envelope
 from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
@@ -176,7 +176,7 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
     now = server_now_ms(app)
     todo = [s for s in slots if s not in ran]
     recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
-    added = 0
+    added: list[int] = []
     for i in range(0, max(1, len(todo)), S.MAX_BATCH):
         chunk = todo[i : i + S.MAX_BATCH]
         groups = []
@@ -189,8 +189,32 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
             now_ms=app.clock.now_ms(), dedupe_window_ms=app.settings.dedupe_window_ms,
             ledger_maxlen=LEDGER_MAXLEN,
         ))  # fmt: skip
-        added += sum(1 for c in codes if c == S.ENQUEUED)
-    return added
+        added += [s for s, c in zip(chunk, codes, strict=True) if c == S.ENQUEUED]
+    if added:
+        _with_cas(schedule_id, lambda: _mark_backfilled(app, schedule_id, added))
+    return len(added)
+
+
+def _mark_backfilled(app: App, schedule_id: str, slots: list[int]) -> int:
+    """The rule must not fire the backfilled slots again (the `done` record of their runs
+    lasts only the dedupe window): replays of them still waiting leave the backlog, recorded
+    `duplicate` now; slots not handled yet are kept in the state, for the planner."""
+    spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
+    ran = set(slots)
+    dups = [s for s in state.backlog if s in ran]
+    later = [s for s in slots if nxt is not None and s >= nxt and s not in state.backfilled]
+    if not dups and not later:
+        return S.SCHEDULE_UNCHANGED
+    backlog = [s for s in state.backlog if s not in ran]
+    new_state = replace(state, backlog=backlog, backfilled=sorted([*state.backfilled, *later]))
+    records = [(s, "duplicate", DUPLICATE_REASON, slot_run_id(schedule_id, s)) for s in dups]
+    head = None if spec.paused or not backlog else backlog[0]
+    args = S.FireArgs(schedule_id, raw_spec, nxt, raw_state, nxt, new_state.encode(), head,
+                      str(spec.overlap), spec.lease_ms, [], records)  # fmt: skip
+    r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
+                               dedupe_window_ms=app.settings.dedupe_window_ms,
+                               ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
+    return S.SCHEDULE_UPDATED if r.ok else S.SCHEDULE_CHANGED
 
 
 def history(app: App, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:

@@ -50,19 +50,9 @@ async def renew_leases(w: Worker) -> int:
                     w.mark_lost(entry_id)
     if lost:
         w.metrics.fenced.labels(w.app.queue, "renew").inc(lost)
-    await renew_rule_leases(w)
+    # A rule's overlap lease is not renewed here: it has no TTL and lasts while its run
+    # lives, also while a dead worker's entry waits to be reclaimed (docs/policies.md).
     return lost
-
-
-async def renew_rule_leases(w: Worker) -> None:
-    """Keep the overlap leases of held rule runs alive; a crashed worker's lease expires."""
-    leases = [v for eid, v in w.leases().items() if eid not in w.lost_entries()]
-    if not leases:
-        return
-    pipe = w.redis.pipeline(transaction=False)
-    for sid, _run_id, lease_ms in leases:
-        pipe.pexpire(w.app.keys.lease(sid), lease_ms)
-    await pipe.execute()
 
 
 async def reclaim_once(w: Worker, limit: int) -> list[Delivery]:
