@@ -49,9 +49,9 @@ from zsched.clock import Clock
 from zsched.config import QueueSettings
 from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
+from zsched.runs import partitioned as _parts
 from zsched.runs import status as _inspect
 from zsched.store import durable as _durable
-from zsched.store import partitions as _partitions
 from zsched.store import scripts as S
 from zsched.store.connection import async_client, async_from_sync, is_cluster
 from zsched.store.direct import DEFAULT_SPIN_US
@@ -168,7 +168,7 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
     async def _ready(self) -> None:
         # The partition layout check reads and may write one key, once per App.
         if not self._layout_ready:
-            await self.in_thread(_partitions.claim_layout, self.app)
+            await self.in_thread(self.app.ctx.claim_layout)
             self._layout_ready = True
 
     async def run(self, call: S.Call[T]) -> T:
@@ -181,17 +181,17 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
         durable); concurrent per call on a Cluster (durable there: the App's path, in a thread)."""
         if self._cluster:
             if self.app.durable:
-                return await self.in_thread(_durable.run_calls, self.app, calls)
+                return await self.in_thread(_durable.run_calls, self.app.ctx, calls)
             return list(await asyncio.gather(*(self.scripts.run(c) for c in calls)))
         if not self.app.durable:
             return await self.scripts.run_many(calls)
         if _durable.LEVELS[self.app.durability or "replica"][0] == "WAITAOF":
-            await self.in_thread(_durable.check_level, self.app)  # once per App, then at once
+            await self.in_thread(_durable.check_level, self.app.ctx)  # once per App, then at once
         pipe = self.redis.pipeline(transaction=False)
         for c in calls:
             await self.scripts.queue(c, pipe)
-        pipe.execute_command(*_durable.wait_command(self.app))  # WAIT or WAITAOF, by level
-        replies = _durable.checked(self.app, await pipe.execute(raise_on_error=False))
+        pipe.execute_command(*_durable.wait_command(self.app.ctx))  # WAIT or WAITAOF, by level
+        replies = _durable.checked(self.app.ctx, await pipe.execute(raise_on_error=False))
         for r in replies:
             if isinstance(r, Exception):
                 raise r
@@ -224,7 +224,7 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
         await self._ready()
         if self.partitions == 1:
             return await _reads.queue_status(self.redis, self.scripts, self.keys)
-        return _partitions.total(self.queue, await self.partition_statuses())
+        return _parts.total(self.queue, await self.partition_statuses())
 
     async def partition_statuses(self) -> list[_inspect.QueueStatus]:
         """App.partition_statuses, awaited."""

@@ -18,11 +18,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from zsched.app import EnqueuedId, _enqueued
 from zsched.control_api import count_conflict, enqueued_id
 from zsched.observability import tracing as _tracing
 from zsched.protocol.envelope import Payload
 from zsched.runs import controls as C
+from zsched.runs import enqueue as _enq
+from zsched.runs.enqueue import EnqueuedId
 from zsched.store import scripts as S
 from zsched.store.retrying import ride_through_async
 from zsched.worker.handles import TaskHandle
@@ -104,8 +105,8 @@ class AsyncEnqueue:
             span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
         # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
         dup = code != S.ENQUEUED and run_id is not None
-        aio.app._count(0 if dup else 1, 1 if dup else 0)
-        return _enqueued(group[0], dup, code)
+        _enq.count(aio.app.ctx, 0 if dup else 1, 1 if dup else 0)
+        return _enq.enqueued(group[0], dup, code)
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -131,9 +132,9 @@ class AsyncEnqueue:
             )
             span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != S.ENQUEUED))
         dups = [c != S.ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
-        aio.app._count(len(dups) - sum(dups), sum(dups))
+        _enq.count(aio.app.ctx, len(dups) - sum(dups), sum(dups))
         for i, c, d in zip(keep, codes, dups, strict=True):
-            out[i] = _enqueued(groups[i][0], d, c)
+            out[i] = _enq.enqueued(groups[i][0], d, c)
         return [r for r in out if r is not None]
 
     async def _build_items(
@@ -145,7 +146,7 @@ class AsyncEnqueue:
         modes: dict[int, tuple[str, Any]] = {}
         given: list[bool] = []
         for item in items:
-            aio.app.build_item(item, trace, groups, modes, given)
+            _enq.build_item(aio.app.ctx, item, trace, groups, modes, given)
             if len(groups) % BUILD_SLICE == 0:
                 await asyncio.sleep(0)
         return groups, modes, given
@@ -157,7 +158,7 @@ class AsyncEnqueue:
         out = []
         for j in range(0, len(calls), CONFLICT_CALLS_PER_TRIP):
             for res in await aio._run_calls(calls[j : j + CONFLICT_CALLS_PER_TRIP]):
-                count_conflict(aio.app, res.outcome)
+                count_conflict(aio.app.ctx, res.outcome)
                 out.append(enqueued_id(res))
         return out
 

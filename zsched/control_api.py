@@ -12,18 +12,20 @@ from typing import TYPE_CHECKING, Any
 from zsched.errors import PayloadError
 from zsched.protocol.envelope import decode
 from zsched.runs import controls as C
+from zsched.runs.enqueue import EnqueuedId
 from zsched.runs.runinput import check_names, delay_ms, to_ms
 from zsched.store import durable as _durable
 from zsched.store import scripts as S
 from zsched.store.scripts import Call
 
 if TYPE_CHECKING:
-    from zsched.app import App, EnqueuedId
+    from zsched.context import QueueContext
     from zsched.rules.controls import ManualFire
+    from zsched.runs.status import QueueStatus
 
 
 def due_arg(
-    app: Any, run_at: datetime | float | None, delay: timedelta | float | None
+    ctx: QueueContext, run_at: datetime | float | None, delay: timedelta | float | None
 ) -> int | str:
     """The run_at_ms argument of a script: epoch ms, or "+N" (relative to Redis TIME) for a
     delay unless the App's clock is pinned (a test's FakeClock)."""
@@ -32,12 +34,18 @@ def due_arg(
     if run_at is not None:
         return to_ms(run_at)
     d = delay_ms(delay)  # type: ignore[arg-type]
-    now = app.clock.now_ms()
+    now = ctx.clock.now_ms()
     return f"+{d}" if now is None else int(now) + d
 
 
 class ControlMethods:
     """Run controls of an App: change a promise after it is made."""
+
+    ctx: QueueContext
+
+    if TYPE_CHECKING:
+
+        def status(self) -> QueueStatus: ...
 
     def reschedule_call(
         self,
@@ -47,7 +55,7 @@ class ControlMethods:
         delay: timedelta | float | None = None,
     ) -> Call[C.RescheduleResult]:
         """The script call of `reschedule` (an async App runs it on its own scripts)."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         check_names("reschedule", run_id)
         at = due_arg(app, run_at, delay)
         return C.reschedule(app.keys_for_run(run_id), run_id, at, now_ms=app.clock.now_ms())
@@ -63,26 +71,24 @@ class ControlMethods:
         clock), atomically. The result tells moved from not found and from a run that is
         not delayed any more (ready, running, done, dead); moving it earlier wakes the
         dispatchers."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         return app.scripts.run(self.reschedule_call(run_id, run_at=run_at, delay=delay))
 
     def pause_queue(self, note: str | None = None) -> bool:
         """Pause the queue (every partition): dispatchers move nothing onto the ready stream
         until resume_queue. Delayed runs wait; rule slots are still fired into the delayed
         set and recorded; workers finish what is on the stream. False if already paused."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         if note is not None and len(note.encode()) > 500:
             raise ValueError("a pause note is at most 500 bytes")
         now = app.clock.now_ms()
-        return any(
-            [v.scripts.run(C.pause(v.keys, note, now_ms=now)) for v in app.partition_views()]
-        )
+        return any([v.scripts.run(C.pause(v.keys, note, now_ms=now)) for v in app.views()])
 
     def resume_queue(self) -> bool:
         """End the pause (every partition) and wake the dispatchers. False if not paused."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         now = app.clock.now_ms()
-        return any([v.scripts.run(C.resume(v.keys, now_ms=now)) for v in app.partition_views()])
+        return any([v.scripts.run(C.resume(v.keys, now_ms=now)) for v in app.views()])
 
     def drain(
         self,
@@ -96,11 +102,10 @@ class ControlMethods:
         deploy."""
         import time as _time
 
-        app: App = self  # type: ignore[assignment]
         self.pause_queue("drain")
         deadline = None if timeout is None else _time.monotonic() + timeout
         while True:
-            st = app.status()
+            st = self.status()
             if progress is not None:
                 progress(st)
             if st.stream_length == 0:
@@ -115,7 +120,7 @@ class ControlMethods:
         the lease: skipped, or queued behind it) unless `force=True`."""
         from zsched.rules.controls import run_now
 
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         return run_now(app.rule_home(schedule_id), schedule_id, force)
 
     def enqueue_conflict_call(
@@ -125,7 +130,7 @@ class ControlMethods:
         max_delay: timedelta | float | None,
     ) -> Call[C.ReplaceResult]:
         """The replace.lua call of an enqueue with on_conflict="replace" or "debounce"."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         if on_conflict not in C.CONFLICT_MODES:
             raise ValueError(
                 f"on_conflict must be one of {', '.join(C.CONFLICT_MODES)}, got {on_conflict!r}"
@@ -151,7 +156,7 @@ class ControlMethods:
         max_delay: timedelta | float | None,
     ) -> EnqueuedId:
         """Run an enqueue with a conflict mode; count its outcome; its EnqueuedId."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         call = self.enqueue_conflict_call(group, on_conflict, max_delay)
         res: C.ReplaceResult = _durable.run_calls(app, [call])[0]  # WAITs when app.durable
         count_conflict(app, res.outcome)
@@ -160,7 +165,7 @@ class ControlMethods:
     def enqueue_conflicts(self, items: list[tuple[Any, str, Any]]) -> list[EnqueuedId]:
         """enqueue_many's runs with a conflict mode: (group, on_conflict, max_delay) each,
         one replace.lua call per run, streamed on one connection."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         calls = [self.enqueue_conflict_call(g, mode, cap) for g, mode, cap in items]
         out = []
         for res in _durable.run_calls(app, calls):
@@ -171,23 +176,21 @@ class ControlMethods:
 
 def enqueued_id(res: C.ReplaceResult) -> EnqueuedId:
     """The EnqueuedId of a replace.lua answer."""
-    from zsched.app import EnqueuedId
-
     dup = res.outcome in (C.EnqueueOutcome.DUPLICATE, C.EnqueueOutcome.DUPLICATE_DONE)
     return EnqueuedId(res.run_id, dup, res.outcome)
 
 
-def count_conflict(app: Any, outcome: C.EnqueueOutcome) -> None:
+def count_conflict(ctx: QueueContext, outcome: C.EnqueueOutcome) -> None:
     """Count an enqueue's outcome in the App's metrics (as enqueue counts its own)."""
     if outcome is C.EnqueueOutcome.ENQUEUED:
-        app.metrics.enqueued.labels(app.queue).inc()
+        ctx.metrics.enqueued.labels(ctx.queue).inc()
     elif outcome in (C.EnqueueOutcome.REPLACED, C.EnqueueOutcome.DEBOUNCED):
-        app.metrics.replaced.labels(app.queue, outcome.value).inc()
+        ctx.metrics.replaced.labels(ctx.queue, outcome.value).inc()
     else:
-        app.metrics.duplicates.labels(app.queue, "enqueue").inc()
+        ctx.metrics.duplicates.labels(ctx.queue, "enqueue").inc()
 
 
-def _lease_calls(app: Any, res: C.CancelResult) -> list[Call[Any]]:
+def _lease_calls(ctx: QueueContext, res: C.CancelResult) -> list[Call[Any]]:
     """The unlease call that frees a removed rule fire's overlap lease (none for other runs);
     run after the cancel (a crash in between: the lease ends with its TTL)."""
     if res.envelope is None:
@@ -198,17 +201,19 @@ def _lease_calls(app: Any, res: C.CancelResult) -> list[Call[Any]]:
         return []
     if not (env.schedule_id and env.lease_ms):
         return []
-    keys = app.keys_for_run(res.run_id)
-    return [S.unlease(keys, env.schedule_id, res.run_id, env.lease_ms, now_ms=app.clock.now_ms())]
+    keys = ctx.keys_for_run(res.run_id)
+    return [S.unlease(keys, env.schedule_id, res.run_id, env.lease_ms, now_ms=ctx.clock.now_ms())]
 
 
 class CancelMethods:
     """cancel of an App (mixed in with ControlMethods)."""
 
+    ctx: QueueContext
+
     def cancel_calls(self, run_id: str) -> tuple[Call[C.CancelResult], Any]:
         """The revoke call of `cancel`, and a function of its result giving the follow-up
         calls (freeing a rule's lease), so an async App runs the same steps."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         check_names("cancel", run_id)
         call = C.revoke(app.keys_for_run(run_id), run_id, now_ms=app.clock.now_ms(),
                         dedupe_window_ms=app.settings.dedupe_window_ms)  # fmt: skip
@@ -220,7 +225,7 @@ class CancelMethods:
         lease renewal interval, cancels an async handler's task or sets a sync handler's
         `current_run().cancel_requested`, and the run ends `cancelled`. Otherwise the result
         says not found, done or cancelled already. A rule fire's overlap lease is freed."""
-        app: App = self  # type: ignore[assignment]
+        app = self.ctx
         call, then = self.cancel_calls(run_id)
         res: C.CancelResult = app.scripts.run(call)
         for follow in then(res):

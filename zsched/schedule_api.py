@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.context import QueueContext
 
 T = TypeVar("T")
 
@@ -19,27 +19,13 @@ T = TypeVar("T")
 class ScheduleMethods:
     """Recurring rules of an App: schedule, declare, sync, pause, resume, backfill, list."""
 
-    declared: dict[str, dict[str, Any]]
+    ctx: QueueContext
 
     def _ride(self, what: str, call: Callable[[int], T]) -> T:
         # Rule operations ride through a failover like enqueue (App.ride): an upsert, a pause
         # or a backfill done twice is done once (by schedule id and slot run ids). A retry
         # after a lost reply may answer "unchanged" / False for what the first attempt did.
-        app: Any = self
-        return app.ride(what, call)  # type: ignore[no-any-return]
-
-    def rule_home(self, schedule_id: str) -> App:
-        """The App (on a partitioned queue: the partition view) where this rule lives."""
-        app: Any = self
-        if app.partitions > 1 and app.partition is None:
-            return app.partition_view(app.partition_for(schedule_id))  # type: ignore[no-any-return]
-        return app  # type: ignore[no-any-return]
-
-    def _rule_apps(self) -> list[App]:
-        app: Any = self
-        if app.partitions > 1 and app.partition is None:
-            return app.partition_views()  # type: ignore[no-any-return]
-        return [app]
+        return self.ctx.ride(what, call)
 
     def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
         """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
@@ -53,7 +39,7 @@ class ScheduleMethods:
         from zsched.rules import ops as schedule_ops
 
         task_name, options = _target(schedule_id, task_name, options)
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"schedule {schedule_id!r}",
             lambda _: schedule_ops.upsert(home, schedule_id, task_name, **options),
@@ -67,7 +53,7 @@ class ScheduleMethods:
         task_name, options = _target(schedule_id, task_name, options)
 
         build_spec(schedule_id, task_name, **options)
-        self.declared[schedule_id] = {"task": task_name, **options}
+        self.ctx.declared[schedule_id] = {"task": task_name, **options}
 
     def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:
         """Write the declared rules; report rules only in Redis (removed only with prune)."""
@@ -78,14 +64,10 @@ class ScheduleMethods:
 
     def _sync_once(self, prune: bool) -> dict[str, list[str]]:
         from zsched.rules import ops as schedule_ops
-        from zsched.store.partitions import declared_in
 
         total: dict[str, list[str]] = {}
-        apps = self._rule_apps()
-        for a in apps:
-            whole = len(apps) == 1
-            mine = self.declared if whole else declared_in(self, a.partition)  # type: ignore[arg-type]
-            for k, v in schedule_ops.sync_declared(a, mine, prune).items():
+        for c in self.ctx.rule_homes():
+            for k, v in schedule_ops.sync_declared(c, c.declared_here(), prune).items():
                 total.setdefault(k, []).extend(v)
         return total
 
@@ -93,7 +75,7 @@ class ScheduleMethods:
         """Remove a rule, its state and ledger. Runs it already made are untouched."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"unschedule {schedule_id!r}",
             lambda _: schedule_ops.remove(home, schedule_id),
@@ -105,7 +87,7 @@ class ScheduleMethods:
         entries read `paused: <note>`."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"pause of schedule {schedule_id!r}",
             lambda _: schedule_ops.pause(home, schedule_id, note),
@@ -115,7 +97,7 @@ class ScheduleMethods:
         """Fire again from the next slot after now."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"resume of schedule {schedule_id!r}",
             lambda _: schedule_ops.resume(home, schedule_id),
@@ -125,7 +107,7 @@ class ScheduleMethods:
         """Enqueue a past range's slots with their usual run ids; re-running adds nothing."""
         from zsched.rules import ops as schedule_ops
 
-        home = self.rule_home(schedule_id)
+        home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"backfill of schedule {schedule_id!r}",
             lambda _: schedule_ops.backfill(home, schedule_id, start, end),
@@ -135,20 +117,20 @@ class ScheduleMethods:
         """Every rule with next fire, last fire, last outcome and missed count."""
         from zsched.rules import ops as schedule_ops
 
-        out = [i for a in self._rule_apps() for i in schedule_ops.infos(a)]
+        out = [i for c in self.ctx.rule_homes() for i in schedule_ops.infos(c)]
         return sorted(out, key=lambda i: i.schedule_id)
 
     def schedule_history(self, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
         """The rule's fire ledger, newest first: one outcome per slot."""
         from zsched.rules import ops as schedule_ops
 
-        return schedule_ops.history(self.rule_home(schedule_id), schedule_id, count)
+        return schedule_ops.history(self.ctx.rule_home(schedule_id), schedule_id, count)
 
     def audit_schedules(self) -> list[Any]:
         """Slots past their grace with no outcome in the ledger, per rule (see zsched.rules.audit)."""
         from zsched.rules.audit import audit
 
-        return [r for a in self._rule_apps() for r in audit(a)]
+        return [r for c in self.ctx.rule_homes() for r in audit(c)]
 
 
 def _target(

@@ -103,9 +103,9 @@ def test_a_drained_queue_can_be_split_again(backend, queue) -> None:
     app = backend.app(queue, partitions=4)
     app.enqueue("t", run_id="live", delay=60)
     with pytest.raises(ConfigError, match="not drained"):
-        P.reset_layout(app)
+        P.reset_layout(app.ctx)
     assert app.cancel("live")
-    P.reset_layout(app)
+    P.reset_layout(app.ctx)
     assert not backend.app(queue, partitions=2).enqueue("t").duplicate
     assert P.stored_count(backend.sync, queue) == 2
 

@@ -93,6 +93,9 @@ async def test_a_sync_handler_sees_cancel_requested_and_stops(backend, queue) ->
         assert not app.get_run("s").cancel_requested
         assert app.cancel("s").requested
         await until(lambda: app.get_run("s").state == "cancelled", "the run to end cancelled")
+        # The kept outcome is written one call after the run ends (record.lua after
+        # discard.lua: zsched/worker/worker.py _record), so it is awaited, not assumed.
+        await until(lambda: app.get_run("s").attempts is not None, "the kept outcome")
     assert checks == ["stopped"]
     st = app.get_run("s")  # keep_result: the outcome is kept for a cancelled run too
     assert (st.state, st.attempts, st.result) == ("cancelled", 1, "stopped early")

@@ -12,7 +12,7 @@ import redis
 from procs import wait_for
 
 import zsched
-from zsched.rules.simulate import ledger_rows
+from zsched.dispatch.simulate import ledger_rows
 from zsched.rules.triggers import slot_run_id
 
 T0 = 1_800_000_000_000

@@ -12,8 +12,8 @@ import pytest
 import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
 from zsched import FakeClock
+from zsched.dispatch.simulate import Driver, ledger_rows, simulate
 from zsched.rules.audit import audit
-from zsched.rules.simulate import Driver, ledger_rows, simulate
 from zsched.rules.triggers import slot_run_id
 from zsched.store import delayed
 from zsched.store import scripts as S

@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.test_schedules import T0, H, M
 from zsched import FakeClock
-from zsched.rules.simulate import ledger_rows, simulate
+from zsched.dispatch.simulate import ledger_rows, simulate
 
 
 async def _real_run(app: Any, real: Any, clock: FakeClock, start: int, end: int) -> None:

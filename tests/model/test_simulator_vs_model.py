@@ -12,7 +12,7 @@ import pytest
 from tests.model.harness import Backend
 from tests.model.rule_model import Fate, Model, RuleDef, shortest_period
 from zsched import FakeClock
-from zsched.rules.simulate import SLOTS_AFTER, simulate
+from zsched.dispatch.simulate import SLOTS_AFTER, simulate
 from zsched.rules.triggers import Cron, Every
 
 H = 3_600_000

@@ -119,7 +119,7 @@ def test_without_fakeredis_the_kit_and_the_simulator_name_the_extra() -> None:
         "import zsched\n"
         "from zsched.testing import Kit\n"
         "try:\n    Kit()\nexcept zsched.ConfigError as e:\n    print(e)\n"
-        "from zsched.rules.simulate import fakeredis_module\n"
+        "from zsched.dispatch.simulate import fakeredis_module\n"
         "try:\n    fakeredis_module()\nexcept zsched.ConfigError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

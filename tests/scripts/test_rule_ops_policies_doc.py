@@ -7,7 +7,7 @@ from collections import Counter
 
 from zsched import FakeClock
 from zsched.dispatch.firer import RuleFirer
-from zsched.rules.simulate import Driver, ledger_rows
+from zsched.dispatch.simulate import Driver, ledger_rows
 
 H = 3_600_000
 T0 = 1_800_000_000_000 // H * H

@@ -139,7 +139,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from zsched.rules.spec import spec_options
 
     app = make_app(args)
-    spec = load(app.rule_home(args.schedule_id), args.schedule_id)[0]
+    spec = load(app.rule_home(args.schedule_id).ctx, args.schedule_id)[0]
     o = spec_options(spec)
     new = _options(args)
     if "every" in new and new["every"] is not None:
@@ -205,10 +205,10 @@ def cmd_next(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     app = make_app(args)
-    spec = load(app.rule_home(args.schedule_id), args.schedule_id)[0]
+    spec = load(app.rule_home(args.schedule_id).ctx, args.schedule_id)[0]
     tz = getattr(spec.trigger, "tz", "UTC")
     slots: list[int] = []
-    at = server_now_ms(app.rule_home(args.schedule_id))
+    at = server_now_ms(app.rule_home(args.schedule_id).ctx)
     while len(slots) < args.count:
         nxt = spec.first_slot_after(at)
         if nxt is None:
@@ -241,7 +241,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from zsched.rules.simulate import simulate
+    from zsched.dispatch.simulate import simulate
 
     if ".." not in args.down:
         raise UsageError(f"--down {args.down!r}: expected FROM..TO (two ISO instants)")
@@ -253,7 +253,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     app = make_app(args)
     from zsched.rules.ops import load
 
-    home = app.rule_home(args.schedule_id)
+    home = app.rule_home(args.schedule_id).ctx
     tz = getattr(load(home, args.schedule_id)[0].trigger, "tz", "UTC")
     rows = simulate(home, args.schedule_id, int(start.timestamp() * 1000),
                     int(end.timestamp() * 1000), slow)  # fmt: skip

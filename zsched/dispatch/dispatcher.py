@@ -22,6 +22,7 @@ from zsched.dispatch.heartbeat import Heartbeat, process_name
 from zsched.dispatch.watch import DataWatch
 from zsched.errors import EvictionPolicyError, ScriptError
 from zsched.observability.metrics import observe_many
+from zsched.rules.ops import sync_declared
 from zsched.store import scripts as S
 from zsched.store.connection import (
     RETRYABLE_ERRORS,
@@ -34,7 +35,7 @@ from zsched.store.eviction import EvictionWatch
 from zsched.store.retrying import Backoff, Outage
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.context import QueueContext
 
 log = logging.getLogger(__name__)
 # Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
@@ -76,34 +77,36 @@ class TickResult:
 class Dispatcher:
     """Dispatches due runs of one queue. `run()` loops; `tick()` does one pass."""
 
-    def __init__(self, app: App, redis: Any = None, rules: bool = True, **settings: Any) -> None:
-        self.app = app
+    def __init__(
+        self, ctx: QueueContext, redis: Any = None, rules: bool = True, **settings: Any
+    ) -> None:
+        self.ctx = ctx
         allow_eviction = bool(settings.pop("allow_eviction", False))  # zsched/store/eviction.py
         self.settings = settings_from(DispatcherSettings, settings)
         if redis is None:
-            redis = async_client(app.url) if app.url else async_from_sync(app.redis)
+            redis = async_client(ctx.url) if ctx.url else async_from_sync(ctx.redis)
         self.redis = redis
         self.scripts = S.AsyncScripts(redis)
         self.parts: list[TickPart] = []
         if rules:
             from zsched.dispatch.firer import RuleFirer
 
-            self.parts.append(RuleFirer(app, redis, self.scripts,
+            self.parts.append(RuleFirer(ctx, redis, self.scripts,
                                         max_backlog=self.settings.max_backlog))  # fmt: skip
-        self.metrics = app.metrics
-        self._q = app.queue
-        self.watch = DataWatch(redis, app.keys, app.queue)
-        self.eviction = EvictionWatch(redis, app.keys.ready, app.queue, "dispatcher",
-                                      app.metrics, allow_eviction)  # fmt: skip
+        self.metrics = ctx.metrics
+        self._q = ctx.queue
+        self.watch = DataWatch(redis, ctx.keys, ctx.queue)
+        self.eviction = EvictionWatch(redis, ctx.keys.ready, ctx.queue, "dispatcher",
+                                      ctx.metrics, allow_eviction)  # fmt: skip
         # Runs per dispatch call: batch_size, less while full calls take longer than
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
         self._limit = self.settings.batch_size
         #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
-        self.heartbeat = Heartbeat(app.keys, process_name())
+        self.heartbeat = Heartbeat(ctx.keys, process_name())
 
     async def tick(self) -> TickResult:
         """Dispatch due runs in bounded batches, then run the extensions once."""
-        clock = self.app.clock
+        clock = self.ctx.clock
         # Rules first: a fire due now is then dispatched in this same pass.
         part_due: int | None = None
         for part in self.parts:
@@ -123,7 +126,7 @@ class Dispatcher:
     async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
         """Dispatch calls until one moves less than a full batch or the pass's bound is
         reached: (runs moved, whether more are due, the last reply, when its call went out)."""
-        s, k, clock = self.settings, self.app.keys, self.app.clock
+        s, k, clock = self.settings, self.ctx.keys, self.ctx.clock
         moved, more = 0, False
 
         def call() -> asyncio.Future[tuple[S.DispatchResult, int, float]]:
@@ -197,7 +200,7 @@ class Dispatcher:
         if t.next_due_ms is None:
             return s.max_idle_ms / 1000
         wait_ms = min(max(0, t.next_due_ms - t.now_ms), s.max_idle_ms)
-        if self.app.clock.now_ms() is not None or not t.sent_at:
+        if self.ctx.clock.now_ms() is not None or not t.sent_at:
             return wait_ms / 1000  # a fake clock (tests, the simulator): its own time only
         # Counted from when the call went out: the reply's trip back and this process's work
         # since (lag metrics, the data watch) would otherwise make every timed wake that late.
@@ -209,7 +212,7 @@ class Dispatcher:
         moved = 0
         left = 1
         while left:
-            n, left = await self.scripts.run(S.migrate(self.app.keys))
+            n, left = await self.scripts.run(S.migrate(self.ctx.keys))
             moved += n
         if moved:
             log.warning("moved %d delayed runs of key layout 2 into key layout 3", moved,
@@ -222,14 +225,14 @@ class Dispatcher:
         backoff = Backoff()
         outage = Outage(log, "dispatcher", self._q)
         log.info("dispatcher started", extra={"queue": self._q})
-        synced = not self.app.declared
+        synced = not self.ctx.declared_here()
         migrated = False
         while not stop.is_set():
             pubsub = open_pubsub(self.redis)  # on a cluster: a connection of its own
             try:
                 synced = synced or await self._sync_declared()  # Redis may be down at start
                 migrated = migrated or await self._migrate()
-                await pubsub.subscribe(self.app.keys.wake)
+                await pubsub.subscribe(self.ctx.keys.wake)
                 self._woken()  # what was published while not subscribed is not heard
                 await self.watch.check(force=True)
                 await self.eviction.check(force=not self.eviction.checked)
@@ -269,7 +272,12 @@ class Dispatcher:
         log.info("dispatcher stopped", extra={"queue": self._q})
 
     async def _sync_declared(self) -> bool:
-        result = await asyncio.to_thread(self.app.sync_schedules)
+        ctx = self.ctx
+        result = await asyncio.to_thread(
+            ctx.ride,
+            "sync of declared schedules",  # App.sync_schedules, for this dispatcher's rules
+            lambda _: sync_declared(ctx, ctx.declared_here()),
+        )
         log.info("declared schedules synced: %s", {k: len(v) for k, v in result.items()},
                  extra={"queue": self._q})  # fmt: skip
         return True
@@ -291,7 +299,7 @@ class Dispatcher:
             if msg is not None:
                 self._woken()
                 return
-            await self.heartbeat.beat(self.redis, self.app.clock.now_ms())  # idle: every 5 s
+            await self.heartbeat.beat(self.redis, self.ctx.clock.now_ms())  # idle: every 5 s
 
     def _woken(self) -> None:
         """Something was published on `wake`: a new earliest run, or a rule created or changed

@@ -13,7 +13,7 @@ import time
 import zlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from zsched.errors import RuleError
@@ -22,6 +22,9 @@ from zsched.rules.spec import Spec, State, decode_spec, decode_state
 from zsched.rules.triggers import Cron, Misfire, Overlap, slot_run_id
 from zsched.store import scripts as S
 from zsched.store.connection import is_cluster
+
+if TYPE_CHECKING:
+    from zsched.context import QueueContext
 
 log = logging.getLogger(__name__)
 
@@ -252,10 +255,10 @@ RULES_RECHECK_S = 5.0
 class RuleFirer:
     """A dispatcher part: fires the due rules of one queue each pass (see Dispatcher.parts)."""
 
-    def __init__(self, app: Any, redis: Any, scripts: S.AsyncScripts, *,
+    def __init__(self, ctx: QueueContext, redis: Any, scripts: S.AsyncScripts, *,
                  rules_per_pass: int = 100, catch_up_budget: int = 100,
                  max_backlog: int = 50_000) -> None:  # fmt: skip
-        self.app = app
+        self.ctx = ctx
         self.redis = redis
         self.scripts = scripts
         self.rules_per_pass = rules_per_pass
@@ -302,7 +305,7 @@ class RuleFirer:
         if self._still_known(now_ms):
             await self._maybe_audit()
             return self._known
-        k = self.app.keys
+        k = self.ctx.keys
         read_at = time.monotonic()
         # A cluster pipeline refuses keyless commands such as TIME: read it on its own there.
         cluster = is_cluster(self.redis)
@@ -344,17 +347,17 @@ class RuleFirer:
         from zsched.rules.audit import audit
 
         try:
-            results = await asyncio.to_thread(audit, self.app)
+            results = await asyncio.to_thread(audit, self.ctx)
         except Exception:  # noqa: BLE001 - the audit must never stop dispatching
-            log.exception("ledger audit failed", extra={"queue": self.app.queue})
+            log.exception("ledger audit failed", extra={"queue": self.ctx.queue})
             return
         for r in results:
-            self.app.metrics.unaccounted_slots.labels(self.app.queue, r.schedule_id).set(
+            self.ctx.metrics.unaccounted_slots.labels(self.ctx.queue, r.schedule_id).set(
                 len(r.unaccounted)
             )
 
     async def _fire(self, ids: list[str], now: int, budget: int) -> None:
-        k = self.app.keys
+        k = self.ctx.keys
         pipe = self.redis.pipeline(transaction=False)
         pipe.hmget(k.rules, ids)
         pipe.hmget(k.rule_state, ids)
@@ -369,7 +372,7 @@ class RuleFirer:
             try:
                 spec = decode_spec(raw_spec)
             except RuleError as exc:
-                log.error("rule %s cannot be read: %s", sid, exc, extra={"queue": self.app.queue})
+                log.error("rule %s cannot be read: %s", sid, exc, extra={"queue": self.ctx.queue})
                 continue
             next_ms = int(nxt) if nxt is not None else None
             fire_now = next_ms if next_ms is not None and next_ms <= now else None
@@ -380,8 +383,8 @@ class RuleFirer:
             new_next = p.new_next if fire_now is not None else next_ms
             args = fire_args(spec, raw_spec, raw_state or b"", next_ms, new_next, p, now)
             r = await self.scripts.run(
-                S.fire(k, args, now_ms=self.app.clock.now_ms(),
-                       dedupe_window_ms=self.app.settings.dedupe_window_ms,
+                S.fire(k, args, now_ms=self.ctx.clock.now_ms(),
+                       dedupe_window_ms=self.ctx.settings.dedupe_window_ms,
                        ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=LEDGER_MAX_AGE_MS)
             )  # fmt: skip
             if not r.ok:
@@ -397,13 +400,13 @@ class RuleFirer:
         if held:
             pipe = self.redis.pipeline(transaction=False)
             for _, h in held:
-                pipe.hexists(self.app.keys.runs, h)
+                pipe.hexists(self.ctx.keys.runs, h)
             for (sid, _), live in zip(held, await pipe.execute(), strict=True):
                 free[sid] = not live
         return free
 
     def _count(self, spec: Spec, p: Plan, r: S.FireResult) -> None:
-        m, q, sid = self.app.metrics, self.app.queue, spec.schedule_id
+        m, q, sid = self.ctx.metrics, self.ctx.queue, spec.schedule_id
         if r.fired:
             m.fires.labels(q, sid).inc(r.fired)
         if p.missed:

@@ -12,7 +12,7 @@ from zsched.rules.spec import Spec, decode_spec, decode_state, min_gap_ms
 from zsched.rules.triggers import Cron
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.context import QueueContext
 
 #: Slots checked per rule (the most recent ones).
 MAX_AUDITED_SLOTS = 2000
@@ -32,10 +32,10 @@ class AuditResult:
         return asdict(self)
 
 
-def audit(app: App, now_ms: int | None = None) -> list[AuditResult]:
+def audit(ctx: QueueContext, now_ms: int | None = None) -> list[AuditResult]:
     """One result per rule. `unaccounted` lists slots that should have an outcome by now."""
-    now = now_ms if now_ms is not None else server_now_ms(app)
-    k, r = app.keys, app.redis
+    now = now_ms if now_ms is not None else server_now_ms(ctx)
+    k, r = ctx.keys, ctx.redis
     specs = r.hgetall(k.rules)
     states = r.hgetall(k.rule_state)
     results = []

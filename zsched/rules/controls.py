@@ -20,7 +20,7 @@ from zsched.rules.ops import CAS_ATTEMPTS, load, server_now_ms
 from zsched.store import scripts as S
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.context import QueueContext
 
 
 class ManualOutcome(Enum):
@@ -58,18 +58,18 @@ def manual_run_id(schedule_id: str, now_ms: int) -> str:
     return f"{schedule_id}@manual:{dst.iso_utc(now_ms)}"
 
 
-def run_now(app: App, schedule_id: str, force: bool = False) -> ManualFire:
+def run_now(ctx: QueueContext, schedule_id: str, force: bool = False) -> ManualFire:
     """Fire the rule once now; see the module docstring."""
     for _ in range(CAS_ATTEMPTS):
-        got = _once(app, schedule_id, force)
+        got = _once(ctx, schedule_id, force)
         if got is not None:
             return got
     raise RuleError(f"schedule {schedule_id} kept changing while being run now; try again")
 
 
-def _once(app: App, sid: str, force: bool) -> ManualFire | None:
-    spec, state, raw_spec, raw_state, nxt = load(app, sid)
-    now = server_now_ms(app)
+def _once(ctx: QueueContext, sid: str, force: bool) -> ManualFire | None:
+    spec, state, raw_spec, raw_state, nxt = load(ctx, sid)
+    now = server_now_ms(ctx)
     rid = manual_run_id(sid, now)
     overlap = "allow" if force else str(spec.overlap)
     lease_ms = spec.lease_ms if overlap != "allow" else None
@@ -78,8 +78,8 @@ def _once(app: App, sid: str, force: bool) -> ManualFire | None:
     args = S.FireArgs(sid, raw_spec, nxt, raw_state, nxt, raw_state,
                       None if spec.paused else state.catchup_head, overlap, spec.lease_ms,
                       [(rid, now, now, env.encode(), "manual")], [])  # fmt: skip
-    r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
-                               dedupe_window_ms=app.settings.dedupe_window_ms,
+    r = ctx.scripts.run(S.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                               dedupe_window_ms=ctx.settings.dedupe_window_ms,
                                ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
     if not r.ok:
         return None

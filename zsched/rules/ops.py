@@ -18,7 +18,7 @@ from zsched.rules.triggers import slot_run_id
 from zsched.store import scripts as S
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.context import QueueContext
 
 log = logging.getLogger(__name__)
 #: Slots listed one by one when a paused rule resumes; more are counted, not listed.
@@ -29,34 +29,34 @@ CAS_ATTEMPTS = 5
 MAX_NOTE = 500
 
 
-def server_now_ms(app: App) -> int:
-    now = app.clock.now_ms()
+def server_now_ms(ctx: QueueContext) -> int:
+    now = ctx.clock.now_ms()
     if now is not None:
         return now
-    sec, usec = app.redis.time()
+    sec, usec = ctx.redis.time()
     return int(sec) * 1000 + int(usec) // 1000
 
 
-def _read(app: App, sid: str) -> tuple[bytes | None, bytes | None, int | None]:
-    pipe = app.redis.pipeline(transaction=False)
-    pipe.hget(app.keys.rules, sid)
-    pipe.hget(app.keys.rule_state, sid)
-    pipe.zscore(app.keys.rule_next, sid)
+def _read(ctx: QueueContext, sid: str) -> tuple[bytes | None, bytes | None, int | None]:
+    pipe = ctx.redis.pipeline(transaction=False)
+    pipe.hget(ctx.keys.rules, sid)
+    pipe.hget(ctx.keys.rule_state, sid)
+    pipe.zscore(ctx.keys.rule_next, sid)
     raw_spec, raw_state, nxt = pipe.execute()
     return raw_spec, raw_state, None if nxt is None else int(nxt)
 
 
-def load(app: App, sid: str) -> tuple[Spec, State, bytes, bytes, int | None]:
-    raw_spec, raw_state, nxt = _read(app, sid)
+def load(ctx: QueueContext, sid: str) -> tuple[Spec, State, bytes, bytes, int | None]:
+    raw_spec, raw_state, nxt = _read(ctx, sid)
     if raw_spec is None:
-        raise ScheduleNotFound(f"no schedule {sid!r} in queue {app.queue!r}")
+        raise ScheduleNotFound(f"no schedule {sid!r} in queue {ctx.queue!r}")
     return decode_spec(raw_spec), decode_state(raw_state), raw_spec, raw_state or b"", nxt
 
 
-def upsert(app: App, schedule_id: str, task_name: str, **options: Any) -> int:
+def upsert(ctx: QueueContext, schedule_id: str, task_name: str, **options: Any) -> int:
     """Create or edit a rule. Returns SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
     spec = build_spec(schedule_id, task_name, **options)
-    return _with_cas(schedule_id, lambda: _upsert_once(app, spec, "paused" in options))
+    return _with_cas(schedule_id, lambda: _upsert_once(ctx, spec, "paused" in options))
 
 
 def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
@@ -68,24 +68,24 @@ def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
     raise RuleError(f"schedule {schedule_id} kept changing while being written; try again")
 
 
-def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
+def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     schedule_id = spec.schedule_id
-    now = server_now_ms(app)
-    raw_old, raw_state, old_next = _read(app, schedule_id)
+    now = server_now_ms(ctx)
+    raw_old, raw_state, old_next = _read(ctx, schedule_id)
     new_raw = spec.encode()
     expected = (raw_old or b"", old_next, raw_state or b"")
     if raw_old is None:
         state = State(created_ms=now, updated_ms=now, paused_at_ms=now if spec.paused else None)
         nxt = None if spec.paused else spec.first_slot_after(now - 1)
-        return app.scripts.run(
-            S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(), expected=expected)
+        return ctx.scripts.run(
+            S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(), expected=expected)
         )
     if raw_old == new_raw:
         return S.SCHEDULE_UNCHANGED
     old = decode_spec(raw_old)
     if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
-        # declared rule synced at every dispatcher start, an app that upserts at boot).
+        # declared rule synced at every dispatcher start, an ctx that upserts at boot).
         spec = replace(spec, paused=True)
         new_raw = spec.encode()
         if raw_old == new_raw:
@@ -101,46 +101,46 @@ def _upsert_once(app: App, spec: Spec, paused_given: bool) -> int:
     else:
         nxt = spec.first_slot_after(now)
     head = None if spec.paused else state.catchup_head
-    return app.scripts.run(S.schedule(app.keys, schedule_id, new_raw, nxt, state.encode(),
+    return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(),
                                       catchup_head=head, expected=expected))  # fmt: skip
 
 
-def remove(app: App, schedule_id: str) -> bool:
-    return app.scripts.run(S.unschedule(app.keys, schedule_id)) == 1
+def remove(ctx: QueueContext, schedule_id: str) -> bool:
+    return ctx.scripts.run(S.unschedule(ctx.keys, schedule_id)) == 1
 
 
-def pause(app: App, schedule_id: str, note: str | None = None) -> bool:
+def pause(ctx: QueueContext, schedule_id: str, note: str | None = None) -> bool:
     """Stop firing; slots until resume are recorded as skipped (paused, with the note).
     False if paused. Catch-up replays still waiting are kept, and replayed after resume."""
     if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE):
         raise RuleError(
             f"pause note of {schedule_id} must be text of at most {MAX_NOTE} characters"
         )
-    code = _with_cas(schedule_id, lambda: _pause_once(app, schedule_id, note or None))
+    code = _with_cas(schedule_id, lambda: _pause_once(ctx, schedule_id, note or None))
     return code == S.SCHEDULE_UPDATED
 
 
-def _pause_once(app: App, schedule_id: str, note: str | None) -> int:
-    spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
+def _pause_once(ctx: QueueContext, schedule_id: str, note: str | None) -> int:
+    spec, state, raw_spec, raw_state, nxt = load(ctx, schedule_id)
     if spec.paused:
         return S.SCHEDULE_UNCHANGED
-    now = server_now_ms(app)
+    now = server_now_ms(ctx)
     since = nxt if nxt is not None else now  # the first slot not handled yet
     new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note)
-    return app.scripts.run(S.schedule(app.keys, schedule_id, replace(spec, paused=True).encode(),
+    return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, replace(spec, paused=True).encode(),
                                       None, new_state.encode(),
                                       expected=(raw_spec, nxt, raw_state)))  # fmt: skip
 
 
-def resume(app: App, schedule_id: str) -> bool:
+def resume(ctx: QueueContext, schedule_id: str) -> bool:
     """Fire again from now on; the slots missed while paused get the outcome skipped/paused."""
-    spec, state, _, raw_state, _ = load(app, schedule_id)
+    spec, state, _, raw_state, _ = load(ctx, schedule_id)
     if not spec.paused:
         return False
-    now = server_now_ms(app)
+    now = server_now_ms(ctx)
     live = replace(spec, paused=False)
     raw_live = live.encode()
-    app.scripts.run(S.schedule(app.keys, schedule_id, raw_live, None))  # still inactive
+    ctx.scripts.run(S.schedule(ctx.keys, schedule_id, raw_live, None))  # still inactive
     since = state.paused_at_ms if state.paused_at_ms is not None else now
     slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
              if live.end_ms is None or s <= live.end_ms]  # fmt: skip
@@ -153,27 +153,29 @@ def resume(app: App, schedule_id: str) -> bool:
         new_state.encode(), state.catchup_head,  # replays a pause kept
         str(live.overlap), live.lease_ms, [], records,
     )  # fmt: skip
-    r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
-                               dedupe_window_ms=app.settings.dedupe_window_ms,
+    r = ctx.scripts.run(S.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                               dedupe_window_ms=ctx.settings.dedupe_window_ms,
                                ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
     if not r.ok:
         raise RuleError(f"schedule {schedule_id} changed while resuming; try again")
     return True
 
 
-def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime | float) -> int:
+def backfill(
+    ctx: QueueContext, schedule_id: str, start: datetime | float, end: datetime | float
+) -> int:
     """Enqueue the rule's slots in [start, end] with their usual run ids, due now. Slots the
     ledger shows as run, and run ids still live or recently done, are not enqueued again.
     Returns how many runs were added."""
-    spec, _, _, _, _ = load(app, schedule_id)
+    spec, _, _, _, _ = load(ctx, schedule_id)
     lo, hi = instant_ms(start, "start"), instant_ms(end, "end")
     assert lo is not None and hi is not None
     if hi < lo:
         raise RuleError(f"backfill of {schedule_id}: end is before start")
     slots = spec.trigger.slots_between(lo - 1, hi, 10_000)
-    ran = {row["slot_ms"] for row in history(app, schedule_id, LEDGER_MAXLEN)
+    ran = {row["slot_ms"] for row in history(ctx, schedule_id, LEDGER_MAXLEN)
            if row["outcome"] in ("ran", "ran_late", "backfilled")}  # fmt: skip
-    now = server_now_ms(app)
+    now = server_now_ms(ctx)
     todo = [s for s in slots if s not in ran]
     recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
     added: list[int] = []
@@ -184,9 +186,9 @@ def backfill(app: App, schedule_id: str, start: datetime | float, end: datetime 
             rid = slot_run_id(schedule_id, s)
             env = Envelope(rid, spec.task, spec.payload, now, s, now, schedule_id=schedule_id)
             groups.append((rid, s, env.encode()))
-        codes = app.scripts.run(S.backfill(
-            app.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
-            now_ms=app.clock.now_ms(), dedupe_window_ms=app.settings.dedupe_window_ms,
+        codes = ctx.scripts.run(S.backfill(
+            ctx.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
+            now_ms=ctx.clock.now_ms(), dedupe_window_ms=ctx.settings.dedupe_window_ms,
             ledger_maxlen=LEDGER_MAXLEN,
         ))  # fmt: skip
         added += [s for s, c in zip(chunk, codes, strict=True) if c == S.ENQUEUED]
@@ -217,9 +219,9 @@ def _mark_backfilled(app: App, schedule_id: str, slots: list[int]) -> int:
     return S.SCHEDULE_UPDATED if r.ok else S.SCHEDULE_CHANGED
 
 
-def history(app: App, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
+def history(ctx: QueueContext, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
     """The rule's ledger, newest first: slot_ms, outcome, reason, run_id, at_ms."""
-    rows = app.redis.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=count)
+    rows = ctx.redis.xrevrange(ctx.keys.ledger(schedule_id), "+", "-", count=count)
     out = []
     for _, f in rows:
         d = {k.decode(): v.decode() for k, v in f.items()}
@@ -229,8 +231,8 @@ def history(app: App, schedule_id: str, count: int = 100) -> list[dict[str, Any]
     return out
 
 
-def infos(app: App) -> list[ScheduleInfo]:
-    k, r = app.keys, app.redis
+def infos(ctx: QueueContext) -> list[ScheduleInfo]:
+    k, r = ctx.keys, ctx.redis
     pipe = r.pipeline(transaction=False)
     pipe.hgetall(k.rules)
     pipe.hgetall(k.rule_state)
@@ -256,22 +258,22 @@ def infos(app: App) -> list[ScheduleInfo]:
 
 
 def sync_declared(
-    app: App, declared: dict[str, dict[str, Any]], prune: bool = False
+    ctx: QueueContext, declared: dict[str, dict[str, Any]], prune: bool = False
 ) -> dict[str, list[str]]:
     """Upsert the rules declared in code; report (and with prune, remove) rules only in Redis."""
     names = ("created", "updated", "unchanged", "undeclared", "removed")
     result: dict[str, list[str]] = {n: [] for n in names}
     for sid, opts in declared.items():
         opts = dict(opts)
-        code = upsert(app, sid, opts.pop("task"), **opts)
+        code = upsert(ctx, sid, opts.pop("task"), **opts)
         result[{S.SCHEDULE_CREATED: "created", S.SCHEDULE_UPDATED: "updated",
                 S.SCHEDULE_UNCHANGED: "unchanged"}[code]].append(sid)  # fmt: skip
-    stored = {m.decode() for m in app.redis.hkeys(app.keys.rules)}
+    stored = {m.decode() for m in ctx.redis.hkeys(ctx.keys.rules)}
     for sid in sorted(stored - set(declared)):
-        if prune and remove(app, sid):
+        if prune and remove(ctx, sid):
             result["removed"].append(sid)
         else:
             result["undeclared"].append(sid)
             log.warning("schedule %s is in Redis but not declared in code (kept; prune removes)",
-                        sid, extra={"queue": app.queue})  # fmt: skip
+                        sid, extra={"queue": ctx.queue})  # fmt: skip
     return result

@@ -18,7 +18,7 @@ from zsched.store.delayed import untag
 from zsched.worker.tasks import ms_to_datetime
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.context import QueueContext
 
 #: How far back get_run looks through the dead-letter stream for a run id.
 DEAD_SCAN_LIMIT = 10_000
@@ -253,9 +253,9 @@ def dead_letters(r: Any, k: QueueKeys, count: int, start: str = "-") -> list[Dea
     return [_dead_letter(i, f) for i, f in r.xrange(k.dead, start, "+", count=count)]
 
 
-def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
+def replay_dead(ctx: QueueContext, entry_ids: Iterable[str] | None) -> dict[str, int]:
     """Returns counts: replayed, missing, live (a run with that id is live), undecodable."""
-    r, k = app.redis, app.keys
+    r, k = ctx.redis, ctx.keys
     if entry_ids is None:
         letters = [_dead_letter(i, f) for i, f in r.xrange(k.dead, "-", "+")]
     else:
@@ -268,7 +268,7 @@ def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
     if entry_ids is not None:
         counts["missing"] = len(entry_ids) - len(letters)
     groups: list[tuple[str, str, bytes]] = []
-    now = app._local_ms()
+    now = ctx.local_ms()
     for d in letters:
         try:
             env = decode(d.envelope, d.run_id)
@@ -279,7 +279,7 @@ def replay_dead(app: App, entry_ids: Iterable[str] | None) -> dict[str, int]:
                          1, env.schedule_id, env.max_attempts)  # fmt: skip
         groups.append((d.entry_id, env.run_id, fresh.encode()))
     for i in range(0, len(groups), S.MAX_BATCH):
-        codes = app.scripts.run(S.replay(k, groups[i : i + S.MAX_BATCH], now_ms=app.clock.now_ms()))
+        codes = ctx.scripts.run(S.replay(k, groups[i : i + S.MAX_BATCH], now_ms=ctx.clock.now_ms()))
         for c in codes:
             key = {S.REPLAYED: "replayed", S.NOT_FOUND: "missing", S.REPLAY_LIVE: "live"}[c]
             counts[key] += 1

@@ -8,13 +8,11 @@ order before it is sent, and moves a key layout 2 set into the tree (`zsched mig
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zsched.protocol.keys import QueueKeys
 from zsched.store import scripts as S
-
-if TYPE_CHECKING:
-    from zsched.app import App
+from zsched.store.state import StoreTarget
 
 TAG_BYTES = 7
 
@@ -75,7 +73,9 @@ def due_order(groups: list[tuple[str, int | str, str, bytes]]) -> list[int]:
     return sorted(range(n), key=lambda i: (groups[i][1], groups[i][0]))
 
 
-def migrate(views: Iterable[App], progress: Callable[[int, int], None] | None = None) -> int:
+def migrate(
+    views: Iterable[StoreTarget], progress: Callable[[int, int], None] | None = None
+) -> int:
     """Run migrate.lua on each queue (partition) until its key layout 2 set is empty; the runs
     moved. `progress(moved, left)` after each batch."""
     total = 0

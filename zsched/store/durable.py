@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.exceptions as rex
 
 from zsched.errors import DurabilityUnsupported, NotReplicated
 from zsched.store import scripts as S
 from zsched.store.connection import is_cluster
-
-if TYPE_CHECKING:
-    from zsched.app import App
+from zsched.store.state import StoreTarget
 
 log = logging.getLogger(__name__)
 #: Redirect retries of one node group before the MOVED error is raised to the caller.
@@ -64,9 +62,9 @@ def level_of(durable: bool | str | None) -> str | None:
     )
 
 
-def check_level(app: App) -> None:
+def check_level(app: StoreTarget) -> None:
     """Refuse an fsync level on a server without WAITAOF, once per App, before any write."""
-    if app.durability is None or LEVELS[app.durability][0] != "WAITAOF" or app._level_checked[0]:
+    if app.durability is None or LEVELS[app.durability][0] != "WAITAOF" or app.shared.level_checked:
         return
     try:  # asks for nothing (0 local, 0 replicas), so it answers at once where it exists
         app.redis.execute_command("WAITAOF", 0, 0, 1)
@@ -78,7 +76,7 @@ def check_level(app: App) -> None:
             f"Valkey), but the server is {_server_version(app.redis)}: use durable='replica' "
             f"(WAIT), or upgrade the server"
         ) from exc
-    app._level_checked[0] = True
+    app.shared.level_checked = True
 
 
 def _server_version(client: Any) -> str:
@@ -93,7 +91,7 @@ def _server_version(client: Any) -> str:
     return f"Redis {info.get('redis_version', '?')}"
 
 
-def run_calls(app: App, calls: list[S.Call[Any]]) -> list[Any]:
+def run_calls(app: StoreTarget, calls: list[S.Call[Any]]) -> list[Any]:
     """Run `calls` (in any order) and return their decoded replies in the order given."""
     if not calls:
         return []
@@ -112,7 +110,7 @@ def run_calls(app: App, calls: list[S.Call[Any]]) -> list[Any]:
     return [call.decode(r) for call, r in zip(calls, replies, strict=True)]
 
 
-def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
+def _send(app: StoreTarget, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
     """Execute `calls` (+ WAIT when durable) on `pipe`; raw replies, errors as values."""
     for call in calls:
         app.scripts.queue(call, pipe)
@@ -124,7 +122,7 @@ def _send(app: App, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
     return checked(app, pipe.execute(raise_on_error=False))
 
 
-def checked(app: App, replies: list[Any]) -> list[Any]:
+def checked(app: StoreTarget, replies: list[Any]) -> list[Any]:
     """The replies of a pipeline of calls (+ WAIT/WAITAOF when durable), its reply removed;
     NotReplicated if a call wrote and the write was not acknowledged (AsyncApp shares this)."""
     replies = list(replies)
@@ -149,14 +147,14 @@ def checked(app: App, replies: list[Any]) -> list[Any]:
     return replies
 
 
-def wait_command(app: App) -> tuple[Any, ...]:
+def wait_command(app: StoreTarget) -> tuple[Any, ...]:
     cmd, first, second = LEVELS[app.durability or "replica"]
     if cmd == "WAIT":
         return (cmd, first, app.durable_timeout_ms)
     return (cmd, first, second, app.durable_timeout_ms)
 
 
-def _acknowledged(app: App, reply: Any) -> bool:
+def _acknowledged(app: StoreTarget, reply: Any) -> bool:
     """Whether WAIT / WAITAOF's reply meets the level: WAIT answers the replicas that hold the
     writes; WAITAOF answers [local fsynced (0|1), replicas fsynced]."""
     if isinstance(reply, Exception):
@@ -168,7 +166,7 @@ def _acknowledged(app: App, reply: Any) -> bool:
     return local >= wanted[1] and replicas >= wanted[2]
 
 
-def _per_node(app: App, calls: list[S.Call[Any]]) -> list[Any]:
+def _per_node(app: StoreTarget, calls: list[S.Call[Any]]) -> list[Any]:
     rc = app.redis
     out: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))
@@ -213,7 +211,7 @@ _NOT_YET = {
 }
 
 
-def _message(app: App) -> str:
+def _message(app: StoreTarget) -> str:
     return (
         f"enqueue in queue {app.queue!r} was written on the master but "
         f"{_NOT_YET[app.durability or 'replica']} within {app.durable_timeout_ms} ms; it may be "

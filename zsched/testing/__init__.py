@@ -18,10 +18,10 @@ from typing import Any
 from zsched.aio import AsyncApp
 from zsched.app import App
 from zsched.clock import FakeClock
+from zsched.dispatch.simulate import fakeredis_module
 from zsched.errors import PayloadError, ZschedError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, decode
-from zsched.rules.simulate import fakeredis_module
 from zsched.runs.status import DeadLetter
 from zsched.store.delayed import leaf_number, untag
 from zsched.worker.tasks import ms_to_datetime
@@ -360,17 +360,21 @@ def _moved(result: Any) -> int:
 
 
 #: What Kit(app) rebinds on the App it is given, and puts back at close().
-_BOUND = ("redis", "url", "clock", "queue", "keys", "_scripts", "_views", "_layout_checked")
+_BOUND = ("ctx",)
 
 
 def _bind(app: App, redis: Any, clock: FakeClock, queue: str | None) -> None:
-    from zsched.protocol.keys import QueueKeys
+    from dataclasses import replace
 
-    app.redis, app.url, app.clock = redis, None, clock
+    from zsched.protocol.keys import QueueKeys
+    from zsched.store.state import SharedState
+
+    # A fresh shared state: the App's scripts and partition views hold the old client, so
+    # they are made again on first use, and the layout is checked again in the kit's Redis.
+    changes: dict[str, Any] = {"redis": redis, "url": None, "clock": clock, "shared": SharedState()}
     if queue is not None:
-        app.queue, app.keys = queue, QueueKeys(queue)
-    # The App's scripts and partition views hold the old client: made again on first use.
-    app._scripts, app._views, app._layout_checked = None, None, [False]  # noqa: SLF001
+        changes.update(queue=queue, keys=QueueKeys(queue))
+    app.ctx = replace(app.ctx, **changes)
 
 
 #: What Kit(aio) rebinds on an AsyncApp it is given.

@@ -18,7 +18,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from zsched.app import App
-from zsched.rules.simulate import simulate
+from zsched.dispatch.simulate import simulate
 from zsched.rules.spec import build_spec, spec_options
 from zsched.web import reads
 from zsched.web.health import Sampler, Thresholds, causes, verdict
@@ -187,7 +187,7 @@ class SyncBackend(RunControls):
             > SIMULATE_MAX_SLOTS
         ):
             raise ValueError(f"the window holds more than {SIMULATE_MAX_SLOTS} slots; shorten it")
-        return simulate(home, schedule_id, from_ms, to_ms, slow_s)
+        return simulate(home.ctx, schedule_id, from_ms, to_ms, slow_s)
 
     # -- dead letters -------------------------------------------------------------------------
 

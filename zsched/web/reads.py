@@ -231,7 +231,7 @@ def _glob_escape(text: str) -> str:
 
 def rule(app: Any, schedule_id: str) -> tuple[Spec, State, int | None]:
     """A rule's spec, state and next fire (three reads). Raises ScheduleNotFound."""
-    spec, state, _raw, _raw_state, nxt = load(app, schedule_id)
+    spec, state, _raw, _raw_state, nxt = load(app.ctx, schedule_id)
     return spec, state, nxt
 
 

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zsched.clock import FakeClock
+from zsched.context import QueueContext
+from zsched.dispatch.dispatcher import Dispatcher
 from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import decode
-from zsched.protocol.keys import GROUP
+from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.rules.ops import history, load
 from zsched.rules.spec import State
 from zsched.store import scripts as S
 from zsched.store.delayed import leaf_number
 from zsched.worker.recovery import ensure_group
-
-if TYPE_CHECKING:
-    from zsched.app import App
 
 #: Dispatch rounds at one instant (each finished run may start one waiting fire).
 MAX_ROUNDS_PER_STEP = 100
@@ -43,13 +42,13 @@ class SimRow:
 
 
 def simulate(
-    app: App, schedule_id: str, down_from_ms: int, down_to_ms: int,
+    ctx: QueueContext, schedule_id: str, down_from_ms: int, down_to_ms: int,
     slow_runs_s: float | None = None, after_slots: int = SLOTS_AFTER,
 ) -> list[SimRow]:  # fmt: skip
     """The ledger the rule would write: dispatcher down over [from, to), up before and after."""
-    spec, _state, raw_spec, _, _ = load(app, schedule_id)
+    spec, _state, raw_spec, _, _ = load(ctx, schedule_id)
     return asyncio.run(
-        _run(app, spec, raw_spec, down_from_ms, down_to_ms, slow_runs_s, after_slots)
+        _run(ctx, spec, raw_spec, down_from_ms, down_to_ms, slow_runs_s, after_slots)
     )
 
 
@@ -63,16 +62,14 @@ def fakeredis_module() -> Any:
 
 
 async def _run(
-    app: App, spec: Any, raw_spec: bytes, down_from: int, down_to: int,
+    ctx: QueueContext, spec: Any, raw_spec: bytes, down_from: int, down_to: int,
     slow_s: float | None, after_slots: int,
 ) -> list[SimRow]:  # fmt: skip
     fakeredis = fakeredis_module()
-    from zsched.app import App as _App
-
     server = fakeredis.FakeServer()
     clock = FakeClock(down_from)
-    sim = _App(fakeredis.FakeRedis(server=server, protocol=2), queue=app.queue,
-               settings=app.settings, clock=clock, metrics=Metrics())  # fmt: skip
+    sim = QueueContext(fakeredis.FakeRedis(server=server, protocol=2), ctx.queue,
+                       QueueKeys(ctx.queue), ctx.settings, clock, Metrics())  # fmt: skip
     sid = spec.schedule_id
     first = spec.first_slot_after(down_from - 1)
     state = State(created_ms=down_from).encode()
@@ -89,8 +86,8 @@ async def _run(
     return ledger_rows(sim, sid)
 
 
-def ledger_rows(app: App, sid: str) -> list[SimRow]:
-    rows = sorted(history(app, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"]))
+def ledger_rows(ctx: QueueContext, sid: str) -> list[SimRow]:
+    rows = sorted(history(ctx, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"]))
     return [SimRow(h["slot_ms"], h["outcome"], h["reason"], h["run_id"]) for h in rows]
 
 
@@ -98,10 +95,12 @@ class Driver:
     """Drives a real Dispatcher with an injected clock, and stands in for workers whose runs
     take `slow_s` seconds of simulated time (acked, and their rule lease freed, when done)."""
 
-    def __init__(self, app: App, aredis: Any, clock: FakeClock, slow_s: float | None) -> None:
-        self.app, self.redis, self.clock = app, aredis, clock
+    def __init__(
+        self, ctx: QueueContext, aredis: Any, clock: FakeClock, slow_s: float | None
+    ) -> None:
+        self.ctx, self.redis, self.clock = ctx, aredis, clock
         self.slow_ms = int((slow_s or 0) * 1000)
-        self.dispatcher = app.dispatcher(redis=aredis)
+        self.dispatcher = Dispatcher(ctx, redis=aredis)
         self.scripts = S.AsyncScripts(aredis)
         self.running: dict[str, tuple[int, str, str, int | None]] = {}
         self.started: list[tuple[str, int, int]] = []  # (run_id, start_ms, finish_ms)
@@ -120,7 +119,7 @@ class Driver:
                 break
 
     async def _start_ready(self, t: int) -> None:
-        k = self.app.keys
+        k = self.ctx.keys
         if not self._group:
             self._group = True
             await ensure_group(self.redis, k)
@@ -141,14 +140,14 @@ class Driver:
 
     async def _finish(self, t: int) -> bool:
         """Finish the runs due to end by `t`; True if one started a fire that waited."""
-        k = self.app.keys
+        k = self.ctx.keys
         started = False
         for eid, (finish, run_id, sid, lease_ms) in sorted(self.running.items(),
                                                            key=lambda x: x[1][0]):  # fmt: skip
             if finish > t:
                 continue
             del self.running[eid]
-            window = self.app.settings.dedupe_window_ms
+            window = self.ctx.settings.dedupe_window_ms
             await self.scripts.run(S.ack(k, "sim", [(eid, run_id)], now_ms=t,
                                          dedupe_window_ms=window))  # fmt: skip
             if lease_ms:
@@ -157,7 +156,7 @@ class Driver:
         return started
 
     async def _next_event(self, t: int) -> int:
-        k = self.app.keys
+        k = self.ctx.keys
         candidates = [f for f, *_ in self.running.values()]
         head = await self.redis.zrange(k.rule_next, 0, 0, withscores=True)
         if head:
