@@ -193,15 +193,15 @@ def backfill(
         ))  # fmt: skip
         added += [s for s, c in zip(chunk, codes, strict=True) if c == S.ENQUEUED]
     if added:
-        _with_cas(schedule_id, lambda: _mark_backfilled(app, schedule_id, added))
+        _with_cas(schedule_id, lambda: _mark_backfilled(ctx, schedule_id, added))
     return len(added)
 
 
-def _mark_backfilled(app: App, schedule_id: str, slots: list[int]) -> int:
+def _mark_backfilled(ctx: QueueContext, schedule_id: str, slots: list[int]) -> int:
     """The rule must not fire the backfilled slots again (the `done` record of their runs
     lasts only the dedupe window): replays of them still waiting leave the backlog, recorded
     `duplicate` now; slots not handled yet are kept in the state, for the planner."""
-    spec, state, raw_spec, raw_state, nxt = load(app, schedule_id)
+    spec, state, raw_spec, raw_state, nxt = load(ctx, schedule_id)
     ran = set(slots)
     dups = [s for s in state.backlog if s in ran]
     later = [s for s in slots if nxt is not None and s >= nxt and s not in state.backfilled]
@@ -213,8 +213,8 @@ def _mark_backfilled(app: App, schedule_id: str, slots: list[int]) -> int:
     head = None if spec.paused or not backlog else backlog[0]
     args = S.FireArgs(schedule_id, raw_spec, nxt, raw_state, nxt, new_state.encode(), head,
                       str(spec.overlap), spec.lease_ms, [], records)  # fmt: skip
-    r = app.scripts.run(S.fire(app.keys, args, now_ms=app.clock.now_ms(),
-                               dedupe_window_ms=app.settings.dedupe_window_ms,
+    r = ctx.scripts.run(S.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                               dedupe_window_ms=ctx.settings.dedupe_window_ms,
                                ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
     return S.SCHEDULE_UPDATED if r.ok else S.SCHEDULE_CHANGED
 
