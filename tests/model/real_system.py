@@ -98,9 +98,14 @@ class RealSystem:
         self.app.schedule(self.sid, "t", paused=paused, **self._options())
         await self.settle()
 
-    async def edit(self, rule: RuleDef) -> None:
+    async def edit(self, rule: RuleDef, declared: bool = False) -> None:
+        """schedule() the new definition, or declare it and sync (as a dispatcher start does)."""
         self.rule = rule
-        self.app.schedule(self.sid, "t", **self._options())
+        if declared:
+            self.app.declare(self.sid, "t", **self._options())
+            self.app.sync_schedules()
+        else:
+            self.app.schedule(self.sid, "t", **self._options())
         await self.settle()
 
     async def pause(self) -> None:
@@ -113,6 +118,18 @@ class RealSystem:
 
     async def backfill(self, lo: int, hi: int) -> None:
         self.app.backfill(self.sid, lo / 1000, hi / 1000)
+        await self.settle()
+
+    async def run_now(self, force: bool = False) -> None:
+        self.app.run_schedule_now(self.sid, force=force)
+        await self.settle()
+
+    async def pause_queue(self) -> None:
+        self.app.pause_queue()
+        await self.settle()
+
+    async def resume_queue(self) -> None:
+        self.app.resume_queue()
         await self.settle()
 
     async def remove(self) -> None:

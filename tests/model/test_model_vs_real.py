@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.model.harness import Pair
-from tests.model.rule_model import Fate, RuleDef, run_id
+from tests.model.rule_model import Fate, RuleDef, manual_run_id, run_id
 from zsched.rules.triggers import Cron, Every
 
 M = 60_000
@@ -112,5 +112,55 @@ async def test_a_slot_backfilled_ahead_does_not_fire_again_when_it_comes_due(rea
         await p.do("advance_to", T0 + 5 * H)
         dups = sorted(s for s, o, _, _ in p.model.ledger if o == "duplicate")
         assert dups == [T0 + 3 * H, T0 + 3 * H + P30, T0 + 4 * H]
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+async def test_a_manual_fire_beside_a_slow_run(real, queue, overlap, force) -> None:
+    """run_schedule_now while the rule's run (90 s) holds the lease: allow and force run it
+    beside; skip records `skipped: overlap`; queue makes it wait for the run to end. Its own
+    run id, recorded as manual; the rule's slots do not move."""
+    rule = RuleDef("r", Every(60), overlap=overlap)
+    p = Pair(real, queue, rule, [Fate(90_000)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 10_000)
+        await p.do("run_now", force)
+        manual = manual_run_id("r", T0 + 10_000)
+        (rec,) = [(o, r) for s, o, r, rid in p.model.ledger if s == T0 + 10_000]
+        if force or overlap == "allow":
+            assert rec == ("manual", "") and manual in p.system.live()
+        elif overlap == "skip":
+            assert rec == ("skipped", f"overlap: {run_id('r', T0)} still running")
+        else:
+            assert rec == ("manual", f"queued behind {run_id('r', T0)}")
+        assert p.model.next_slot == T0 + M
+        await p.do("advance_to", T0 + 5 * M)
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+async def test_slots_of_a_paused_queue_are_fired_on_time_and_run_after_the_resume(
+        real, queue, overlap) -> None:  # fmt: skip
+    """pause_queue over 3 slots: each slot is fired (recorded) on time into the delayed set,
+    grace does not apply; nothing starts until resume_queue; a fire waiting there holds the
+    lease, so under skip the later slots are skipped and under queue one waits."""
+    rule = RuleDef("r", Every(60), misfire="skip", overlap=overlap)
+    p = Pair(real, queue, rule, [Fate(10_000)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 30_000)
+        await p.do("pause_queue")
+        await p.do("advance_to", T0 + 3 * M + 30_000)
+        assert not [r for r, _, at in p.model.started if at > T0 + 30_000]
+        outcomes = [o for s, o, _, _ in sorted(p.model.ledger) if s > T0]
+        assert outcomes == {"allow": ["ran"] * 3, "skip": ["ran", "skipped", "skipped"],
+                            "queue": ["ran", "ran", "skipped"]}[overlap]  # fmt: skip
+        await p.do("resume_queue")
+        assert run_id("r", T0 + M) in {r for r, _, at in p.model.started if at == p.model.now}
+        await p.do("advance_to", T0 + 6 * M)
     finally:
         await p.close()

@@ -1,7 +1,10 @@
 """A stateful property test: random sequences of rule operations drive the real system (1 to
 3 real dispatchers, a real worker, a FakeClock, the real redis-server) and the executable
 model; after every step the ledger, the live runs, the lease and the waiting fire must agree
-slot by slot, and the ledger invariants must hold (tests/model/harness.py).
+slot by slot, and the ledger invariants must hold (tests/model/harness.py). Operations: time,
+outages, dispatchers down/up, rule pause/resume, policy edits, trigger edits (interval; cron,
+by schedule() or a declared rule's sync), backfill, removal, run_schedule_now (forced or
+not), queue pause/resume. Not a worker dying mid-run: see docs/reliability.md.
 
 `make test` runs a bounded, derandomised profile (ZSCHED_MODEL_EXAMPLES, default 25);
 `make model` a long exploration (mk/model.mk). A divergence is a bug in one of the two: keep
@@ -68,6 +71,13 @@ TRIGGERS = [
     # Santiago: midnight shift, -04 -> -03 on 2026-09-06T04:00Z.
     Trigger(Cron("0 0 * * *", "America/Santiago"), 1_788_570_000_000),
     Trigger(Cron("*/30 * * * *", "America/Santiago"), 1_788_667_200_000 - H),
+]
+
+#: Cron expressions an edit may switch between: each group shares its period.
+CRON_EDITS = [
+    ["*/15 * * * *", "5-59/15 * * * *", "10,25,40,55 * * * *"],
+    ["*/30 * * * *", "15,45 * * * *"],
+    ["0 0 * * *", "30 2 * * *", "15 2 * * *", "0 12 * * *"],
 ]
 
 
@@ -192,6 +202,43 @@ class RuleMachine(RuleBasedStateMachine):
         assert self.pair
         self.run(self.pair.edit(trigger=Every(seconds)))
         event("an edited trigger")
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed
+                  and isinstance(self.pair.model.rule.trigger, Cron))  # fmt: skip
+    @rule(pick=st.integers(0, 3), declared=st.booleans())
+    def edit_cron(self, pick: int, declared: bool) -> None:
+        """Change a cron rule's expression (same zone, same period, so that the example's
+        time steps and run lengths still fit; the kind's DST defaults): its next fire is
+        recomputed; `declared`: by a declared rule's sync, not by schedule()."""
+        assert self.pair
+        trig = self.pair.model.rule.trigger
+        assert isinstance(trig, Cron)
+        (group,) = [g for g in CRON_EDITS if trig.expr in g]
+        expr = group[pick % len(group)]
+        self.run(self.pair.edit(declared=declared, trigger=Cron(expr, trig.tz)))
+        event("an edited cron trigger" + (" (declared, synced)" if declared else ""))
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
+    @rule(force=st.booleans())
+    def run_now(self, force: bool) -> None:
+        """An operator's run_schedule_now (forced or not): its own run id, recorded as
+        manual, the rule's slots unchanged."""
+        assert self.pair
+        self.run(self.pair.do("run_now", force))
+        event("a manual fire" + (" (forced)" if force else ""))
+
+    @precondition(lambda self: self.pair is not None and not self.pair.model.queue_paused)
+    @rule()
+    def pause_queue(self) -> None:
+        assert self.pair
+        self.run(self.pair.do("pause_queue"))
+        event("a paused queue")
+
+    @precondition(lambda self: self.pair is not None and self.pair.model.queue_paused)
+    @rule()
+    def resume_queue(self) -> None:
+        assert self.pair
+        self.run(self.pair.do("resume_queue"))
 
     @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
     @rule(back=st.sampled_from([3, 1, 10]))
