@@ -26,6 +26,16 @@ from zsched.store.delayed import untag
 STUCK_S = 15.0
 
 
+def _is_worker_loop(t: asyncio.Task[Any], w: Any) -> bool:
+    """Whether `t` is one of the loops `w.run()` started (`_guard` of that worker)."""
+    frame = t.get_coro().cr_frame  # type: ignore[union-attr]
+    return (
+        frame is not None
+        and frame.f_locals.get("self") is w
+        and t.get_coro().__qualname__.endswith("_guard")
+    )  # type: ignore[union-attr]
+
+
 class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
                  start_ms: int, dispatchers: int = 1) -> None:  # fmt: skip
@@ -48,8 +58,9 @@ class RealSystem:
 
     def _new_worker(self) -> Any:
         # A short visibility timeout (real time): a dead worker's runs are reclaimed at once.
+        # Reclaims do not count toward dead-lettering here: the model reclaims without limit.
         return self.app.worker(redis=self.real.async_client(), concurrency=64,
-                               visibility_timeout_ms=300)  # fmt: skip
+                               visibility_timeout_ms=300, max_deliveries=1000)  # fmt: skip
 
     async def _handler(self, payload: Any) -> None:
         info = zsched.current_run()
@@ -139,12 +150,15 @@ class RealSystem:
     async def kill_worker(self) -> None:
         """The worker dies mid-run (nothing handed back, no outcome written); a new one
         reclaims its runs after the visibility timeout and runs them again."""
-        me = asyncio.current_task()
-        doomed = [t for t in asyncio.all_tasks() if t is not me]
+        # Only the worker's own tasks (its run(), its three loops, its handlers): cancelling
+        # every task of the loop, as this once did, also cancelled the clients' own tasks.
+        old = self.worker
+        doomed = [t for t in asyncio.all_tasks()
+                  if t is self._loop or t in old._tasks or _is_worker_loop(t, old)]  # fmt: skip
         for t in doomed:
             t.cancel()
         await asyncio.gather(*doomed, return_exceptions=True)
-        await self.worker.close()
+        await old.close()
         self.gates = {k: g for k, g in self.gates.items() if g[3]}  # those handlers died
         self.worker = self._new_worker()
         self._stop = asyncio.Event()

@@ -145,6 +145,8 @@ class Model:
         next fire is recomputed from now; waiting replays are kept."""
         old = self.rule.trigger
         self.rule = replace(self.rule, **changes)
+        if self.rule.trigger != old:
+            self.gap_checked = self.now  # DST gaps from now on are the new trigger's
         nxt = self.next_slot
         if self.rule.trigger != old and not self.paused and (nxt is None or nxt > self.now):
             self.next_slot = self._first_after(self.now)

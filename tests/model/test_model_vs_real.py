@@ -164,3 +164,46 @@ async def test_slots_of_a_paused_queue_are_fired_on_time_and_run_after_the_resum
         await p.do("advance_to", T0 + 6 * M)
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+async def test_a_worker_dies_mid_run_and_its_runs_are_reclaimed(real, queue, overlap) -> None:
+    """The worker dies while two runs are running (nothing handed back); a new worker reclaims
+    them after the visibility timeout and runs them again, same attempt; a rule's lease stays
+    with its run, so the next slot obeys the overlap policy."""
+    rule = RuleDef("r", Every(60), overlap=overlap)
+    p = Pair(real, queue, rule, [Fate(90_000)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + M + 10_000)
+        await p.do("kill_worker")
+        assert p.system.reclaimed
+        await p.do("advance_to", T0 + 5 * M)
+        await p.do("kill_worker")
+        await p.do("advance_to", T0 + 8 * M)
+    finally:
+        await p.close()
+
+
+async def test_a_cron_edit_after_a_pause_over_a_gap_gives_each_slot_one_outcome(real, queue):
+    """Shrunk from the state machine: a `*/15` Berlin rule paused over the spring gap, resumed
+    (its slots `skipped: paused`, 03:00 CEST = 01:00Z among them), then edited to
+    `10,25,40,55 * * * *`, whose gap slots shift to 01:00Z: the new trigger judged the gap
+    before the edit and recorded `skipped: dst_gap` at 01:00Z too, two outcomes for one
+    instant. DST gaps are now judged by the trigger in force when they happen."""
+    start = 1_774_742_400_000 - H // 2
+    q15 = 900_000
+    rule = RuleDef("r", Cron("*/15 * * * *", "Europe/Berlin"), misfire="catch_up",
+                   max_catch_up=3)  # fmt: skip
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start(paused=True)
+        await p.do("set_up", False)
+        await p.do("advance_to", start + 20 * q15 + 5)
+        await p.do("set_up", True)
+        await p.do("resume")
+        await p.edit(trigger=Cron("10,25,40,55 * * * *", "Europe/Berlin"))
+        await p.do("advance_to", p.model.now + 12 * q15)  # Pair checks one outcome per slot
+        assert not [s for s, o, r, _ in p.model.ledger if r == "dst_gap"]
+    finally:
+        await p.close()

@@ -94,6 +94,10 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         raise RuleError(f"schedule {schedule_id}: use pause_schedule/resume_schedule to pause")
     # Catch-up replays still waiting stay (replayed under the new spec): none is lost.
     state = replace(decode_state(raw_state), updated_ms=now)
+    if old.trigger != spec.trigger:
+        # DST gaps are judged by the trigger in force when they happen: the new one only
+        # from now (else it could record a gap where the old one had a slot: two outcomes).
+        state = replace(state, gap_checked_ms=now)
     if spec.paused:
         nxt = None
     elif old_next is not None and old_next <= now:
