@@ -36,6 +36,10 @@ def _is_worker_loop(t: asyncio.Task[Any], w: Any) -> bool:
     )  # type: ignore[union-attr]
 
 
+def _name(t: asyncio.Task[Any]) -> str:
+    return f"{t.get_coro().__qualname__}:{'done' if t.done() else 'pending'}"  # type: ignore[union-attr]
+
+
 class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
                  start_ms: int, dispatchers: int = 1) -> None:  # fmt: skip
@@ -157,8 +161,9 @@ class RealSystem:
                   if t is self._loop or t in old._tasks or _is_worker_loop(t, old)]  # fmt: skip
         for t in doomed:
             t.cancel()
-        await asyncio.gather(*doomed, return_exceptions=True)
-        await old.close()
+        gone = asyncio.gather(*doomed, return_exceptions=True)
+        await self._bounded(gone, "the dead worker's tasks to end", doomed)
+        await self._bounded(old.close(), "the dead worker's clients to close")
         self.gates = {k: g for k, g in self.gates.items() if g[3]}  # those handlers died
         self.worker = self._new_worker()
         self._stop = asyncio.Event()
@@ -264,6 +269,13 @@ class RealSystem:
             return n == active
 
         await self._until(all_running, "the worker to start every ready run")
+
+    async def _bounded(self, aw: Any, what: str, tasks: Any = ()) -> None:
+        try:
+            await asyncio.wait_for(aw, STUCK_S)
+        except TimeoutError:
+            left = [_name(t) for t in tasks if not t.done()]
+            raise AssertionError(f"real system stuck waiting for {what} {left}") from None
 
     async def _until(self, cond: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + STUCK_S
