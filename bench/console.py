@@ -4,8 +4,9 @@ then while a dispatcher and a worker drain runs.
 
     .venv/bin/python -m bench.console [--runs N] [--rules N] [--views N]
 
-Render time is the wall time of one GET through Starlette's TestClient in this process
-(request parsing, the handler, its Redis round trips, Jinja rendering), median and p95 over
+Render time is the wall time of one GET through Starlette's TestClient in this process, on
+one event loop (request parsing, the handler, its Redis round trips on the sync App in the
+thread pool or on the AsyncApp, Jinja rendering), median and p95 over
 `--views` views. Redis time is what the slow log records (`slowlog-log-slower-than 0`) for
 the commands of one view: their sum, the longest single command, and their count.
 """
@@ -132,25 +133,27 @@ def main() -> None:
               f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
         own = redis.Redis.from_url(srv.url, protocol=2, client_name=CLIENT)
         web_app = zsched.App(own, queue="console", metrics=Metrics())
-        client = TestClient(create_app(web_app, environ={"ZSCHED_WEB_TOKEN": "bench"}))
-        measure(client, r, args.views, "idle (no dispatcher, no worker)", args.runs)
-        now = time.time()
-        app.enqueue_many([{"task": TASKS[i % 10], "payload": {"i": i}, "run_at": now - 1,
-                           "run_id": f"due-{i:07d}"} for i in range(args.drain)])  # fmt: skip
-        with tempfile.TemporaryDirectory() as tmp:
-            procs = drain_processes(srv.url, Path(tmp))
-            try:
-                while zsched.App(r, queue="console").status().stats.get("acked", 0) < 1000:
-                    time.sleep(0.05)  # until the drain is under way
-                label = f"while a dispatcher and a worker drain {args.drain:,} due runs"
-                measure(client, r, args.views, label, args.runs)
-                acked = zsched.App(r, queue="console").status().stats.get("acked", 0)
-                print(f"(acked {acked:,} runs by the end of the measurement)")
-            finally:
-                for p in procs:
-                    p.terminate()
-                for p in procs:
-                    p.wait(30)
+        # One event loop for every view, as under a real server (a TestClient outside `with`
+        # starts a loop, and so the console's asyncio client, per request).
+        with TestClient(create_app(web_app, environ={"ZSCHED_WEB_TOKEN": "bench"})) as client:
+            measure(client, r, args.views, "idle (no dispatcher, no worker)", args.runs)
+            now = time.time()
+            app.enqueue_many([{"task": TASKS[i % 10], "payload": {"i": i}, "run_at": now - 1,
+                               "run_id": f"due-{i:07d}"} for i in range(args.drain)])  # fmt: skip
+            with tempfile.TemporaryDirectory() as tmp:
+                procs = drain_processes(srv.url, Path(tmp))
+                try:
+                    while zsched.App(r, queue="console").status().stats.get("acked", 0) < 1000:
+                        time.sleep(0.05)  # until the drain is under way
+                    label = f"while a dispatcher and a worker drain {args.drain:,} due runs"
+                    measure(client, r, args.views, label, args.runs)
+                    acked = zsched.App(r, queue="console").status().stats.get("acked", 0)
+                    print(f"(acked {acked:,} runs by the end of the measurement)")
+                finally:
+                    for p in procs:
+                        p.terminate()
+                    for p in procs:
+                        p.wait(30)
 
 
 if __name__ == "__main__":

@@ -67,13 +67,13 @@ local function owns(id)
   return redis.call('XPENDING', ready, group, id, id, 1, consumer)[1] ~= nil
 end
 
-local codes, owned, owned_runs, taken, fenced = {}, {}, {}, {}, 0
+local codes, owned, owned_runs, taken, fenced, o = {}, {}, {}, {}, 0, 0
 for i = 1, n do
   local id = ids[i]
   if not taken[id] and owns(id) then
     taken[id] = true
-    owned[#owned + 1] = id
-    owned_runs[#owned_runs + 1] = run_ids[i]
+    o = o + 1 -- a counter, not #t: the length operator is a search on every append
+    owned[o], owned_runs[o] = id, run_ids[i]
     codes[i] = 1
   else
     fenced = fenced + 1
@@ -87,12 +87,13 @@ if #owned > 0 then
   -- A run finishes only through its current entry (a stale entry of a run that moved on
   -- is acked and deleted, nothing more).
   local current = redis.call('HMGET', entries, unpack(owned_runs))
-  local finished, records = {}, {}
+  -- The score as a string once: a number is formatted again for every argument it is in.
+  local finished, records, f, at = {}, {}, 0, string.format('%d', now_ms)
   for i = 1, #owned do
     if current[i] == owned[i] then
-      finished[#finished + 1] = owned_runs[i]
-      records[#records + 1] = now_ms
-      records[#records + 1] = owned_runs[i]
+      f = f + 1
+      finished[f] = owned_runs[i]
+      records[2 * f - 1], records[2 * f] = at, owned_runs[i]
     end
   end
   if #finished > 0 then

@@ -24,19 +24,25 @@
 -- A run in a batch is {run_id, due_ms}.
 local BT_MAX = 64
 local function bt_key(due, id)
-  return string.format('%015d', due) .. (string.gsub(id, '%z', '\0\1')) .. '\0\0'
+  -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
+  if string.find(id, '\0', 1, true) then id = (string.gsub(id, '%z', '\0\1')) end
+  return string.format('%015d', due) .. id .. '\0\0'
 end
 local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true)) + 2) end
 local function bt_bound(m) return string.sub(m, 1, (string.find(m, '\0\0', 16, true)) + 1) end
 -- Lua's `<` on strings is strcoll: byte order in the C locales only (C, POSIX, C.UTF-8, whose
 -- order is code point order), while Redis takes LC_COLLATE from its environment. Probed once
 -- per call (ISO 14651 locales such as en_US fold case, skip punctuation, sort e-acute before
--- f); where it is not byte order, bt_less compares byte by byte.
-local BT_NATIVE = ('B' < 'a') and ('Z' < '_') and ('_' < 'a') and ('-' < '0') and ('9' < 'A')
-  and ('a-c' < 'ab') and ('a_c' < 'ab') and ('aB' < 'ab') and not ('ab' < 'aB')
-  and ('f' < '\195\169') and ('a\0b' < 'a\0c') and ('a' < 'a\0')
+-- f); where it is not byte order, bt_less compares byte by byte. Probed on first use: most
+-- calls compare no strings.
+local BT_NATIVE
 -- Byte order, as Redis orders ZSET members.
 local function bt_less(x, y)
+  if BT_NATIVE == nil then
+    BT_NATIVE = ('B' < 'a') and ('Z' < '_') and ('_' < 'a') and ('-' < '0') and ('9' < 'A')
+      and ('a-c' < 'ab') and ('a_c' < 'ab') and ('aB' < 'ab') and not ('ab' < 'aB')
+      and ('f' < '\195\169') and ('a\0b' < 'a\0c') and ('a' < 'a\0')
+  end
   if BT_NATIVE then return x < y end
   if x == y then return false end
   local n = math.min(#x, #y)
@@ -62,10 +68,18 @@ local function bt_less(x, y)
   return #x < #y
 end
 -- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
+-- (Arithmetic of the VM, not math.floor: each C function call costs about as much as the rest.)
 local function bt_tag(due, env)
-  local hi, lo = math.floor(due / 4294967296), due % 4294967296
-  return string.char(0, math.floor(hi / 256), hi % 256, math.floor(lo / 16777216),
-    math.floor(lo / 65536) % 256, math.floor(lo / 256) % 256, lo % 256) .. env
+  local b6 = due % 256
+  local r = (due - b6) / 256
+  local b5 = r % 256
+  r = (r - b5) / 256
+  local b4 = r % 256
+  r = (r - b4) / 256
+  local b3 = r % 256
+  r = (r - b3) / 256
+  local b2 = r % 256
+  return string.char(0, (r - b2) / 256, b2, b3, b4, b5, b6) .. env
 end
 -- The due of a tagged value (nil if untagged) and the envelope without the tag.
 local function bt_untag(v)
@@ -90,8 +104,11 @@ local function bt_below(due, id, k)
   return bt_less(bt_key(due, id), k)
 end
 -- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
--- in order), so the runs bound for one leaf cost one lookup and one ZADD.
-local function bt_add(d, items)
+-- in order), so the runs bound for one leaf cost one lookup and one ZADD; the next leaf's
+-- bound is read only when a second run may go to the same leaf (one run: 4 commands).
+-- want_head: also return whether the earliest run now sorts before every run that was in the
+-- tree (one more read, and only when it lands in the first leaf).
+local function bt_add(d, items, want_head)
   local index, meta = d .. ':index', d
   local sorted = true
   for i = 2, #items do
@@ -103,12 +120,19 @@ local function bt_add(d, items)
   if not sorted then
     table.sort(items, function(x, y) return bt_before(x[2], x[1], y[2], y[1]) end)
   end
+  local head, counted = nil, nil -- head: known after the first pass
   local i = 1
   while i <= #items do
     local k = bt_key(items[i][2], items[i][1])
-    local m = bt_floor(d, k)
+    -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 2)
+    local m = found[1]
+    -- The first write on d comes after the first read of the index, before any other write: a
+    -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items) end
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
+      if head == nil then head = true end
       m = redis.call('ZRANGE', index, 0, 0)[1]
       if m then
         redis.call('ZREM', index, m)
@@ -119,11 +143,30 @@ local function bt_add(d, items)
       redis.call('ZADD', index, 0, m)
     end
     local leaf = d .. ':leaf:' .. bt_num(m)
-    local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
-    local upto = nxt and bt_bound(nxt)
+    if head == nil then
+      head = false
+      if want_head and not found[2] then
+        local low = redis.call('ZRANGE', leaf, 0, 0, 'WITHSCORES')
+        head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
+      end
+    end
+    local first, upto, upto_due, looked = i, nil, nil, false
+    -- Whether items[j] belongs to this leaf: the first run of the pass does (m is its floor).
+    local function belongs(j)
+      if j == first then return true end
+      if not looked then
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+        upto, looked = nxt and bt_bound(nxt), true
+        upto_due = upto and tonumber(string.sub(upto, 1, 15))
+      end
+      if not upto then return true end
+      local due = items[j][2]
+      if due ~= upto_due then return due < upto_due end
+      return bt_less(bt_key(due, items[j][1]), upto)
+    end
     local card = redis.call('ZCARD', leaf)
     local args = {}
-    while i <= #items and card < BT_MAX and (not upto or bt_below(items[i][2], items[i][1], upto)) do
+    while i <= #items and card < BT_MAX and belongs(i) do
       local due = items[i][2]
       -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
       args[#args + 1] = due < 1e14 and due or string.format('%d', due)
@@ -131,7 +174,7 @@ local function bt_add(d, items)
       card, i = card + 1, i + 1
     end
     if #args > 0 then redis.call('ZADD', leaf, unpack(args)) end
-    if card >= BT_MAX and i <= #items and (not upto or bt_below(items[i][2], items[i][1], upto)) then
+    if card >= BT_MAX and i <= #items and belongs(i) then
       -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
       local n = redis.call('HINCRBY', meta, 'seq', 1)
       local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
@@ -151,7 +194,7 @@ local function bt_add(d, items)
       end
     end
   end
-  if #items > 0 then redis.call('HINCRBY', meta, 'n', #items) end
+  return head == true
 end
 -- Remove one run; 1 if it was in the tree at that due, else 0.
 local function bt_remove(d, id, due)

@@ -1,5 +1,7 @@
--- hold: a rule's run waits for its retry in the delayed set: keep its overlap lease, without a
---   TTL, for the whole wait (a lease made with a TTL by an older fire.lua loses it here).
+-- hold: the former name of extend.lua, kept for clients that load it by this name: the same
+--   script (same KEYS, ARGV and replies). A rule's run waits for its retry in the delayed
+--   set: keep its overlap lease, without a TTL, for the whole wait (a lease given a TTL by an
+--   older fire.lua loses it here).
 -- KEYS[1] lease (string of this rule)   KEYS[2] runs (hash)
 -- ARGV[1] run_id (the run that waits)   ARGV[2] ttl_ms (checked, unused: the lease has no TTL)
 -- Returns 1 held, 0 not held (no lease: the rule was removed or the lease lapsed; another

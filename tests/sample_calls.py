@@ -30,7 +30,7 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
             now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
         ),
         "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
-        "hold": S.hold(k, "s", "r", 1),
+        "extend": S.extend(k, "s", "r", 1),
         "status": S.status(k, now_ms=None),
         "migrate": S.migrate(k),
         "backfill": S.backfill(k, "s", [], recorded=0, now_ms=None, dedupe_window_ms=1,

@@ -41,7 +41,7 @@ import redis as _redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 
-from zsched import aio_reads as _reads
+import zsched.aio_reads as _reads
 from zsched.aio_controls import BUILD_SLICE as BUILD_SLICE
 from zsched.aio_controls import AsyncControls, AsyncEnqueue
 from zsched.app import App

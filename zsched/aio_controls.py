@@ -29,7 +29,8 @@ from zsched.store.retrying import ride_through_async
 from zsched.worker.handles import TaskHandle
 
 if TYPE_CHECKING:
-    from zsched.aio import AsyncApp
+    from zsched.app import App
+    from zsched.config import QueueSettings
     from zsched.rules.controls import ManualFire
     from zsched.runs.status import QueueStatus
 
@@ -43,15 +44,33 @@ CONFLICT_CALLS_PER_TRIP = 100
 log = logging.getLogger("zsched.app")  # the App's logger: one outage reads the same
 
 
-class AsyncEnqueue:
+class _Host:
+    """What the mixins below use of the AsyncApp they are mixed into (aio.py defines each)."""
+
+    app: App
+
+    if TYPE_CHECKING:
+
+        @property
+        def queue(self) -> str: ...
+        @property
+        def settings(self) -> QueueSettings: ...
+        async def run(self, call: S.Call[T]) -> T: ...
+        async def in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+        async def status(self) -> QueueStatus: ...
+        async def _ready(self) -> None: ...
+        async def _enqueue_groups(self, groups: list[Group]) -> list[int]: ...
+        async def _run_calls(self, calls: list[S.Call[Any]]) -> list[Any]: ...
+
+
+class AsyncEnqueue(_Host):
     """enqueue and enqueue_many of an AsyncApp."""
 
     async def ride(self, what: str, call: Callable[[int], Awaitable[T]]) -> T:
         """`await call(attempt)`, retried through a failover or a lost connection for at most
         `settings.outage_retry_ms` (App.ride, awaited); then RedisUnavailable."""
-        aio: AsyncApp = self  # type: ignore[assignment]
-        return await ride_through_async(call, bound_ms=aio.settings.outage_retry_ms,
-                                        what=what, queue=aio.queue, logger=log)  # fmt: skip
+        return await ride_through_async(call, bound_ms=self.settings.outage_retry_ms,
+                                        what=what, queue=self.queue, logger=log)  # fmt: skip
 
     @overload
     async def enqueue(
@@ -91,21 +110,20 @@ class AsyncEnqueue:
     ) -> EnqueuedId:
         """App.enqueue, awaited (conflict modes, ride-through and all). `task_name` may be a
         task handle (`@app.task`'s return), whose payload type mypy then checks."""
-        aio: AsyncApp = self  # type: ignore[assignment]
         if isinstance(task_name, TaskHandle):
             task_name = task_name.name
-        with _tracing.enqueue_span(aio.queue) as span:
-            group = aio.app.build(task_name, payload, run_at=run_at, delay=delay,
+        with _tracing.enqueue_span(self.queue) as span:
+            group = self.app.build(task_name, payload, run_at=run_at, delay=delay,
                                   run_id=run_id, trace=span.carrier)  # fmt: skip
             if on_conflict != "keep" or max_delay is not None:
-                call = aio.app.enqueue_conflict_call(group, on_conflict, max_delay)  # checks
+                call = self.app.enqueue_conflict_call(group, on_conflict, max_delay)  # checks
                 (rid,) = await self.ride("enqueue", lambda _: self._conflicts([call]))
                 return rid
-            (code,) = await self.ride("enqueue", lambda _: aio._enqueue_groups([group]))
+            (code,) = await self.ride("enqueue", lambda _: self._enqueue_groups([group]))
             span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
         # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
         dup = code != S.ENQUEUED and run_id is not None
-        _enq.count(aio.app.ctx, 0 if dup else 1, 1 if dup else 0)
+        _enq.count(self.app.ctx, 0 if dup else 1, 1 if dup else 0)
         return _enq.enqueued(group[0], dup, code)
 
     async def enqueue_many(
@@ -113,26 +131,25 @@ class AsyncEnqueue:
     ) -> list[EnqueuedId]:
         """App.enqueue_many, awaited; validates in slices of BUILD_SLICE runs, yielding to the
         loop between slices, and sends CALLS_PER_TRIP calls per round trip."""
-        aio: AsyncApp = self  # type: ignore[assignment]
         items = list(items)
-        with _tracing.enqueue_span(aio.queue, len(items)) as span:
+        with _tracing.enqueue_span(self.queue, len(items)) as span:
             groups, modes, given = await self._build_items(items, span.carrier)
             if not groups:
                 return []
             out: list[EnqueuedId | None] = [None] * len(groups)
             if modes:
-                calls = [aio.app.enqueue_conflict_call(groups[i], *modes[i]) for i in modes]
+                calls = [self.app.enqueue_conflict_call(groups[i], *modes[i]) for i in modes]
                 got = await self.ride("enqueue", lambda _: self._conflicts(calls))
                 for i, rid in zip(modes, got, strict=True):
                     out[i] = rid
             keep = [i for i in range(len(groups)) if i not in modes]
             plain = [groups[i] for i in keep]
             codes = (
-                await self.ride("enqueue", lambda _: aio._enqueue_groups(plain)) if plain else []
+                await self.ride("enqueue", lambda _: self._enqueue_groups(plain)) if plain else []
             )
             span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != S.ENQUEUED))
         dups = [c != S.ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
-        _enq.count(aio.app.ctx, len(dups) - sum(dups), sum(dups))
+        _enq.count(self.app.ctx, len(dups) - sum(dups), sum(dups))
         for i, c, d in zip(keep, codes, dups, strict=True):
             out[i] = _enq.enqueued(groups[i][0], d, c)
         return [r for r in out if r is not None]
@@ -141,29 +158,27 @@ class AsyncEnqueue:
         self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
     ) -> tuple[list[Group], dict[int, tuple[str, Any]], list[bool]]:
         """App._build_items, yielding to the loop every BUILD_SLICE runs."""
-        aio: AsyncApp = self  # type: ignore[assignment]
         groups: list[Group] = []
         modes: dict[int, tuple[str, Any]] = {}
         given: list[bool] = []
         for item in items:
-            _enq.build_item(aio.app.ctx, item, trace, groups, modes, given)
+            _enq.build_item(self.app.ctx, item, trace, groups, modes, given)
             if len(groups) % BUILD_SLICE == 0:
                 await asyncio.sleep(0)
         return groups, modes, given
 
     async def _conflicts(self, calls: list[S.Call[C.ReplaceResult]]) -> list[EnqueuedId]:
         """Run replace.lua calls (durably if asked), count their outcomes, their ids."""
-        aio: AsyncApp = self  # type: ignore[assignment]
-        await aio._ready()
+        await self._ready()
         out = []
         for j in range(0, len(calls), CONFLICT_CALLS_PER_TRIP):
-            for res in await aio._run_calls(calls[j : j + CONFLICT_CALLS_PER_TRIP]):
-                count_conflict(aio.app.ctx, res.outcome)
+            for res in await self._run_calls(calls[j : j + CONFLICT_CALLS_PER_TRIP]):
+                count_conflict(self.app.ctx, res.outcome)
                 out.append(enqueued_id(res))
         return out
 
 
-class AsyncControls:
+class AsyncControls(_Host):
     """Run controls of an AsyncApp: App's ControlMethods and CancelMethods, awaited."""
 
     async def reschedule(
@@ -174,37 +189,33 @@ class AsyncControls:
         delay: timedelta | float | None = None,
     ) -> C.RescheduleResult:
         """App.reschedule, awaited (one script)."""
-        aio: AsyncApp = self  # type: ignore[assignment]
-        return await aio.run(aio.app.reschedule_call(run_id, run_at=run_at, delay=delay))
+        return await self.run(self.app.reschedule_call(run_id, run_at=run_at, delay=delay))
 
     async def cancel(self, run_id: str) -> C.CancelResult:
         """App.cancel, awaited: the revoke script, then (a removed rule fire) the unlease."""
-        aio: AsyncApp = self  # type: ignore[assignment]
-        await aio._ready()
-        call, then = aio.app.cancel_calls(run_id)
-        res: C.CancelResult = await aio.run(call)
+        await self._ready()
+        call, then = self.app.cancel_calls(run_id)
+        res: C.CancelResult = await self.run(call)
         for follow in then(res):
-            await aio.run(follow)
+            await self.run(follow)
         return res
 
     async def pause_queue(self, note: str | None = None) -> bool:
         """App.pause_queue, awaited (one script per partition)."""
-        aio: AsyncApp = self  # type: ignore[assignment]
         if note is not None and len(note.encode()) > 500:
             raise ValueError("a pause note is at most 500 bytes")
-        await aio._ready()
-        now = aio.app.clock.now_ms()
-        views = aio.app.partition_views()
-        done: list[bool] = [await aio.run(C.pause(v.keys, note, now_ms=now)) for v in views]
+        await self._ready()
+        now = self.app.clock.now_ms()
+        views = self.app.partition_views()
+        done: list[bool] = [await self.run(C.pause(v.keys, note, now_ms=now)) for v in views]
         return any(done)
 
     async def resume_queue(self) -> bool:
         """App.resume_queue, awaited."""
-        aio: AsyncApp = self  # type: ignore[assignment]
-        await aio._ready()
-        now = aio.app.clock.now_ms()
-        views = aio.app.partition_views()
-        done: list[bool] = [await aio.run(C.resume(v.keys, now_ms=now)) for v in views]
+        await self._ready()
+        now = self.app.clock.now_ms()
+        views = self.app.partition_views()
+        done: list[bool] = [await self.run(C.resume(v.keys, now_ms=now)) for v in views]
         return any(done)
 
     async def drain(
@@ -216,11 +227,10 @@ class AsyncControls:
         """App.drain, awaited: pause the queue, then poll its status (`await asyncio.sleep`
         between polls, so the loop runs on) until the ready stream is empty (True) or
         `timeout` seconds pass (False). The queue stays paused."""
-        aio: AsyncApp = self  # type: ignore[assignment]
         await self.pause_queue("drain")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            st = await aio.status()
+            st = await self.status()
             if progress is not None:
                 progress(st)
             if st.stream_length == 0:
@@ -231,10 +241,10 @@ class AsyncControls:
 
     async def run_schedule_now(self, schedule_id: str, force: bool = False) -> ManualFire:
         """App.run_schedule_now (a compare-and-set loop over the rule), in a worker thread."""
-        aio: AsyncApp = self  # type: ignore[assignment]
-        return await aio.in_thread(aio.app.run_schedule_now, schedule_id, force)
+        return await self.in_thread(self.app.run_schedule_now, schedule_id, force)
 
-    async def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
-        """App.pause_schedule(note=) (a compare-and-set loop), in a worker thread."""
-        aio: AsyncApp = self  # type: ignore[assignment]
-        return await aio.in_thread(aio.app.pause_schedule, schedule_id, note)
+    async def pause_schedule(
+        self, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> bool:
+        """App.pause_schedule(note=, by=) (a compare-and-set loop), in a worker thread."""
+        return await self.in_thread(self.app.pause_schedule, schedule_id, note, by)

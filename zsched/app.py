@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from zsched.clock import Clock, SystemClock
 from zsched.config import QueueSettings, redis_url_from_env
-from zsched.context import QueueContext
+from zsched.context import InContext, QueueContext
 from zsched.control_api import CancelMethods, ControlMethods
-from zsched.errors import ConfigError
 from zsched.observability import tracing as _tracing
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload
@@ -29,7 +26,7 @@ from zsched.store import delayed as _delayed
 from zsched.store import durable as _durable
 from zsched.store import partitions as _partitions
 from zsched.store import scripts as S
-from zsched.store.connection import sync_client
+from zsched.store.connection import bytes_client
 from zsched.store.direct import DEFAULT_SPIN_US
 from zsched.worker.tasks import Backoff, Task
 
@@ -46,65 +43,30 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-log = logging.getLogger(__name__)
-V = TypeVar("V")
-
-
-class _InContext(Generic[V]):
-    """An App attribute kept in its QueueContext: read there; setting it (a test's clock)
-    replaces the App's context with one that has the new value."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> _InContext[V]: ...
-    @overload
-    def __get__(self, obj: App, owner: type) -> V: ...
-    def __get__(self, obj: App | None, owner: type) -> V | _InContext[V]:
-        if obj is None:
-            return self
-        return getattr(obj.ctx, self.name)  # type: ignore[no-any-return]
-
-    def __set__(self, obj: App, value: V) -> None:
-        change: dict[str, Any] = {self.name: value}
-        obj.ctx = replace(obj.ctx, **change)
-
-
-def _bytes_client(redis: Any) -> Any:
-    """A sync client for a URL, or the client given; refused if it decodes replies to text."""
-    client = sync_client(redis) if isinstance(redis, str) else redis
-    encoder = getattr(client, "get_encoder", None)
-    if encoder is not None and encoder().decode_responses:
-        raise ConfigError(
-            "zsched needs a Redis client with decode_responses=False: envelopes are msgpack "
-            "bytes, not text (pass a URL, or a client made without decode_responses)"
-        )
-    return client
 
 
 class App(ScheduleMethods, ControlMethods, CancelMethods):
     """One queue: register tasks, enqueue runs, inspect them; builds dispatchers and workers."""
 
     # What the App shares with the layers below it lives in its context (zsched/context.py).
-    redis: _InContext[Any] = _InContext()
-    url: _InContext[str | None] = _InContext()
-    queue: _InContext[str] = _InContext()
-    keys: _InContext[QueueKeys] = _InContext()
-    settings: _InContext[QueueSettings] = _InContext()
-    clock: _InContext[Clock] = _InContext()
-    metrics: _InContext[Metrics] = _InContext()
+    redis: InContext[Any] = InContext()
+    url: InContext[str | None] = InContext()
+    queue: InContext[str] = InContext()
+    keys: InContext[QueueKeys] = InContext()
+    settings: InContext[QueueSettings] = InContext()
+    clock: InContext[Clock] = InContext()
+    metrics: InContext[Metrics] = InContext()
     #: Registered tasks by name.
-    tasks: _InContext[dict[str, Task]] = _InContext()
+    tasks: InContext[dict[str, Task]] = InContext()
     #: Declared payload types by task name (zsched.worker.payloads), checked at enqueue.
-    payload_types: _InContext[dict[str, Codec]] = _InContext()
-    partitions: _InContext[int] = _InContext()
+    payload_types: InContext[dict[str, Codec]] = InContext()
+    partitions: InContext[int] = InContext()
     #: Which partition this App is a view of (partition_view); None for the whole queue.
-    partition: _InContext[int | None] = _InContext()
+    partition: InContext[int | None] = InContext()
     #: The durability level (zsched/store/durable.py LEVELS), None when not durable.
-    durability: _InContext[str | None] = _InContext()
-    durable_timeout_ms: _InContext[int] = _InContext()
-    spin_us: _InContext[int] = _InContext()
+    durability: InContext[str | None] = InContext()
+    durable_timeout_ms: InContext[int] = InContext()
+    spin_us: InContext[int] = InContext()
 
     def __init__(
         self,
@@ -128,7 +90,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         call polls its socket for the reply before it sleeps (0: never; zsched/store/direct.py says why)."""
         if redis is None:
             redis = redis_url_from_env() or DEFAULT_URL
-        client = _bytes_client(redis)
+        client = bytes_client(redis)
         count = (
             _partitions.stored_count(client, queue)
             if partitions == "auto"
@@ -419,7 +381,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
 
         if self._whole_partitioned:
             return MultiWorker(self.ctx, **settings)
-        return Worker(self.ctx, **settings)  # type: ignore[arg-type]  # until Worker takes a QueueContext
+        return Worker(self.ctx, **settings)
 
     def aio(self, redis: Any = None) -> AsyncApp:
         """An AsyncApp sharing this App's tasks, declared rules, settings and metrics, on an

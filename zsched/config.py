@@ -39,11 +39,11 @@ class DispatcherSettings:
     batch_size: int = 500
     #: Dispatch calls per tick before other work (rules) gets a turn.
     max_batches_per_tick: int = 20
-    #: Hold back while the ready stream holds this many entries; 0 = no limit.
+    #: Dispatch nothing while the ready stream holds this many entries; 0 = no limit.
     max_backlog: int = 50_000
     #: Longest sleep without hearing from Redis (ms); a safety net for lost wake-ups.
     max_idle_ms: int = 30_000
-    #: Sleep while held back by the backlog limit (ms).
+    #: Sleep while the backlog limit stops dispatch (ms).
     held_poll_ms: int = 20
 
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from zsched.clock import Clock, ServerTime
 from zsched.config import QueueSettings
@@ -26,6 +26,7 @@ from zsched.store.scripts import Scripts
 from zsched.store.state import SharedState
 
 T = TypeVar("T")
+V = TypeVar("V")
 log = logging.getLogger("zsched.app")
 
 
@@ -138,3 +139,28 @@ class QueueContext:
         `settings.outage_retry_ms` (store/retrying.py); then RedisUnavailable."""
         return ride_through(call, bound_ms=self.settings.outage_retry_ms, what=what,
                             queue=self.queue, logger=log)  # fmt: skip
+
+
+class _HasContext(Protocol):
+    ctx: QueueContext
+
+
+class InContext(Generic[V]):
+    """A facade attribute kept in its owner's QueueContext (`App.queue` is `App.ctx.queue`):
+    read there; setting it (a test's clock) gives the owner a context with the new value."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> InContext[V]: ...
+    @overload
+    def __get__(self, obj: _HasContext, owner: type) -> V: ...
+    def __get__(self, obj: _HasContext | None, owner: type) -> V | InContext[V]:
+        if obj is None:
+            return self
+        return cast(V, getattr(obj.ctx, self.name))
+
+    def __set__(self, obj: _HasContext, value: V) -> None:
+        change: dict[str, Any] = {self.name: value}
+        obj.ctx = replace(obj.ctx, **change)

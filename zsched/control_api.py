@@ -222,7 +222,7 @@ class CancelMethods:
     def cancel_run(self, run_id: str) -> C.CancelResult:
         """Cancel a run wherever it is: delayed or ready runs are removed at once (the result
         is true); a running run is asked to stop (`.requested`): its worker learns within its
-        lease renewal interval, cancels an async handler's task or sets a sync handler's
+        hold renewal interval, cancels an async handler's task or sets a sync handler's
         `current_run().cancel_requested`, and the run ends `cancelled`. Otherwise the result
         says not found, done or cancelled already. A rule fire's overlap lease is freed."""
         app = self.ctx

@@ -81,16 +81,18 @@ class ScheduleMethods:
             lambda _: schedule_ops.remove(home, schedule_id),
         )
 
-    def pause_schedule(self, schedule_id: str, note: str | None = None) -> bool:
-        """Stop firing; the slots until resume are recorded as skipped (paused). `note` (why,
-        who) is kept with the pause time: `schedules()` shows both, and the ledger's skipped
-        entries read `paused: <note>`."""
+    def pause_schedule(
+        self, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> bool:
+        """Stop firing; the slots until resume are recorded as skipped (paused). `note` (why)
+        and `by` (who: a name without ':') are kept with the pause time: `schedules()` shows
+        them, and the ledger's skipped entries read `paused[ by <by>][: <note>]`."""
         from zsched.rules import ops as schedule_ops
 
         home = self.ctx.rule_home(schedule_id)
         return self._ride(
             f"pause of schedule {schedule_id!r}",
-            lambda _: schedule_ops.pause(home, schedule_id, note),
+            lambda _: schedule_ops.pause(home, schedule_id, note, by),
         )
 
     def resume_schedule(self, schedule_id: str) -> bool:

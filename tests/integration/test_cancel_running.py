@@ -1,4 +1,4 @@
-"""Cooperative cancel of a running run: the worker hears the request within its lease renewal
+"""Cooperative cancel of a running run: the worker hears the request within its hold renewal
 interval, cancels an async handler's task or tells a sync handler through
 `current_run().cancel_requested`; the run ends `cancelled`, a rule's overlap lease is freed,
 and a request made while the holder was dead reaches the worker that reclaims the run."""

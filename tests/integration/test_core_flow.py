@@ -135,7 +135,7 @@ async def test_a_fault_of_the_worker_itself_dead_letters_the_run_and_the_worker_
 ):
     """Not a handler's error (those are outcomes) but the worker's own, before any outcome:
     the run goes to the dead letters with the exception, not left pending until reclaim."""
-    import zsched.worker.worker
+    import zsched.worker.runner
 
     app = make(backend, queue)
     ran = []
@@ -144,14 +144,14 @@ async def test_a_fault_of_the_worker_itself_dead_letters_the_run_and_the_worker_
     def t(payload):
         ran.append(payload)
 
-    real = zsched.worker.worker.RunInfo
+    real = zsched.worker.runner.RunInfo
 
     def broken(run_id, *args):
         if run_id == "bad":
             raise RuntimeError("simulated worker bug")
         return real(run_id, *args)
 
-    monkeypatch.setattr(zsched.worker.worker, "RunInfo", broken)
+    monkeypatch.setattr(zsched.worker.runner, "RunInfo", broken)
     app.enqueue("t", 1, run_id="bad")
     app.enqueue("t", 2, run_id="good")
     d, w = app.dispatcher(redis=backend.async_client()), app.worker(redis=backend.async_client())
@@ -250,23 +250,23 @@ async def test_one_place_at_a_time_when_a_worker_dies_at_each_step(backend, queu
     await d.tick()
     victim = app.worker(redis=backend.async_client(), consumer="victim")
     await victim.setup()
-    batch = await victim._read(100, None)
+    batch = await victim.reader.read(100, None)
     if step != "after_read":
         for dl in batch:
-            victim._start(dl)
-        while victim._tasks:
-            await asyncio.gather(*victim._tasks)
+            victim.runner.start(dl)
+        while victim.runner.tasks:
+            await asyncio.gather(*victim.runner.tasks)
     if step == "during_ack":
         # Half of the acks reach Redis before the crash.
-        victim._acks = victim._acks[:10]
+        victim.writer.acks = victim.writer.acks[:10]
         await victim.flush()
     # The victim is gone: nothing more from it. Every run is in exactly one place.
     for rid in ids:
         assert len(places(backend.sync, app.keys, rid)) == 1, rid
     rescuer = app.worker(redis=backend.async_client(), consumer="rescuer",
                          visibility_timeout_ms=0)  # fmt: skip
-    for dl in await __import__("zsched.worker.recovery", fromlist=["x"]).reclaim_once(rescuer, 100):
-        rescuer._start(dl)
+    for dl in await rescuer.holds.reclaim(100):
+        rescuer.runner.start(dl)
     await rescuer.drain()
     for rid in ids:
         assert places(backend.sync, app.keys, rid) == ["done"], rid
@@ -291,18 +291,16 @@ async def test_a_zombie_worker_cannot_ack_a_run_reclaimed_by_another(backend, qu
     await d.tick()
     zombie = app.worker(redis=backend.async_client(), consumer="zombie")
     await zombie.setup()
-    (dl,) = await zombie._read(10, None)
+    (dl,) = await zombie.reader.read(10, None)
     rescuer = app.worker(redis=backend.async_client(), consumer="rescuer", visibility_timeout_ms=0)
-    from zsched.worker import recovery
-
-    (claimed,) = await recovery.reclaim_once(rescuer, 10)
-    # The zombie wakes up: its lease renewal and ack are refused and counted.
-    assert await recovery.renew_leases(zombie) == 0  # holds nothing running now
-    zombie._acks.append((dl.entry_id, dl.run_id))
+    (claimed,) = await rescuer.holds.reclaim(10)
+    # The zombie wakes up: its hold renewal and ack are refused and counted.
+    assert await zombie.holds.renew() == 0  # holds nothing running now
+    zombie.writer.acks.append((dl.entry_id, dl.run_id))
     await zombie.flush()
     assert app.metrics.fenced.labels(queue, "ack")._value.get() == 1
     assert app.get_run("z").state == "running" and app.get_run("z").consumer == "rescuer"
-    rescuer._start(claimed)
+    rescuer.runner.start(claimed)
     await rescuer.drain()
     assert app.get_run("z").state == "done"
     for x in (d, zombie, rescuer):
@@ -318,14 +316,12 @@ async def test_a_paused_worker_does_not_reclaim_the_runs_it_still_holds(backend,
     await d.tick()
     w = app.worker(redis=backend.async_client(), consumer="w", visibility_timeout_ms=60_000)
     await w.setup()
-    held = await w._read(2, None)
+    held = await w.reader.read(2, None)
     for dl in held:
         w.running[dl.entry_id] = dl
     for dl in held:  # idle far past the visibility timeout, still owned by w
         backend.sync.xclaim(app.keys.ready, GROUP, "w", 0, [dl.entry_id], idle=600_000, justid=True)
-    from zsched.worker import recovery
-
-    assert await recovery.reclaim_once(w, 10) == []
+    assert await w.holds.reclaim(10) == []
     assert app.status().stats.get("reclaimed", 0) == 0
     rows = backend.sync.xpending_range(app.keys.ready, GROUP, "-", "+", 10)
     assert sorted((r["consumer"], r["times_delivered"]) for r in rows) == [(b"w", 1), (b"w", 1)]
@@ -334,21 +330,19 @@ async def test_a_paused_worker_does_not_reclaim_the_runs_it_still_holds(backend,
         await x.close()
 
 
-async def test_lease_renewal_tells_a_worker_it_lost_the_run(backend, queue) -> None:
+async def test_hold_renewal_tells_a_worker_it_lost_the_run(backend, queue) -> None:
     app = make(backend, queue)
     app.enqueue("t", None, run_id="l")
     d = app.dispatcher(redis=backend.async_client())
     await d.tick()
     w1 = app.worker(redis=backend.async_client(), consumer="w1")
     await w1.setup()
-    (dl,) = await w1._read(10, None)
+    (dl,) = await w1.reader.read(10, None)
     w1.running[dl.entry_id] = dl
-    from zsched.worker import recovery
-
-    assert await recovery.renew_leases(w1) == 0
+    assert await w1.holds.renew() == 0
     w2 = app.worker(redis=backend.async_client(), consumer="w2", visibility_timeout_ms=0)
-    assert len(await recovery.reclaim_once(w2, 10)) == 1
-    assert await recovery.renew_leases(w1) == 1
+    assert len(await w2.holds.reclaim(10)) == 1
+    assert await w1.holds.renew() == 1
     assert app.metrics.fenced.labels(queue, "renew")._value.get() == 1
     for x in (d, w1, w2):
         await x.close()

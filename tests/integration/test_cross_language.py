@@ -232,7 +232,7 @@ async def test_the_node_worker_dead_letters_bad_runs_with_the_python_reasons(rea
 
 
 @pytest.mark.parametrize("taken_over", [False, True])
-async def test_the_node_worker_renews_its_lease_and_is_fenced_after_a_takeover(
+async def test_the_node_worker_renews_its_hold_and_is_fenced_after_a_takeover(
     real, queue, node_dir, taken_over
 ):
     app = real.app(queue)

@@ -65,7 +65,7 @@ def _count_calls(d, busy_us: int | None = None) -> list[int]:
         calls[0] += 1
         r, limit, sent_at = await sized(c)
         if busy_us is not None:
-            r = S.DispatchResult(r.moved, r.next_due_ms, r.now_ms, r.held, r.run_at_ms, busy_us)
+            r = S.DispatchResult(r.moved, r.next_due_ms, r.now_ms, r.backlogged, r.run_at_ms, busy_us)
         return r, limit, sent_at
 
     d._sized = counted
@@ -136,3 +136,9 @@ async def test_the_sleep_to_the_next_due_run_counts_from_when_the_call_went_out(
     assert fake._sleep_s(t) == 0.1
     await d.close()
     await fake.close()
+
+
+def test_a_tick_result_still_answers_held_as_an_alias_of_backlogged() -> None:
+    # "held" also meant a worker's hold; the field is `backlogged` now, the old name reads it.
+    assert D.TickResult(0, None, 0, True, False).held is True
+    assert D.TickResult(0, None, 0, False, False).held is False

@@ -121,13 +121,13 @@ async def test_held_dispatch_resumes_once_the_stream_shrinks(backend, queue) -> 
     app.enqueue_many([{"task": "t", "run_id": f"h{i}"} for i in range(3)])
     d = app.dispatcher(redis=backend.async_client(), max_backlog=2, rules=False)
     t = await d.tick()
-    assert (t.moved, t.held) == (2, False) and d._sleep_s(t) == 0.0
+    assert (t.moved, t.backlogged) == (2, False) and d._sleep_s(t) == 0.0
     t = await d.tick()
-    assert t.held and t.moved == 0 and d._sleep_s(t) == d.settings.held_poll_ms / 1000
+    assert t.backlogged and t.moved == 0 and d._sleep_s(t) == d.settings.held_poll_ms / 1000
     entries = backend.sync.xrange(app.keys.ready)
     backend.sync.xdel(app.keys.ready, entries[0][0])
     t = await d.tick()
-    assert (t.moved, t.held, t.next_due_ms) == (1, False, None)
+    assert (t.moved, t.backlogged, t.next_due_ms) == (1, False, None)
     await d.close()
 
 

@@ -451,7 +451,7 @@ def feed(metrics: Metrics, queue: str, stop: threading.Event) -> None:
     while not stop.is_set():
         metrics.dispatch_lag.labels(queue=queue).observe(45.0)
         metrics.start_lag.labels(queue=queue, task="send_email").observe(120.0)
-        metrics.job_duration.labels(queue=queue, task="send_email").observe(0.2)
+        metrics.run_duration.labels(queue=queue, task="send_email").observe(0.2)
         metrics.enqueued.labels(queue=queue).inc()
         metrics.dispatched.labels(queue=queue).inc()
         for outcome in ("succeeded", "failed", "retried", "dead"):

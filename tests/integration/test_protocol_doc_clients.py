@@ -158,7 +158,7 @@ def test_node_worker_releases_the_overlap_lease_of_a_rule_fire(real, queue, node
 
 
 def test_node_worker_keeps_the_overlap_lease_of_a_rule_fire_it_retries(real, queue, node_dir):
-    # "call hold.lua after retry.lua": the lease outlives the retry's wait (issue 18).
+    # "call extend.lua after retry.lua": the lease outlives the retry's wait (issue 18).
     from zsched import FakeClock
 
     t0 = 1_800_000_000_000 // 3_600_000 * 3_600_000

@@ -29,14 +29,14 @@ def test_a_paused_queue_dispatches_nothing_until_resumed(backend, queue) -> None
     assert app.pause_queue(note="deploy") is True
     assert app.pause_queue() is False  # already paused: time and note kept
     r = dispatch(app)
-    assert (r.moved, r.held, r.paused) == (0, True, True)
+    assert (r.moved, r.backlogged, r.paused) == (0, True, True)
     assert backend.sync.xlen(app.keys.ready) == 0 and app.get_run("a").state == "scheduled"
     st = app.status()
     assert (st.paused, st.paused_ms, st.pause_note) == (True, NOW, "deploy")
     assert app.resume_queue() is True
     assert app.resume_queue() is False
     r = dispatch(app)
-    assert (r.moved, r.held, r.paused) == (1, False, False)
+    assert (r.moved, r.backlogged, r.paused) == (1, False, False)
     assert app.status().paused is False
 
 
@@ -45,7 +45,7 @@ def test_the_idle_pass_of_a_paused_queue_costs_no_extra_command(backend, queue) 
     app.pause_queue()
     app.enqueue("t", None, run_id="later", run_at=(NOW + 60_000) / 1000)
     r = dispatch(app)  # nothing due: answered from the head, paused or not
-    assert (r.moved, r.held, r.paused, r.next_due_ms) == (0, False, False, NOW + 60_000)
+    assert (r.moved, r.backlogged, r.paused, r.next_due_ms) == (0, False, False, NOW + 60_000)
 
 
 def test_resume_publishes_a_wake(backend, queue) -> None:
@@ -75,7 +75,7 @@ async def test_rule_slots_are_fired_and_recorded_while_paused_and_run_after(back
     for i in range(3):
         clock.set(NOW + i * 60_000)
         t = await d.tick()
-        assert t.moved == 0 and not t.held
+        assert t.moved == 0 and not t.backlogged
         await w.tick()
     history = app.schedule_history("every-minute")
     assert [h["outcome"] for h in history] == ["ran", "ran", "ran"]  # on time, into delayed

@@ -23,11 +23,11 @@ async def test_an_app_on_a_callers_client_of_either_protocol(redis_server, queue
     d, w = app.dispatcher(), app.worker()
     await d.tick()
     await w.setup()
-    (delivery,) = await w._read(10, None)  # delivered, not finished: "running"
+    (delivery,) = await w.reader.read(10, None)  # delivered, not finished: "running"
     st = app.get_run("a")
     assert (st.state, st.consumer, st.deliveries) == ("running", w.consumer, 1)
     assert app.status().pending == 1
-    w._start(delivery)
+    w.runner.start(delivery)
     await w.drain()
     assert ran == [1] and app.get_run("a").state == "done"
     await d.close()

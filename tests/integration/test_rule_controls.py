@@ -5,6 +5,7 @@ by the listing and in the ledger's skipped entries)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -130,7 +131,33 @@ def test_a_pause_note_is_kept_shown_and_written_to_the_skipped_entries(backend, 
         app.pause_schedule("r", note="x" * 501)
 
 
-def test_the_cli_runs_a_rule_now_and_pauses_with_a_note(redis_url, queue, capsys) -> None:
+def test_who_paused_is_kept_shown_and_written_to_the_skipped_entries(backend, queue) -> None:
+    clock = FakeClock(T0 + 10_000)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=60)
+    app.schedule("s", "t", every=60)
+    assert app.pause_schedule("r", note="deploy: 4.2", by="ana")
+    assert app.pause_schedule("s", by="bob")
+    info = {i.schedule_id: i for i in app.schedules()}
+    assert (info["r"].paused_by, info["r"].pause_note) == ("ana", "deploy: 4.2")
+    assert (info["s"].paused_by, info["s"].pause_note) == ("bob", None)
+    assert info["r"].as_dict()["paused_by"] == "ana"
+    assert not app.pause_schedule("r", by="carol")  # already paused: the first pause stays
+    assert next(i for i in app.schedules() if i.schedule_id == "r").paused_by == "ana"
+    clock.set(T0 + 130_000)
+    assert app.resume_schedule("r") and app.resume_schedule("s")
+    reasons = {sid: {e["reason"] for e in app.schedule_history(sid) if e["outcome"] == "skipped"}
+               for sid in ("r", "s")}  # fmt: skip
+    assert reasons == {"r": {"paused by ana: deploy: 4.2"}, "s": {"paused by bob"}}
+    assert all(i.paused_by is None for i in app.schedules())
+    for bad in ("a:b", "x" * 101, "line\nbreak", 7):
+        with pytest.raises(zsched.RuleError, match="who paused"):
+            app.pause_schedule("r", by=bad)  # type: ignore[arg-type]
+    assert not any(i.paused for i in app.schedules())
+
+
+def test_the_cli_runs_a_rule_now_and_pauses_with_a_note(redis_url, queue, capsys, monkeypatch):
+    monkeypatch.setenv("LOGNAME", "os-user")  # getpass.getuser() reads it first
     base = ["--redis", redis_url, "--queue", queue]
     app = zsched.App(redis_url, queue=queue)
     app.schedule("nightly", "t", cron="0 2 * * *", tz="UTC", overlap="skip")
@@ -148,4 +175,14 @@ def test_the_cli_runs_a_rule_now_and_pauses_with_a_note(redis_url, queue, capsys
     assert main(["schedules", "list", *base, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["pause_note"] == "quiet for the deploy" and row["paused_ms"] > 0
+    assert row["paused_by"] == "os-user"  # the OS user (LOGNAME here), unless --by says otherwise
+    assert main(["schedules", "resume", "nightly", *base]) == 0
+    capsys.readouterr()
+    assert main(["schedules", "pause", "nightly", "--by", "ana", "--json", *base]) == 0
+    assert json.loads(capsys.readouterr().out)["by"] == "ana"
+    assert main(["schedules", "list", *base]) == 0
+    assert re.search(r"paused since \S+ by ana: \(no note\)", capsys.readouterr().out)
+    assert main(["schedules", "resume", "nightly", *base]) == 0
+    assert main(["schedules", "pause", "nightly", "--by", "", *base]) == 0  # nobody named
+    assert app.schedules()[0].paused_by is None
     app.close()

@@ -34,8 +34,8 @@ async def test_every_run_is_observed_once_in_both_histograms(backend, queue) -> 
     assert await w.tick() == 35
     for task, n in (("t", 30), ("u", 5)):
         assert _value(app, "zsched_start_lag_seconds_count", task=task) == n
-        assert _value(app, "zsched_job_duration_seconds_count", task=task) == n
-        assert _value(app, "zsched_job_duration_seconds_bucket", task=task, le="+Inf") == n
+        assert _value(app, "zsched_run_duration_seconds_count", task=task) == n
+        assert _value(app, "zsched_run_duration_seconds_bucket", task=task, le="+Inf") == n
     assert _value(app, "zsched_runs_completed_total", task="t", outcome="succeeded") == 30
     # Observed once: another pass with nothing new adds nothing.
     assert await w.tick() == 0
@@ -65,11 +65,11 @@ async def test_a_long_handlers_start_lag_shows_while_it_runs(real, queue) -> Non
         assert time.monotonic() < deadline, "start lag not observed while the handler ran"
         await asyncio.sleep(0.02)
     assert (
-        not release.is_set() and _value(app, "zsched_job_duration_seconds_count", task="long") == 0
+        not release.is_set() and _value(app, "zsched_run_duration_seconds_count", task="long") == 0
     )
     release.set()
     stop.set()
     await asyncio.wait_for(run, 20)
-    assert _value(app, "zsched_job_duration_seconds_count", task="long") == 1
+    assert _value(app, "zsched_run_duration_seconds_count", task="long") == 1
     await d.close()
     await w.close()

@@ -49,7 +49,7 @@ async def test_a_cron_rule_across_berlins_spring_gap(real, queue) -> None:
 
 async def test_a_removed_rule_gets_no_lease_back_from_a_retrying_run(real, queue) -> None:
     """Shrunk from make model: a run that retries after its rule was removed (which deleted
-    the lease) must not bring the lease back (hold.lua took back an absent lease)."""
+    the lease) must not bring the lease back (hold.lua, now extend.lua, took back an absent lease)."""
 
     def fate_of(rid: str, attempt: int) -> Fate:
         return Fate(30_000, "retry", 30_000) if attempt < 3 else Fate(0)

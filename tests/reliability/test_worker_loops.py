@@ -1,5 +1,5 @@
 """The worker's own loops under normal conditions: an idle blocking read is not a lost
-connection, and lease renewal racing acks never reports a finished run as lost."""
+connection, and hold renewal racing acks never reports a finished run as lost."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ async def test_an_idle_worker_does_not_take_its_blocking_read_for_a_lost_connect
         assert alive(tasks)
 
 
-async def test_renewing_leases_while_acks_land_never_reports_a_finished_run_lost(
+async def test_renewing_holds_while_acks_land_never_reports_a_finished_run_lost(
     redis_server, queue, caplog
 ) -> None:
     caplog.set_level(logging.INFO)
@@ -47,7 +47,7 @@ async def test_renewing_leases_while_acks_land_never_reports_a_finished_run_lost
         done.append(payload)
 
     app.enqueue_many([("t", i) for i in range(n)])
-    # A lease renewal every 50 ms while acks land all the time.
+    # A hold renewal every 50 ms while acks land all the time.
     async with running(app, visibility_timeout_ms=150, concurrency=64) as tasks:
         await until(lambda: len(done) == n, "every run", 60)
         await until(lambda: app.status().pending == 0, "the last acks")

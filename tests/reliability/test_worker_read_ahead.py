@@ -20,12 +20,12 @@ async def _held_writes(app: zsched.App, ran: list[Any], **settings: Any) -> tupl
     stop = asyncio.Event()
     d, w = app.dispatcher(), app.worker(**settings)
     expected = min(10, settings["concurrency"] + settings["max_unwritten_acks"])
-    async with w.writing:  # flush waits on this lock: no ack can be written meanwhile
+    async with w.writer.lock:  # flush waits on this lock: no ack can be written meanwhile
         tasks = [asyncio.create_task(d.run(stop)), asyncio.create_task(w.run(stop))]
         await until(lambda: len(ran) >= expected, f"{expected} runs started")
         # The reader stops once the budget is used: free slots are none (a read takes at
         # most the free slots, so no more can have started).
-        await until(lambda: w._free_slots() <= 0 or len(ran) == 10, "the budget used")
+        await until(lambda: w.reader.free_slots() <= 0 or len(ran) == 10, "the budget used")
         started = len(ran)
     await until(lambda: int(app.redis.hget(app.keys.stats, "acked") or 0) == 10, "all acked")
     stop.set()

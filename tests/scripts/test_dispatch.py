@@ -18,7 +18,7 @@ def dispatch(app, now=NOW, limit=100, max_backlog=0):
 def test_dispatch_moves_only_due_runs(backend, queue) -> None:
     app = seed_delayed(backend, queue, {"past": NOW - 5, "now": NOW, "future": NOW + 1})
     r = dispatch(app)
-    assert (r.moved, r.next_due_ms, r.now_ms, r.held) == (2, NOW + 1, NOW, False)
+    assert (r.moved, r.next_due_ms, r.now_ms, r.backlogged) == (2, NOW + 1, NOW, False)
     assert sorted(r.run_at_ms) == [NOW - 5, NOW]
     st = snapshot(backend.sync, app.keys)
     assert st["delayed"] == {"future": NOW + 1}
@@ -47,9 +47,9 @@ def test_dispatch_moves_at_most_limit_runs_oldest_first(backend, queue) -> None:
 def test_dispatch_holds_back_while_the_backlog_is_full(backend, queue) -> None:
     app = seed_delayed(backend, queue, {f"r{i}": NOW for i in range(5)})
     r = dispatch(app, max_backlog=2)
-    assert (r.moved, r.held) == (2, False)
+    assert (r.moved, r.backlogged) == (2, False)
     r = dispatch(app, max_backlog=2)
-    assert (r.moved, r.held) == (0, True)
+    assert (r.moved, r.backlogged) == (0, True)
     assert len(snapshot(backend.sync, app.keys)["delayed"]) == 3
 
 

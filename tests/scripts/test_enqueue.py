@@ -107,3 +107,51 @@ def test_wrong_type_key_is_refused_before_any_write(backend, queue) -> None:
     ):
         run(backend, queue, [group("a")])
     assert backend.sync.exists(app.keys.runs, app.keys.delayed) == 0
+
+
+def _wakes(real, app, groups_list) -> list[bytes]:
+    """What the wake channel carries while each batch of groups is enqueued in turn."""
+    ps = real.sync.pubsub(ignore_subscribe_messages=True)
+    ps.subscribe(app.keys.wake)
+    ps.get_message(timeout=1)
+    for groups in groups_list:
+        run(real, app.keys.queue, groups)
+    real.sync.publish(app.keys.wake, b"end")  # a marker: every message before it has come
+    got = []
+    while (m := ps.get_message(timeout=1)) is not None and m["data"] != b"end":
+        got.append(m["data"])
+    ps.close()
+    return got
+
+
+@pytest.mark.parametrize("runs_before", [3, 300])  # one leaf; many leaves (64 runs a leaf)
+def test_only_a_run_that_sorts_before_every_waiting_run_wakes_dispatchers(real, queue, runs_before):
+    app = real.app(queue)
+    before = [group(f"m{i:04d}", NOW + 1000 + i) for i in range(runs_before)]
+    assert _wakes(real, app, [before]) == [str(NOW + 1000).encode()]
+    # Due with the head but after it in (due, run id) order: the head stays, no wake. Later
+    # runs neither; one before the head does, and so does a tie that sorts first.
+    assert _wakes(real, app, [[group("m9", NOW + 1000)], [group("z", NOW + 5000)]]) == []
+    assert _wakes(real, app, [[group("early", NOW + 999)], [group("a", NOW + 999)]]) == [
+        str(NOW + 999).encode(),
+        str(NOW + 999).encode(),
+    ]
+
+
+def test_a_wrong_type_index_of_the_delayed_set_is_refused_before_any_write(backend, queue):
+    app = backend.app(queue)
+    backend.sync.set(app.keys.delayed_index, "oops")
+    with pytest.raises(
+        redis.ResponseError, match="WRONGTYPE zsched enqueue: key .*:index is a string"
+    ):
+        run(backend, queue, [group("a"), group("b", NOW + 1)])
+    assert backend.sync.exists(app.keys.runs, app.keys.delayed, app.keys.stats) == 0
+
+
+def test_a_delayed_set_of_key_layout_2_is_refused_before_any_write(backend, queue) -> None:
+    app = backend.app(queue)
+    backend.sync.zadd(app.keys.delayed, {"old": NOW})
+    with pytest.raises(redis.ResponseError, match="key layout 2; run `zsched migrate`"):
+        run(backend, queue, [group("a")])
+    assert backend.sync.exists(app.keys.runs, app.keys.delayed_index, app.keys.stats) == 0
+    assert backend.sync.zrange(app.keys.delayed, 0, -1) == [b"old"]

@@ -87,7 +87,7 @@ def test_release_hands_the_run_back_due_now_with_the_same_attempt(backend, queue
     assert st["ready"] == [] and st["pending"] == []
 
 
-def test_renew_keeps_the_lease_only_for_the_owner(backend, queue) -> None:
+def test_renew_keeps_the_hold_only_for_the_owner(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
     assert app.scripts.run(S.renew(app.keys, "c1", [ent["a"]])) == [S.OK]
     assert app.scripts.run(S.renew(app.keys, "zombie", [ent["a"]])) == [S.FENCED]

@@ -22,6 +22,9 @@ from zsched.web.words import in_zone, iso_utc, why  # noqa: E402
         ("skipped", "paused", "r@x", "skipped: the rule was paused"),
         ("skipped", "paused: deploy of v2 (ana)", "r@x",
          "skipped: the rule was paused (deploy of v2 (ana))"),
+        ("skipped", "paused by ana: deploy: v2", "r@x", "skipped: the rule was paused by ana (deploy: v2)"),
+        ("skipped", "paused by token", "r@x", "skipped: the rule was paused by token"),
+        ("skipped", "paused: by hand", "r@x", "skipped: the rule was paused (by hand)"),
         ("manual", "", "r@manual:2026-12-01T08:00:00Z", "run now by hand as r@manual:2026-12-01T08:00:00Z"),
         ("skipped", "grace_passed", "r@x",
          "skipped: it was later than the rule's misfire grace (misfire policy)"),
@@ -64,11 +67,19 @@ def test_credentials_come_in_pairs_and_sessions_are_signed() -> None:
         Credentials.from_env({"ZSCHED_WEB_USER": "ops"})
     assert not Credentials.from_env({}).enabled
     c = Credentials.from_env({"ZSCHED_WEB_TOKEN": "t", "ZSCHED_WEB_SECRET": "s"})
-    v = c.session_value(1000)
-    assert c.check_session(v, 1001) and not c.check_session(v, 1000 + 13 * 3600)
-    assert not c.check_session(v.replace(".", ".0"), 1001) and not c.check_session("x", 1)
+    v = c.session_value(1000, "token")
+    assert c.check_session(v, 1001) == "token" and c.check_session(v, 1000 + 13 * 3600) is None
+    assert c.check_session(v.replace(".", ".0"), 1001) is None and c.check_session("x", 1) is None
     other = Credentials.from_env({"ZSCHED_WEB_TOKEN": "t2", "ZSCHED_WEB_SECRET": "s"})
-    assert not other.check_session(v, 1001)  # a new token ends every session
+    assert other.check_session(v, 1001) is None  # a new token ends every session
+    # The session names who logged in, signed: another name under the same MAC is refused.
+    ana = c.session_value(1000, "ana <b>")
+    assert c.check_session(ana, 1001) == "ana <b>"
+    issued, _, rest = ana.partition(".")
+    forged = f"{issued}.{c.session_value(1000, 'root').split('.')[1]}.{rest.split('.')[1]}"
+    assert c.check_session(forged, 1001) is None
+    with pytest.raises(ValueError, match="cannot contain ':'"):
+        Credentials.from_env({"ZSCHED_WEB_USER": "a:b", "ZSCHED_WEB_PASSWORD": "p"})
 
 
 def test_the_verdict_grows_with_backlog_and_dead_letters() -> None:

@@ -60,3 +60,20 @@ def test_body_names_keys_and_argv_once_at_the_top(name: str) -> None:
     code = [line for line in body.split("\n") if not line.startswith("--")]
     uses = [i for i, line in enumerate(code) if "KEYS[" in line]
     assert uses and max(uses) < 3, f"{name}.lua indexes KEYS in its body"
+
+
+def _code(name: str) -> str:
+    """A script's code without its header comment, its own name in messages neutralised."""
+    code = [line for line in S.source(name).splitlines() if not line.startswith("--")]
+    return "\n".join(code).replace(f"zsched {name}:", "zsched <script>:")
+
+
+@pytest.mark.parametrize(("alias", "name"), sorted(S.ALIASES.items()))
+def test_an_alias_file_is_the_same_script_as_the_one_it_names(alias: str, name: str) -> None:
+    # Lua files are public API: a client that loads the old name runs what the new one does.
+    assert name in S.NAMES and alias not in S.NAMES
+    assert _code(alias) == _code(name)
+    h = header(alias)
+    assert h.startswith(f"-- {alias}: the former name of {name}.lua")
+    for part in ("Returns", "Invariant:", "Bound:"):
+        assert part in h, f"{alias}.lua header lacks {part}"

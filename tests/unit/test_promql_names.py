@@ -30,7 +30,7 @@ REQUIRED_ALERTS = {
 }
 REQUIRED_PANELS = [
     "dispatch lag", "start lag", "throughput by outcome", "due backlog", "pending",
-    "missed slots", "retries and dead letters", "job duration by task", "rules",
+    "missed slots", "retries and dead letters", "run duration by task", "rules",
 ]  # fmt: skip
 
 

@@ -17,8 +17,8 @@ from zsched.rules.triggers import (
     Misfire,
     Overlap,
     Trigger,
-    rule_from_dict,
     slot_run_id,
+    trigger_from_dict,
 )
 
 
@@ -320,7 +320,7 @@ ROUND_TRIP = [
 def test_to_dict_round_trips_through_msgpack(rule: Cron | Every) -> None:
     data = rule.to_dict()
     assert all(isinstance(v, str | int | None) and not isinstance(v, bool) for v in data.values())
-    back = rule_from_dict(msgpack.unpackb(msgpack.packb(data)))
+    back = trigger_from_dict(msgpack.unpackb(msgpack.packb(data)))
     assert back == rule and type(back) is type(rule)
     assert back.next_after_ms(ms(at(2026, 3, 28))) == rule.next_after_ms(ms(at(2026, 3, 28)))
 
@@ -346,9 +346,9 @@ def test_to_dict_round_trips_through_msgpack(rule: Cron | Every) -> None:
         ("cron", "must be a dict"),
     ],
 )
-def test_rule_from_dict_refuses_bad_data(data: object, message: str) -> None:
+def test_trigger_from_dict_refuses_bad_data(data: object, message: str) -> None:
     with pytest.raises(RuleError, match=message):
-        rule_from_dict(data)
+        trigger_from_dict(data)
 
 
 def test_rules_are_frozen_and_hashable() -> None:
@@ -391,3 +391,13 @@ def test_misfire_and_overlap_have_the_designed_values() -> None:
 def test_slot_run_id_is_schedule_at_utc_iso_with_milliseconds_only_when_present() -> None:
     assert slot_run_id("nightly", ms(at(2026, 3, 29, 1))) == "nightly@2026-03-29T01:00:00Z"
     assert slot_run_id("fast", ms(at(2026, 3, 29, 1)) + 500) == "fast@2026-03-29T01:00:00.500Z"
+
+
+def test_the_names_before_the_glossary_still_import_as_aliases() -> None:
+    # "rule" is the stored spec, a trigger is Cron | Every: the old names keep users' code.
+    from zsched.rules import triggers
+
+    assert triggers.Rule is triggers.Trigger
+    assert triggers.rule_from_dict is triggers.trigger_from_dict
+    assert triggers.RuleDict is triggers.TriggerDict
+    assert isinstance(triggers.Every(60), triggers.Trigger)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from console_seed import TOKEN, XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed
+from console_seed import TOKEN, XSS, XSS_REASON, XSS_RULE, XSS_RUN, Seeded, seed, server_ms
 
 import zsched
 from zsched.observability.metrics import Metrics
@@ -148,11 +148,16 @@ def test_every_page_and_every_action_in_a_browser(
         page.click("#reschedule")
         assert flash(page).startswith("run send-0005 now waits until ")
         assert app.get_run("send-0005").run_at < datetime(2030, 1, 1, tzinfo=UTC)  # type: ignore[operator]
+        page.click("#run-due-now")  # run now: due at once (a reschedule with no delay)
+        assert flash(page).startswith("run send-0005 now waits until ")
+        due = app.get_run("send-0005").run_at
+        assert due is not None and due.timestamp() * 1000 <= server_ms(client)
         # Overview: a dispatcher's heartbeat; pause the queue with a note, seen on every page.
         beat = in_thread(lambda: one_tick_kept(app, redis_url))
         page.goto(f"{base}/")
         assert page.inner_text(".verdict")
-        assert page.locator("[data-k=delayed]").first.inner_text() == str(len(seeded.delayed) - 1)
+        # One cancelled, one run now (dispatched by that tick): two fewer delayed runs.
+        assert page.locator("[data-k=delayed]").first.inner_text() == str(len(seeded.delayed) - 2)
         assert f"{beat}: heartbeat " in page.inner_text("[data-k=dispatchers]")
         page.locator("#updated", has_text="updated").wait_for()  # one live refresh: rates
         page.screenshot(path=str(shots / "console-overview.png"), full_page=True)
@@ -184,7 +189,9 @@ def test_every_page_and_every_action_in_a_browser(
         page.click("#pause")
         assert flash(page) == "paused rule tick" and rule_of(app, "tick").paused
         assert rule_of(app, "tick").pause_note == "ana: " + XSS
+        assert rule_of(app, "tick").paused_by == "token"  # who: the token login
         assert ("ana: " + XSS) in page.inner_text("#pause-note")
+        assert page.inner_text("#paused-by") == "token"
         page.goto(f"{base}/q/{q}/rules")
         assert ("paused since" in page.inner_text("tr[data-rule=tick]")
                 and ("ana: " + XSS) in page.inner_text("tr[data-rule=tick]"))  # fmt: skip

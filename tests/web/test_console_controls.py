@@ -89,7 +89,9 @@ def test_a_rule_paused_with_a_note_shows_it_and_the_ledger_reads_in_words(client
     esc = "deploy &lt;script&gt;window.__xss=1&lt;/script&gt;"
     rules = c.get(f"/q/{q}/rules", headers=AUTH).text
     assert re.search(
-        r"paused since <time[^>]+>[^<]+</time>: <span class=\"pause-note\">" + esc, rules
+        r"paused since <time[^>]+>[^<]+</time> by <span class=\"paused-by\">token</span>: "
+        r"<span class=\"pause-note\">" + esc,
+        rules,
     )
     rule = c.get(f"/q/{q}/rule?id=tick", headers=AUTH).text
     assert 'id="pause-note">' + esc in rule and "<script>window.__xss" not in rule
@@ -99,7 +101,7 @@ def test_a_rule_paused_with_a_note_shows_it_and_the_ledger_reads_in_words(client
     later = zsched.App(client, queue=q, clock=FakeClock(server_ms(client) + 5 * 60_000))
     assert later.resume_schedule("tick")
     ledger = c.get(f"/q/{q}/rule?id=tick", headers=AUTH).text
-    assert "skipped: the rule was paused (" + esc in ledger
+    assert "skipped: the rule was paused by token (" + esc in ledger
 
 
 def test_pausing_the_queue_shows_on_every_page_and_resume_ends_it(client, seeded) -> None:
@@ -209,3 +211,48 @@ def test_the_overview_lists_dispatchers_with_their_heartbeat_age(client, redis_u
     client.zadd(app.keys.dispatchers, {name: int(client.time()[0]) * 1000 - 120_000})
     ov = c.get("/api/overview", headers=AUTH).json()["queues"][0]
     assert f"dispatcher {name} has not beaten for" in ov["verdict"]
+
+
+def test_who_paused_a_rule_is_the_login_and_is_shown_as_text(client, seeded) -> None:
+    """A bearer token pauses as "token"; a basic-auth user and a login form's session pause
+    as that user. A hostile user name renders as text in the list, the rule page and the
+    ledger's why."""
+    q, app = seeded.queue, zsched.App(client, queue=seeded.queue)
+    c = console(client, q)
+    assert (
+        flash(c, post(c, q, "pause", {"schedule_id": "tick", "note": "n1"})) == "paused rule tick"
+    )
+    by = {i.schedule_id: i.paused_by for i in app.schedules()}
+    assert by["tick"] == "token"
+    evil = "ops-" + XSS
+    basic = console(client, q, env={"ZSCHED_WEB_USER": evil, "ZSCHED_WEB_PASSWORD": "pw"})
+    page = basic.get(f"/q/{q}/rule?id=nightly", auth=(evil, "pw")).text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    r = basic.post(f"/q/{q}/act/pause", auth=(evil, "pw"), follow_redirects=False,
+                   data={"csrf": csrf, "schedule_id": "nightly", "note": "n2"})  # fmt: skip
+    assert r.status_code == 303
+    assert {i.schedule_id: i.paused_by for i in app.schedules()}["nightly"] == evil
+    esc = "ops-&lt;script&gt;window.__xss=1&lt;/script&gt;"
+    rules = basic.get(f"/q/{q}/rules", auth=(evil, "pw")).text
+    assert f'by <span class="paused-by">{esc}' in rules and 'paused-by">token<' in rules
+    rule = basic.get(f"/q/{q}/rule?id=nightly", auth=(evil, "pw")).text
+    assert f'by <span id="paused-by">{esc}' in rule and "<script>window.__xss" not in rule
+    # Resumed five minutes later: tick's paused slots say who paused, as text.
+    later = zsched.App(client, queue=q, clock=FakeClock(server_ms(client) + 5 * 60_000))
+    assert later.resume_schedule("tick")
+    assert (
+        "skipped: the rule was paused by token (n1)"
+        in c.get(f"/q/{q}/rule?id=tick", headers=AUTH).text
+    )
+    # A login form's session pauses as the user who logged in.
+    form = TestClient(create_app(app, environ={"ZSCHED_WEB_USER": evil,
+                                               "ZSCHED_WEB_PASSWORD": "pw"}))  # fmt: skip
+    assert form.get("/", auth=(evil, "pw")).status_code == 200
+    csrf = form.cookies["zsched_csrf"]
+    r = form.post("/login", data={"csrf": csrf, "user": evil, "password": "pw", "next": "/"},
+                  follow_redirects=False)  # fmt: skip
+    assert r.status_code == 303
+    r = form.post(f"/q/{q}/act/pause", data={"csrf": csrf, "schedule_id": "tick"},
+                  follow_redirects=False)  # fmt: skip
+    assert r.status_code == 303 and "error" not in r.headers["location"]
+    assert {i.schedule_id: i.paused_by for i in app.schedules()}["tick"] == evil

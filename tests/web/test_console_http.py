@@ -203,7 +203,8 @@ def test_hostile_strings_are_escaped_everywhere(client, seeded) -> None:
     urls = [*pages(q), f"/q/{q}/run?id={XSS_RUN}", f"/q/{q}/rule?id={XSS_RULE}",
             f"/q/{q}/run?id={dead[2].run_id}", f"/q/{q}/dead?reason=reason-",
             f"/q/{q}/runs?task={XSS}", f"/q/{q}/rule/remove?id={XSS_RULE}"]  # fmt: skip
-    app.pause_schedule("nightly", note="note-" + XSS)  # notes: a rule's and the queue's
+    app.pause_schedule("nightly", note="note-" + XSS, by="by-" + XSS)  # a rule's note, who
+    app.pause_schedule(XSS_RULE, by="by-" + XSS)  # ... and the queue's note
     app.pause_queue("queue-note-" + XSS)
     for url in urls:
         r = c.get(url, headers=AUTH, params=None)
@@ -217,6 +218,13 @@ def test_hostile_strings_are_escaped_everywhere(client, seeded) -> None:
     assert "reason-&lt;script&gt;" in c.get(f"/q/{q}/dead", headers=AUTH).text
     assert "note-&lt;script&gt;" in c.get(f"/q/{q}/rules", headers=AUTH).text
     assert "note-&lt;script&gt;" in c.get(f"/q/{q}/rule?id=nightly", headers=AUTH).text
+    assert "by-&lt;script&gt;" in c.get(f"/q/{q}/rules", headers=AUTH).text
+    assert "by-&lt;script&gt;" in c.get(f"/q/{q}/rule?id=nightly", headers=AUTH).text
+    later = zsched.App(client, queue=q, clock=zsched.FakeClock(server_ms(client) + 7_200_000))
+    assert later.resume_schedule(XSS_RULE)  # two hours: its paused slots name who paused
+    ledger = c.get(f"/q/{q}/rule", params={"id": XSS_RULE}, headers=AUTH).text
+    assert "skipped: the rule was paused by by-&lt;script&gt;" in ledger
+    assert "<script>window.__xss" not in ledger and "<img src=x" not in ledger
     assert "queue-note-&lt;script&gt;" in c.get(f"/q/{q}/dead", headers=AUTH).text
     assert "rule-&lt;script&gt;" in c.get(f"/q/{q}/rules", headers=AUTH).text
     assert "script-src &#39;self&#39;" not in c.get("/", headers=AUTH).text

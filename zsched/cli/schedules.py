@@ -4,6 +4,7 @@ next, history, audit, simulate."""
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,14 @@ def _iso(ms: int | None, tz: str = "UTC") -> str:
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000, ZoneInfo(tz)).isoformat(timespec="seconds")
+
+
+def _os_user() -> str | None:
+    """Who runs the CLI, as the OS says (None when it cannot say)."""
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):  # no USER/LOGNAME and no passwd entry (a bare container)
+        return None
 
 
 def _rule_options(p: argparse.ArgumentParser, required: bool) -> None:
@@ -69,6 +78,7 @@ def register(sub: Any) -> None:
     pz = action("pause", "stop firing (slots until resume are recorded as skipped)", cmd_pause)
     pz.add_argument("--note", default=None, help="why (kept with the pause time, shown by list "
                     "and in the ledger's skipped entries)")  # fmt: skip
+    pz.add_argument("--by", default=None, help="who pauses (default: the OS user; '' for none)")
     rn = action("run", "fire the rule once now (run id ID@manual:<instant>; slots unchanged)",
                 cmd_run)  # fmt: skip
     rn.add_argument("--force", action="store_true",
@@ -160,9 +170,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         nxt = "paused" if i.paused else _iso(i.next_fire_ms)
         lines.append(f"{i.schedule_id:<20} {i.rule:<34} {nxt:<26} {i.last_outcome or '-':<13} "
                      f"{i.missed}")  # fmt: skip
-        if i.paused and (i.paused_ms is not None or i.pause_note):
+        if i.paused and (i.paused_ms is not None or i.pause_note or i.paused_by):
             since = f" since {_iso(i.paused_ms)}" if i.paused_ms is not None else ""
-            lines.append(f"{'':<20} paused{since}: {i.pause_note or '(no note)'}")
+            by = f" by {i.paused_by}" if i.paused_by else ""
+            lines.append(f"{'':<20} paused{since}{by}: {i.pause_note or '(no note)'}")
     emit(args, [i.as_dict() for i in infos], "\n".join(lines) if infos else "no schedules")
     return 0
 
@@ -174,9 +185,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    ok = make_app(args).pause_schedule(args.schedule_id, note=args.note)
+    by = _os_user() if args.by is None else args.by or None
+    ok = make_app(args).pause_schedule(args.schedule_id, note=args.note, by=by)
     text = "paused" if ok else "already paused"
-    emit(args, {"schedule_id": args.schedule_id, "paused": ok}, text)
+    emit(args, {"schedule_id": args.schedule_id, "paused": ok, "by": by}, text)
     return 0
 
 

@@ -60,9 +60,9 @@ DISPATCHER_OPTIONS = (
     Option("max_batches_per_tick", "--max-batches-per-tick",
            "dispatch calls per tick before rules get a turn"),
     Option("max_backlog", "--max-backlog",
-           "hold back while the stream holds this many entries (0 = no limit)"),
+           "dispatch nothing while the stream holds this many entries (0 = no limit)"),
     Option("max_idle_ms", "--max-idle", "longest sleep without hearing from Redis"),
-    Option("held_poll_ms", "--held-poll", "sleep while held back by the backlog limit"),
+    Option("held_poll_ms", "--held-poll", "sleep while the backlog limit stops dispatch"),
 )  # fmt: skip
 
 

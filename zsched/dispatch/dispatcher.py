@@ -66,12 +66,18 @@ class TickResult:
     moved: int
     next_due_ms: int | None
     now_ms: int
-    held: bool
+    #: Dispatch waits for the stream backlog to fall under max_backlog.
+    backlogged: bool
     more: bool
     #: time.monotonic() when the call that read `now_ms` was sent: Redis read its clock after
     #: that, so `now_ms` is at least this late, and the sleep until `next_due_ms` is counted
     #: from here (not from whenever this process gets to sleep).
     sent_at: float = 0.0
+
+    @property
+    def held(self) -> bool:
+        """Deprecated alias of `backlogged` (its name before issue #17)."""
+        return self.backlogged
 
 
 class Dispatcher:
@@ -121,7 +127,7 @@ class Dispatcher:
             next_due = part_due
         self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
         await self.heartbeat.beat(self.redis, clock.now_ms())
-        return TickResult(moved, next_due, r.now_ms, r.held and not r.paused, more, sent_at)
+        return TickResult(moved, next_due, r.now_ms, r.backlogged and not r.paused, more, sent_at)
 
     async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
         """Dispatch calls until one moves less than a full batch or the pass's bound is
@@ -139,7 +145,7 @@ class Dispatcher:
             while inflight:
                 r, limit, sent_at = await inflight.pop(0)
                 moved += r.moved
-                more = r.moved == limit and not r.held
+                more = r.moved == limit and not r.backlogged
                 if more:
                     self._adapt(limit, r.busy_us / 1e6)
                     # A full batch: keep PIPELINE_DEPTH calls in flight (sleep(0) lets them
@@ -157,7 +163,7 @@ class Dispatcher:
                         r, limit, sent_at = await inflight.pop(0)
                         moved += r.moved
                         self._observe(r)
-                    more = r.moved == limit and not r.held
+                    more = r.moved == limit and not r.backlogged
         except BaseException:
             for f in inflight:  # the other call in flight: stop it, or take its outcome
                 if not f.cancel() and not f.cancelled():
@@ -195,7 +201,7 @@ class Dispatcher:
         s = self.settings
         if t.more:
             return 0.0
-        if t.held:
+        if t.backlogged:
             return s.held_poll_ms / 1000
         if t.next_due_ms is None:
             return s.max_idle_ms / 1000

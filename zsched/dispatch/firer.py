@@ -34,7 +34,7 @@ REPLAY = "replay"
 #: Slots examined per rule per pass; a longer outage is counted without listing every slot.
 MAX_SLOTS_PER_PASS = 1000
 LEDGER_MAXLEN = 10_000
-#: How soon a dispatcher comes back to drain catch-up fires held back by the budget.
+#: How soon a dispatcher comes back to drain catch-up fires the budget left for later.
 CATCH_UP_PAUSE_MS = 20
 LEDGER_MAX_AGE_MS = 30 * 24 * 3600 * 1000
 #: How soon a dispatcher looks again at replays that wait for a run of their rule to end

@@ -16,6 +16,7 @@ handlers.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections.abc import Mapping
@@ -24,7 +25,6 @@ from typing import Any
 
 from zsched.config import log_format_from_env
 from zsched.store.connection import redact_text
-from zsched.worker.tasks import _current
 
 #: The formats `configure_logging` knows.
 LOG_FORMATS = ("text", "json")
@@ -36,11 +36,18 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
+#: The run a handler is executing (a zsched.RunInfo; the worker sets it): its fields go on
+#: every log record made while it runs.
+CURRENT_RUN: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "zsched_current_run", default=None
+)
+
+
 class RunContextFilter(logging.Filter):
     """Puts the current run's fields on each record (those `extra=` did not set)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        info = _current.get()
+        info = CURRENT_RUN.get()
         if info is not None:
             values = {
                 "run_id": info.run_id,

@@ -59,7 +59,7 @@ class TaskMetrics:
     """A worker's labelled metric children of one task, and the start lags and durations not yet observed.
 
     Histograms are observed in batches (observe_many, when outcomes are written, at each read
-    and lease renewal): one observe() per run cost ~3-8 us twice per run, a tenth of a no-op
+    and hold renewal): one observe() per run cost ~3-8 us twice per run, a tenth of a no-op
     run's worker time."""
 
     succeeded: Any
@@ -93,8 +93,8 @@ class Metrics:
             "Delay from a run's intended time to its handler's start.",
             ["queue", "task"], buckets=LAG_BUCKETS, registry=r,
         )  # fmt: skip
-        self.job_duration = Histogram(
-            "zsched_job_duration_seconds",
+        self.run_duration = Histogram(
+            "zsched_run_duration_seconds",
             "Time a handler ran, by task.",
             ["queue", "task"], buckets=DURATION_BUCKETS, registry=r,
         )  # fmt: skip
@@ -126,7 +126,7 @@ class Metrics:
         )  # fmt: skip
         self.fenced = Counter(
             "zsched_fenced_total",
-            "Acks, retries or lease renewals refused because this consumer no longer owned the run.",
+            "Acks, retries or hold renewals refused because this consumer no longer owned the run.",
             ["queue", "reason"], registry=r,
         )  # fmt: skip
         self.duplicates = Counter(

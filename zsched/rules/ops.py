@@ -27,6 +27,8 @@ MAX_PAUSED_RECORDS = 1000
 CAS_ATTEMPTS = 5
 #: Longest pause note (characters).
 MAX_NOTE = 500
+#: Longest name of who paused a rule (characters; no ":" so the ledger's reason parses).
+MAX_BY = 100
 
 
 def server_now_ms(ctx: QueueContext) -> int:
@@ -113,24 +115,40 @@ def remove(ctx: QueueContext, schedule_id: str) -> bool:
     return ctx.scripts.run(S.unschedule(ctx.keys, schedule_id)) == 1
 
 
-def pause(ctx: QueueContext, schedule_id: str, note: str | None = None) -> bool:
-    """Stop firing; slots until resume are recorded as skipped (paused, with the note).
-    False if paused. Catch-up replays still waiting are kept, and replayed after resume."""
+def pause(
+    ctx: QueueContext, schedule_id: str, note: str | None = None, by: str | None = None
+) -> bool:
+    """Stop firing; slots until resume are recorded as skipped (paused, with the note and who
+    paused). False if paused. Catch-up replays still waiting are kept, and replayed after
+    resume."""
     if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE):
         raise RuleError(
             f"pause note of {schedule_id} must be text of at most {MAX_NOTE} characters"
         )
-    code = _with_cas(schedule_id, lambda: _pause_once(ctx, schedule_id, note or None))
+    if by is not None and (not isinstance(by, str) or not _plain_name(by)):
+        raise RuleError(f"who paused {schedule_id} (by=) must be a name of at most {MAX_BY} "
+                        "characters, without ':' or control characters")  # fmt: skip
+    code = _with_cas(schedule_id, lambda: _pause_once(ctx, schedule_id, note or None, by or None))
     return code == S.SCHEDULE_UPDATED
 
 
-def _pause_once(ctx: QueueContext, schedule_id: str, note: str | None) -> int:
+def _plain_name(by: str) -> bool:
+    return len(by) <= MAX_BY and ":" not in by and all(c.isprintable() for c in by)
+
+
+def paused_reason(note: str | None, by: str | None) -> str:
+    """The ledger reason of a slot skipped while paused: `paused[ by <who>][: <note>]`."""
+    return "paused" + (f" by {by}" if by else "") + (f": {note}" if note else "")
+
+
+def _pause_once(ctx: QueueContext, schedule_id: str, note: str | None, by: str | None) -> int:
     spec, state, raw_spec, raw_state, nxt = load(ctx, schedule_id)
     if spec.paused:
         return S.SCHEDULE_UNCHANGED
     now = server_now_ms(ctx)
     since = nxt if nxt is not None else now  # the first slot not handled yet
-    new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note)
+    new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note,
+                        paused_by=by)  # fmt: skip
     return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, replace(spec, paused=True).encode(),
                                       None, new_state.encode(),
                                       expected=(raw_spec, nxt, raw_state)))  # fmt: skip
@@ -148,10 +166,11 @@ def resume(ctx: QueueContext, schedule_id: str) -> bool:
     since = state.paused_at_ms if state.paused_at_ms is not None else now
     slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
              if live.end_ms is None or s <= live.end_ms]  # fmt: skip
-    why = f"paused: {state.pause_note}" if state.pause_note else "paused"
+    why = paused_reason(state.pause_note, state.paused_by)
     records = [(s, "skipped", why, slot_run_id(schedule_id, s)) for s in slots]
     # The schedule call kept the stored state, so what `load` read is still the CAS token.
-    new_state = replace(state, paused_at_ms=None, updated_ms=now, paused_ms=None, pause_note=None)
+    new_state = replace(state, paused_at_ms=None, updated_ms=now, paused_ms=None, pause_note=None,
+                        paused_by=None)  # fmt: skip
     args = S.FireArgs(
         schedule_id, raw_live, None, raw_state, live.first_slot_after(now),
         new_state.encode(), state.catchup_head,  # replays a pause kept
@@ -256,7 +275,7 @@ def infos(ctx: QueueContext) -> list[ScheduleInfo]:
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             nxt.get(sid), state.last_slot_ms, state.last_fire_ms, outcome, state.missed,
             state.fired, len(state.backlog), state.paused_ms if spec.paused else None,
-            state.pause_note if spec.paused else None,
+            state.pause_note if spec.paused else None, state.paused_by if spec.paused else None,
         ))  # fmt: skip
     return out
 

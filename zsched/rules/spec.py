@@ -16,7 +16,7 @@ import msgpack
 
 from zsched.errors import RuleError
 from zsched.protocol.envelope import MAX_INSTANT_MS, Payload, check_payload
-from zsched.rules.triggers import Cron, Every, Misfire, Overlap, Rule, rule_from_dict
+from zsched.rules.triggers import Cron, Every, Misfire, Overlap, Trigger, trigger_from_dict
 
 #: The `lease` option's default (ms). Kept in specs and envelopes for compatibility; the overlap
 #: lease itself has no TTL now: it lasts while its run lives (docs/policies.md).
@@ -61,13 +61,13 @@ def _instant_ms(value: datetime | float | None, name: str) -> int | None:
 _REFERENCE_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 
 
-def min_gap_ms(trigger: Rule) -> int:
+def min_gap_ms(trigger: Trigger) -> int:
     """The shortest gap between the rule's fires, measured from a fixed instant."""
     slots = trigger.slots_between(_REFERENCE_MS, 2**53, 12)
     return min((b - a for a, b in zip(slots, slots[1:], strict=False)), default=120_000)
 
 
-def default_grace_ms(trigger: Rule) -> int:
+def default_grace_ms(trigger: Trigger) -> int:
     """Half the rule's shortest gap between fires, at most 60 s: at most one slot is on time
     at once, so the misfire policy decides what happens to every other late slot."""
     return max(1, min(MAX_GRACE_DEFAULT_MS, min_gap_ms(trigger) // 2))
@@ -79,7 +79,7 @@ class Spec:
 
     schedule_id: str
     task: str
-    trigger: Rule
+    trigger: Trigger
     payload: Payload = None
     misfire: Misfire = Misfire.COALESCE
     misfire_grace_ms: int = MAX_GRACE_DEFAULT_MS
@@ -112,7 +112,7 @@ def decode_spec(raw: bytes) -> Spec:
     try:
         d = msgpack.unpackb(raw, raw=False)
         d.pop("v", None)
-        d["trigger"] = rule_from_dict(d["trigger"])
+        d["trigger"] = trigger_from_dict(d["trigger"])
         d["misfire"], d["overlap"] = Misfire.parse(d["misfire"]), Overlap.parse(d["overlap"])
         return Spec(**d)
     except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
@@ -134,10 +134,11 @@ class State:
     updated_ms: int | None = None
     #: Up to when DST gaps were checked for wall times a `dst_gap="skip"` rule dropped.
     gap_checked_ms: int | None = None
-    #: When pause_schedule paused the rule, and the note it was given (shown by list and in
-    #: the ledger's `skipped: paused` entries).
+    #: When pause_schedule paused the rule, the note it was given and who paused it (shown
+    #: by list and in the ledger's `skipped: paused` entries).
     paused_ms: int | None = None
     pause_note: str | None = None
+    paused_by: str | None = None
     #: Slots a backfill enqueued that the rule could still fire itself (a catch-up replay
     #: waiting, or a slot not yet handled): the rule records them `duplicate` instead, however
     #: long after the backfill, since `done` forgets a run after the dedupe window.
@@ -214,7 +215,7 @@ def build_spec(
     )
 
 
-def _jitter_ms(schedule_id: str, trigger: Rule, jitter: timedelta | float | None) -> int:
+def _jitter_ms(schedule_id: str, trigger: Trigger, jitter: timedelta | float | None) -> int:
     """A jitter up to the rule's shortest period: a longer one would reorder its fires."""
     ms = _ms(jitter, "jitter") or 0
     gap = min_gap_ms(trigger)
@@ -244,7 +245,7 @@ def _check_names(schedule_id: str, task_name: str) -> None:
 
 def _trigger(schedule_id: str, cron: str | Cron | None, every: float | timedelta | Every | None,
              tz: str | None, dst_gap: str | None, dst_repeat: str | None,
-             start_ms: int | None) -> Rule:  # fmt: skip
+             start_ms: int | None) -> Trigger:  # fmt: skip
     """The rule's trigger: a Cron in its zone, or an Every counted from start_ms. A ready
     Cron or Every object carries its own options, so giving them again is refused."""
     if (cron is None) == (every is None):
@@ -295,9 +296,10 @@ class ScheduleInfo:
     missed: int
     fired: int
     catch_up_waiting: int
-    #: A paused rule: when it was paused, and the note given.
+    #: A paused rule: when it was paused, the note given and who paused it (`by=`).
     paused_ms: int | None = None
     pause_note: str | None = None
+    paused_by: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

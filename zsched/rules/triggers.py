@@ -1,8 +1,8 @@
-"""Recurring rules and their policies: when a rule fires (pure calendar math, no I/O).
+"""Triggers and policies of recurring rules: when a rule fires (pure calendar math, no I/O).
 
 `Cron` names local wall-clock times in an IANA zone; `Every` counts absolute time. Both give
 the next fire strictly after an instant, as epoch milliseconds (`next_after_ms`, the
-dispatcher's hot path) or as an aware UTC datetime (`next_after`). How a cron rule behaves
+dispatcher's hot path) or as an aware UTC datetime (`next_after`). How a cron trigger behaves
 across DST transitions is decided here and in `zsched.rules.dst`; the policy is in
 docs/policies.md ("Time zones and DST").
 """
@@ -23,8 +23,10 @@ from croniter import CroniterBadDateError, croniter
 from zsched.errors import RuleError
 from zsched.rules import dst
 
-#: What `to_dict` returns and `rule_from_dict` reads: msgpack-able scalars only.
-RuleDict = dict[str, str | int | None]
+#: What `to_dict` returns and `trigger_from_dict` reads: msgpack-able scalars only.
+TriggerDict = dict[str, str | int | None]
+#: Deprecated alias of TriggerDict (its name before issue #17).
+RuleDict = TriggerDict
 
 _ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -46,8 +48,8 @@ _DICT_VERSION = 1
 _EVERY_UNITS = ("weeks", "days", "hours", "minutes", "milliseconds")
 
 
-class Trigger(Protocol):
-    """What the dispatcher needs from a recurring rule."""
+class TriggerProtocol(Protocol):
+    """What the dispatcher needs from a rule's trigger (`Cron`, `Every`)."""
 
     def next_after(self, dt: datetime) -> datetime:
         """The first fire strictly after the aware datetime `dt`, as an aware UTC datetime."""
@@ -58,15 +60,15 @@ class Trigger(Protocol):
     def slots_between(self, start_ms: int, end_ms: int, limit: int) -> list[int]:
         """Fires in (start_ms, end_ms], oldest first, at most `limit` of them."""
 
-    def to_dict(self) -> RuleDict:
-        """A msgpack-able dict that `rule_from_dict` turns back into an equal rule."""
+    def to_dict(self) -> TriggerDict:
+        """A msgpack-able dict that `trigger_from_dict` turns back into an equal trigger."""
 
     def describe(self) -> str:
         """A short human description."""
 
 
 class _Base:
-    """The parts of the Trigger protocol that follow from `next_after_ms`."""
+    """The parts of TriggerProtocol that follow from `next_after_ms`."""
 
     def next_after_ms(self, ms: int) -> int:
         raise NotImplementedError
@@ -85,7 +87,7 @@ class _Base:
 
 @dataclass(frozen=True, init=False)
 class Cron(_Base):
-    """A cron rule read on the wall clock of an IANA zone.
+    """A cron trigger read on the wall clock of an IANA zone.
 
     `expr` has 5 fields (minute hour day-of-month month day-of-week), 6 fields with the
     seconds FIRST, or is an alias (@hourly @daily @midnight @weekly @monthly @yearly
@@ -148,7 +150,7 @@ class Cron(_Base):
             repeat_both=self.dst_repeat == dst.REPEAT_BOTH,
         )
 
-    def to_dict(self) -> RuleDict:
+    def to_dict(self) -> TriggerDict:
         return {
             "v": _DICT_VERSION,
             "kind": "cron",
@@ -193,7 +195,7 @@ class Every(_Base):
 
     @classmethod
     def from_ms(cls, interval_ms: int, start_ms: int = 0) -> Every:
-        """An Every from whole milliseconds (stored rules, the wire)."""
+        """An Every from whole milliseconds (stored rules' triggers, the wire)."""
         return cls(timedelta(milliseconds=interval_ms), start_at=dst.from_ms(start_ms))
 
     def next_after_ms(self, ms: int) -> int:
@@ -206,7 +208,7 @@ class Every(_Base):
         count = max(0, min(limit, (end_ms - first) // self.interval_ms + 1))
         return [first + k * self.interval_ms for k in range(count)]
 
-    def to_dict(self) -> RuleDict:
+    def to_dict(self) -> TriggerDict:
         return {
             "v": _DICT_VERSION,
             "kind": "every",
@@ -221,11 +223,14 @@ class Every(_Base):
         return text
 
 
-Rule = Cron | Every
+#: A rule's trigger: when it fires (a cron expression in a zone, or a fixed interval).
+Trigger = Cron | Every
+#: Deprecated alias of Trigger (its name before issue #17; a rule is the whole stored spec).
+Rule = Trigger
 
 
-def rule_from_dict(d: object) -> Rule:
-    """Rebuild a rule from `to_dict` output (as read back from msgpack), validating it."""
+def trigger_from_dict(d: object) -> Trigger:
+    """Rebuild a trigger from `to_dict` output (as read back from msgpack), validating it."""
     if not isinstance(d, dict):
         raise RuleError(f"a rule dict must be a dict, got {type(d).__name__}")
     if d.get("v", _DICT_VERSION) != _DICT_VERSION:
@@ -242,6 +247,10 @@ def rule_from_dict(d: object) -> Rule:
     except KeyError as exc:
         raise RuleError(f"{kind} rule dict lacks {exc}") from exc
     raise RuleError(f"unknown rule kind {kind!r}; valid: 'cron', 'every'")
+
+
+#: Deprecated alias of trigger_from_dict (its name before issue #17).
+rule_from_dict = trigger_from_dict
 
 
 def slot_run_id(schedule_id: str, slot_ms: int) -> str:

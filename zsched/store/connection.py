@@ -429,3 +429,15 @@ def _async_sentinel_from_sync(pool: Any, kw: dict[str, Any]) -> Any:
     return sentinel.master_for(
         pool.service_name, redis_class=_AsyncSentinelMaster, **{**base, **COMMON, **kw}
     )
+
+
+def bytes_client(redis: Any) -> Any:
+    """A sync client for a URL, or the client given; refused if it decodes replies to text."""
+    client = sync_client(redis) if isinstance(redis, str) else redis
+    encoder = getattr(client, "get_encoder", None)
+    if encoder is not None and encoder().decode_responses:
+        raise ConfigError(
+            "zsched needs a Redis client with decode_responses=False: envelopes are msgpack "
+            "bytes, not text (pass a URL, or a client made without decode_responses)"
+        )
+    return client

@@ -62,21 +62,25 @@ def level_of(durable: bool | str | None) -> str | None:
     )
 
 
-def check_level(app: StoreTarget) -> None:
+def check_level(target: StoreTarget) -> None:
     """Refuse an fsync level on a server without WAITAOF, once per App, before any write."""
-    if app.durability is None or LEVELS[app.durability][0] != "WAITAOF" or app.shared.level_checked:
+    if (
+        target.durability is None
+        or LEVELS[target.durability][0] != "WAITAOF"
+        or target.shared.level_checked
+    ):
         return
     try:  # asks for nothing (0 local, 0 replicas), so it answers at once where it exists
-        app.redis.execute_command("WAITAOF", 0, 0, 1)
+        target.redis.execute_command("WAITAOF", 0, 0, 1)
     except rex.ResponseError as exc:
         if "unknown command" not in str(exc).lower():
             raise
         raise DurabilityUnsupported(
-            f"durable={app.durability!r} on queue {app.queue!r} needs WAITAOF (Redis 7.2+ or "
-            f"Valkey), but the server is {_server_version(app.redis)}: use durable='replica' "
+            f"durable={target.durability!r} on queue {target.queue!r} needs WAITAOF (Redis 7.2+ or "
+            f"Valkey), but the server is {_server_version(target.redis)}: use durable='replica' "
             f"(WAIT), or upgrade the server"
         ) from exc
-    app.shared.level_checked = True
+    target.shared.level_checked = True
 
 
 def _server_version(client: Any) -> str:
@@ -91,42 +95,42 @@ def _server_version(client: Any) -> str:
     return f"Redis {info.get('redis_version', '?')}"
 
 
-def run_calls(app: StoreTarget, calls: list[S.Call[Any]]) -> list[Any]:
+def run_calls(target: StoreTarget, calls: list[S.Call[Any]]) -> list[Any]:
     """Run `calls` (in any order) and return their decoded replies in the order given."""
     if not calls:
         return []
-    check_level(app)
-    if is_cluster(app.redis) and (app.durable or len(calls) > 1):
-        return _per_node(app, calls)
-    if not app.durable and len(calls) == 1:
-        return [app.scripts.run(calls[0])]
-    if not app.durable and len({c.name for c in calls}) == 1:
-        return app.scripts.run_many(calls)
-    pipe = app.redis.pipeline(transaction=False)
-    replies = _send(app, pipe, calls)
+    check_level(target)
+    if is_cluster(target.redis) and (target.durable or len(calls) > 1):
+        return _per_node(target, calls)
+    if not target.durable and len(calls) == 1:
+        return [target.scripts.run(calls[0])]
+    if not target.durable and len({c.name for c in calls}) == 1:
+        return target.scripts.run_many(calls)
+    pipe = target.redis.pipeline(transaction=False)
+    replies = _send(target, pipe, calls)
     for r in replies:
         if isinstance(r, Exception):
             raise r
     return [call.decode(r) for call, r in zip(calls, replies, strict=True)]
 
 
-def _send(app: StoreTarget, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
+def _send(target: StoreTarget, pipe: Any, calls: list[S.Call[Any]]) -> list[Any]:
     """Execute `calls` (+ WAIT when durable) on `pipe`; raw replies, errors as values."""
     for call in calls:
-        app.scripts.queue(call, pipe)
+        target.scripts.queue(call, pipe)
     # A retry whose runs an earlier attempt already wrote still writes: enqueue.lua counts
     # the duplicates (HINCRBY), so WAIT covers everything the master held before, runs
     # included, and never vouches for an older write of the connection (or none).
-    if app.durable:
-        pipe.execute_command(*wait_command(app))
-    return checked(app, pipe.execute(raise_on_error=False))
+    if target.durable:
+        pipe.execute_command(*wait_command(target))
+    return checked(target, pipe.execute(raise_on_error=False))
 
 
-def checked(app: StoreTarget, replies: list[Any]) -> list[Any]:
+def checked(target: StoreTarget, replies: list[Any]) -> list[Any]:
     """The replies of a pipeline of calls (+ WAIT/WAITAOF when durable), its reply removed;
     NotReplicated if a call wrote and the write was not acknowledged (AsyncApp shares this)."""
     replies = list(replies)
-    if app.durable:
+    if target.durable:
         acked = replies.pop()
         # WAIT matters only if a call wrote something: when every call failed (all MOVED on a
         # master demoted to replica, where WAIT itself fails too), the caller retries them.
@@ -134,40 +138,40 @@ def checked(app: StoreTarget, replies: list[Any]) -> list[Any]:
         if isinstance(acked, rex.ResponseError) and "appendonly" in str(acked):
             # WAITAOF on a master without an AOF: a setting to change, not a wait to retry.
             raise DurabilityUnsupported(
-                f"durable={app.durability!r} on queue {app.queue!r} needs `appendonly yes` on "
+                f"durable={target.durability!r} on queue {target.queue!r} needs `appendonly yes` on "
                 f"the master (Redis answered: {acked}); the enqueue was written, not fsynced"
             )
-        if wrote and not _acknowledged(app, acked):
+        if wrote and not _acknowledged(target, acked):
             # Raise a script's own error first: it says more than the missing acknowledgement.
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
             cause = acked if isinstance(acked, Exception) else None
-            raise NotReplicated(_message(app)) from cause
+            raise NotReplicated(_message(target)) from cause
     return replies
 
 
-def wait_command(app: StoreTarget) -> tuple[Any, ...]:
-    cmd, first, second = LEVELS[app.durability or "replica"]
+def wait_command(target: StoreTarget) -> tuple[Any, ...]:
+    cmd, first, second = LEVELS[target.durability or "replica"]
     if cmd == "WAIT":
-        return (cmd, first, app.durable_timeout_ms)
-    return (cmd, first, second, app.durable_timeout_ms)
+        return (cmd, first, target.durable_timeout_ms)
+    return (cmd, first, second, target.durable_timeout_ms)
 
 
-def _acknowledged(app: StoreTarget, reply: Any) -> bool:
+def _acknowledged(target: StoreTarget, reply: Any) -> bool:
     """Whether WAIT / WAITAOF's reply meets the level: WAIT answers the replicas that hold the
     writes; WAITAOF answers [local fsynced (0|1), replicas fsynced]."""
     if isinstance(reply, Exception):
         return False
-    wanted = LEVELS[app.durability or "replica"]
+    wanted = LEVELS[target.durability or "replica"]
     if wanted[0] == "WAIT":
         return int(reply) >= 1
     local, replicas = int(reply[0]), int(reply[1])
     return local >= wanted[1] and replicas >= wanted[2]
 
 
-def _per_node(app: StoreTarget, calls: list[S.Call[Any]]) -> list[Any]:
-    rc = app.redis
+def _per_node(target: StoreTarget, calls: list[S.Call[Any]]) -> list[Any]:
+    rc = target.redis
     out: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))
     for attempt in range(MOVED_RETRIES + 1):
@@ -178,7 +182,7 @@ def _per_node(app: StoreTarget, calls: list[S.Call[Any]]) -> list[Any]:
         for node, idx in groups.items():
             pipe = rc.get_redis_connection(node).pipeline(transaction=False)
             try:
-                replies = _send(app, pipe, [calls[i] for i in idx])
+                replies = _send(target, pipe, [calls[i] for i in idx])
             except rex.ConnectionError:
                 # The node is gone: learn the new slot owners for the caller's next attempt.
                 _refresh(rc)
@@ -211,10 +215,10 @@ _NOT_YET = {
 }
 
 
-def _message(app: StoreTarget) -> str:
+def _message(target: StoreTarget) -> str:
     return (
-        f"enqueue in queue {app.queue!r} was written on the master but "
-        f"{_NOT_YET[app.durability or 'replica']} within {app.durable_timeout_ms} ms; it may be "
+        f"enqueue in queue {target.queue!r} was written on the master but "
+        f"{_NOT_YET[target.durability or 'replica']} within {target.durable_timeout_ms} ms; it may be "
         f"lost if the master fails now. Enqueueing the same run ids again is safe (duplicates "
         f"are detected)"
     )

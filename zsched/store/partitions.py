@@ -57,30 +57,30 @@ def stored_count(r: Any, queue: str) -> int:
     return int(raw) if raw is not None else 1
 
 
-def claim_layout(app: StoreTarget) -> None:
+def claim_layout(target: StoreTarget) -> None:
     """Record the App's partition count, or refuse one that differs from the recorded count.
 
     Runs once per App (views share the flag). A partitioned App also refuses a queue whose
     unpartitioned keys still hold live runs: nobody would serve them any more.
     """
-    if app.shared.layout_checked:
+    if target.shared.layout_checked:
         return
-    r, key, n = app.redis, partitions_key(app.queue), app.partitions
+    r, key, n = target.redis, partitions_key(target.queue), target.partitions
     if n == 1:
-        stored = stored_count(r, app.queue)
+        stored = stored_count(r, target.queue)
         if stored != 1:
-            raise ConfigError(_mismatch(app.queue, stored, 1))
+            raise ConfigError(_mismatch(target.queue, stored, 1))
     else:
         old = r.set(key, n, nx=True, get=True)
-        if old is None and int(r.hlen(QueueKeys(app.queue).runs)):
+        if old is None and int(r.hlen(QueueKeys(target.queue).runs)):
             r.delete(key)
             raise ConfigError(
-                f"queue {app.queue!r} holds live runs in its unpartitioned keys; drain it "
+                f"queue {target.queue!r} holds live runs in its unpartitioned keys; drain it "
                 f"before splitting it into {n} partitions (docs/scaling.md)"
             )
         if old is not None and int(old) != n:
-            raise ConfigError(_mismatch(app.queue, int(old), n))
-    app.shared.layout_checked = True
+            raise ConfigError(_mismatch(target.queue, int(old), n))
+    target.shared.layout_checked = True
 
 
 def _mismatch(queue: str, stored: int, wanted: int) -> str:
@@ -91,20 +91,20 @@ def _mismatch(queue: str, stored: int, wanted: int) -> str:
     )
 
 
-def reset_layout(app: StoreTarget) -> None:
+def reset_layout(target: StoreTarget) -> None:
     """Forget the recorded count of a drained queue, so it can be re-split (docs/scaling.md).
 
     Refuses while any partition (or the unpartitioned keys) still holds a live run or an
     undelivered stream entry; dead letters and completion records are not moved.
     """
-    r = app.redis
-    stored = stored_count(r, app.queue)
-    every = [QueueKeys(app.queue)] + [QueueKeys(app.queue, i) for i in range(stored)]
+    r = target.redis
+    stored = stored_count(r, target.queue)
+    every = [QueueKeys(target.queue)] + [QueueKeys(target.queue, i) for i in range(stored)]
     busy = [k.tag for k in every if int(r.hlen(k.runs)) or int(r.xlen(k.ready))]
     if busy:
-        raise ConfigError(f"queue {app.queue!r} is not drained: live runs in {', '.join(busy)}")
-    r.delete(partitions_key(app.queue))
-    app.shared.layout_checked = False
+        raise ConfigError(f"queue {target.queue!r} is not drained: live runs in {', '.join(busy)}")
+    r.delete(partitions_key(target.queue))
+    target.shared.layout_checked = False
 
 
 def declared_in(declared: dict[str, dict[str, Any]], n: int, i: int) -> dict[str, dict[str, Any]]:

@@ -24,10 +24,13 @@ T = TypeVar("T")
 
 NAMES = (
     "enqueue", "dispatch", "ack", "retry", "release", "dead", "reclaim", "renew", "cancel",
-    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill", "hold",
+    "replay", "schedule", "unschedule", "fire", "unlease", "status", "migrate", "backfill", "extend",
     "reschedule", "replace", "revoke", "discard", "record", "pause", "resume",
     "acquire",
 )  # fmt: skip
+#: Former names of scripts, kept as files for clients that load them by name (Lua files are
+#: public API): the alias is the same script under its old name (a test keeps them equal).
+ALIASES = {"hold": "extend"}
 #: Hard bound of every batched script (runs per call).
 MAX_BATCH = 1000
 
@@ -121,11 +124,13 @@ class DispatchResult:
     moved: int
     next_due_ms: int | None
     now_ms: int
-    held: bool
+    #: Nothing moved because the stream holds max_backlog entries or more (or the queue is
+    #: paused): the dispatcher polls again after held_poll_ms.
+    backlogged: bool
     run_at_ms: list[int]
     #: How long the call ran in Redis (us); 0 on the idle pass.
     busy_us: int = 0
-    #: The queue is paused (pause.lua): nothing moved (held is True too).
+    #: The queue is paused (pause.lua): nothing moved (backlogged is True too).
     paused: bool = False
 
 
@@ -407,10 +412,10 @@ def backfill(
     )
 
 
-def hold(k: QueueKeys, schedule_id: str, run_id: str, ttl_ms: int) -> Call[bool]:
+def extend(k: QueueKeys, schedule_id: str, run_id: str, ttl_ms: int) -> Call[bool]:
     """Keep a rule's overlap lease for its run while the run waits for a retry.
-    Reply: True held (its TTL extended), False not held by this run."""
-    return Call("hold", [k.lease(schedule_id), k.runs], [run_id, max(1, int(ttl_ms))],
+    Reply: True extended (its TTL), False not this run's lease (or no lease)."""
+    return Call("extend", [k.lease(schedule_id), k.runs], [run_id, max(1, int(ttl_ms))],
                 lambda r: bool(int(r)))  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from zsched.errors import ZschedError
 from zsched.store.connection import redact_text
-from zsched.web.auth import CSRF_FIELD, authenticated, csrf_ok
+from zsched.web.auth import CSRF_FIELD, csrf_ok, principal
 from zsched.web.pages import _error, _instant, challenge
 from zsched.web.render import href, redirect
 
@@ -35,6 +35,8 @@ class Action:
     method: str
     parse: Callable[[FormData], tuple[Any, ...]]
     back: Callable[[Request, str, FormData], str]
+    #: The method also takes who acted (the principal of the request's credentials).
+    by: bool = False
 
 
 def _field(form: FormData, name: str) -> str:
@@ -168,7 +170,7 @@ ACTIONS: dict[str, Action] = {
         Action("cancel", "cancel", _run_id, _to_run),
         Action("reschedule", "reschedule", _reschedule, _to_run),
         Action("run-now", "run_now", _run_now, _to_rule),
-        Action("pause", "pause", _pause, _to_rule),
+        Action("pause", "pause", _pause, _to_rule, by=True),
         Action("resume", "resume", _rule_id, _to_rule),
         Action("edit", "edit", _edit, _to_rule),
         Action("backfill", "backfill", _backfill, _to_rule),
@@ -186,7 +188,8 @@ ACTIONS: dict[str, Action] = {
 async def act(request: Request) -> Response:
     """POST /q/{queue}/act/{name}: credentials, CSRF, then the action; back with a message."""
     st = request.app.state.console
-    if not authenticated(request, st.creds, int(time.time())):
+    who = principal(request, st.creds, int(time.time()))
+    if who is None:
         return challenge(request, st)
     form = await request.form()
     token = form.get(CSRF_FIELD)
@@ -198,7 +201,8 @@ async def act(request: Request) -> Response:
         return _error(request, 404, "no such action or queue")
     back = action.back(request, q, form)
     try:
-        message = await st.console.call(action.method, q, *action.parse(form))
+        args = action.parse(form) + ((who,) if action.by else ())
+        message = await st.console.call(action.method, q, *args)
     except (ZschedError, ValueError, LookupError) as exc:
         return redirect(request, back, ("error", redact_text(str(exc))))
     return redirect(request, back, ("ok", message))

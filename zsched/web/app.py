@@ -23,7 +23,14 @@ from starlette.staticfiles import StaticFiles
 from zsched.app import App
 from zsched.store.connection import redact, sync_client
 from zsched.web.actions import act
-from zsched.web.auth import SESSION_COOKIE, SESSION_MAX_AGE_S, Credentials, csrf_ok
+from zsched.web.aio_backend import AsyncBackend
+from zsched.web.auth import (
+    SESSION_COOKIE,
+    SESSION_MAX_AGE_S,
+    TOKEN_PRINCIPAL,
+    Credentials,
+    csrf_ok,
+)
 from zsched.web.backend import Console, SyncBackend
 from zsched.web.health import Thresholds
 from zsched.web.pages import (
@@ -85,7 +92,7 @@ def create_app(
         label = redact(first) if first else "the client given by the host app"
     creds = Credentials.from_env(os.environ if environ is None else environ)
     reason = READ_ONLY_FLAG if read_only else ("" if creds.enabled else NO_CREDENTIALS)
-    backend = SyncBackend.build(list(apps), thresholds)
+    backend = AsyncBackend(SyncBackend.build(list(apps), thresholds))
     state = ConsoleState(Console(backend), [a.queue for a in apps], creds, bool(reason), reason,
                          environment(), label)  # fmt: skip
     app = Starlette(routes=_routes(state))
@@ -141,7 +148,8 @@ async def login(request: Request) -> Response:
         return page(request, "login.html", status=401, next=nxt, basic=st.creds.basic,
                     error="wrong credentials")  # fmt: skip
     resp = redirect(request, nxt)
-    resp.set_cookie(SESSION_COOKIE, st.creds.session_value(int(time.time())),
+    who = TOKEN_PRINCIPAL if token else user
+    resp.set_cookie(SESSION_COOKIE, st.creds.session_value(int(time.time()), who),
                     max_age=SESSION_MAX_AGE_S, path=prefix(request) or "/", httponly=True,
                     samesite="strict", secure=request.url.scheme == "https")  # fmt: skip
     return resp

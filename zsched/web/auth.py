@@ -45,6 +45,8 @@ class Credentials:
         password = env.get("ZSCHED_WEB_PASSWORD") or None
         if (user is None) != (password is None):
             raise ValueError("set both ZSCHED_WEB_USER and ZSCHED_WEB_PASSWORD, or neither")
+        if user is not None and ":" in user:
+            raise ValueError("ZSCHED_WEB_USER cannot contain ':' (HTTP basic auth splits at it)")
         raw = env.get("ZSCHED_WEB_SECRET")
         secret = raw.encode() if raw else secrets.token_bytes(32)
         return cls(token, user, password, secret)
@@ -71,35 +73,55 @@ class Credentials:
         key = self.secret + (self.token or "").encode() + (self.password or "").encode()
         return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
-    def session_value(self, issued_s: int) -> str:
-        return f"{issued_s}.{self._mac(f'session:{issued_s}')}"
+    def session_value(self, issued_s: int, who: str) -> str:
+        """The session cookie of a login at `issued_s` by `who` (the user, or "token")."""
+        name = base64.urlsafe_b64encode(who.encode()).decode().rstrip("=")
+        return f"{issued_s}.{name}.{self._mac(f'session:{issued_s}:{name}')}"
 
-    def check_session(self, value: str, now_s: int) -> bool:
-        issued, _, mac = value.partition(".")
+    def check_session(self, value: str, now_s: int) -> str | None:
+        """Who logged in, if `value` is a valid session cookie that has not expired."""
+        issued, _, rest = value.partition(".")
+        name, _, mac = rest.partition(".")
         if not issued.isdigit() or not 0 <= now_s - int(issued) <= SESSION_MAX_AGE_S:
-            return False
-        return hmac.compare_digest(mac, self._mac(f"session:{issued}"))
+            return None
+        if not hmac.compare_digest(mac, self._mac(f"session:{issued}:{name}")):
+            return None
+        try:
+            return base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            return None
+
+
+#: Who acted, for a token login or a bearer token (a token names no person).
+TOKEN_PRINCIPAL = "token"
 
 
 def authenticated(request: Request, creds: Credentials, now_s: int) -> bool:
     """Whether the request carries valid credentials: a session cookie, a bearer token or
     basic auth."""
+    return principal(request, creds, now_s) is not None
+
+
+def principal(request: Request, creds: Credentials, now_s: int) -> str | None:
+    """Who the request's credentials name: the basic-auth user, "token" for a token, or the
+    login of its session cookie; None without valid credentials."""
     if not creds.enabled:
-        return False
+        return None
     session = request.cookies.get(SESSION_COOKIE)
-    if session and creds.check_session(session, now_s):
-        return True
+    who = creds.check_session(session, now_s) if session else None
+    if who is not None:
+        return who
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer":
-        return creds.check_token(value.strip())
+        return TOKEN_PRINCIPAL if creds.check_token(value.strip()) else None
     if scheme.lower() == "basic" and creds.basic:
         try:
             user, _, password = base64.b64decode(value.strip()).decode().partition(":")
         except (ValueError, binascii.Error, UnicodeDecodeError):
-            return False
-        return creds.check_user(user, password)
-    return False
+            return None
+        return user if creds.check_user(user, password) else None
+    return None
 
 
 def csrf_token(request: Request) -> tuple[str, bool]:

@@ -2,8 +2,8 @@
 
 `SyncBackend` drives the sync `zsched.App` (one per queue) and the bounded reads of
 `zsched.web.reads`; pages call it through `Console.call`, which runs a sync method in
-Starlette's thread pool and awaits an async one directly, so an async backend (over
-`zsched.AsyncApp`) can replace this one method by method without touching the pages.
+Starlette's thread pool and awaits an async one directly. `AsyncBackend`
+(zsched/web/aio_backend.py, over `zsched.AsyncApp`) replaces it method by method.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+import zsched.web.reads as reads
 from zsched.app import App
 from zsched.dispatch.simulate import simulate
 from zsched.rules.spec import build_spec, spec_options
-from zsched.web import reads
 from zsched.web.health import Sampler, Thresholds, causes, verdict
 from zsched.web.run_controls import RunControls
 from zsched.web.words import paused_line
@@ -50,6 +50,54 @@ def next_fires(spec: Any, after_ms: int, n: int = NEXT_FIRES) -> list[int]:
         if t is not None:
             out.append(t)
     return out
+
+
+def run_view(st: Any, env: Any) -> dict[str, Any]:
+    """What the run page shows: the RunStatus, and its envelope's payload (None: gone)."""
+    out: dict[str, Any] = st.as_dict()
+    out["payload"] = None if env is None else pretty_payload(env.payload)
+    out["schedule_id"] = env.schedule_id if env else None
+    out["max_attempts"] = env.max_attempts if env else None
+    # Outcomes are kept for tasks with keep_result=True: the return value, pretty-printed.
+    out["result_text"] = None if st.attempts is None else pretty_payload(st.result)
+    return out
+
+
+def rule_view(spec: Any, state: Any, nxt: int | None, now_ms: int, missing: list[int],
+              ledger: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """What a rule's page shows, from its reads."""
+    return {
+        "unaccounted": missing,
+        "spec": spec, "state": state, "next_fire_ms": nxt,
+        "next": [] if spec.paused else next_fires(spec, now_ms),
+        "ledger": ledger,
+        "options": spec_options(spec),
+        "payload": pretty_payload(spec.payload),
+    }  # fmt: skip
+
+
+def dead_rows(letters: list[Any]) -> list[dict[str, Any]]:
+    """Dead letters as the page shows them: attempt and the payload, pretty-printed."""
+    rows = []
+    for d in letters:
+        env = reads.envelope_of(d.envelope, d.run_id)
+        rows.append({"d": d, "attempt": env.attempt if env else None,
+                     "payload": pretty_payload(env.payload) if env else "(unreadable)"})  # fmt: skip
+    return rows
+
+
+def edited_options(spec: Any, schedule_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """The rule's stored options with the edited trigger/policy fields over them, validated
+    as App.schedule validates them (RuleError names the bad field) before anything is
+    written."""
+    opts = spec_options(spec)
+    opts.pop("paused")  # pausing has its own actions
+    if "cron" in changes or "every" in changes:
+        for k in ("cron", "every", "tz", "dst_gap", "dst_repeat"):
+            opts.pop(k, None)
+    opts.update(changes)
+    build_spec(schedule_id, spec.task, **opts)
+    return opts
 
 
 @dataclass
@@ -138,13 +186,7 @@ class SyncBackend(RunControls):
         if st.state not in ("done", "cancelled"):
             home = app.keys_for_run(run_id)
             env = reads.run_envelope(app.redis, home, run_id, dead=st.state == "dead")
-        out = st.as_dict()
-        out["payload"] = None if env is None else pretty_payload(env.payload)
-        out["schedule_id"] = env.schedule_id if env else None
-        out["max_attempts"] = env.max_attempts if env else None
-        # Outcomes are kept for tasks with keep_result=True: the return value, pretty-printed.
-        out["result_text"] = None if st.attempts is None else pretty_payload(st.result)
-        return out
+        return run_view(st, env)
 
     def delayed(self, queue: str, partition: int, cursor: str, task: str) -> reads.DelayedPage:
         view = self.part(queue, partition)
@@ -166,14 +208,8 @@ class SyncBackend(RunControls):
         spec, state, nxt = reads.rule(home, schedule_id)
         now = int(home.redis.time()[0]) * 1000
         missing = reads.audit_rule(home, schedule_id, spec, state, now)
-        return {
-            "unaccounted": missing,
-            "spec": spec, "state": state, "next_fire_ms": nxt,
-            "next": [] if spec.paused else next_fires(spec, now),
-            "ledger": home.schedule_history(schedule_id, reads.PAGE_MAX),
-            "options": spec_options(spec),
-            "payload": pretty_payload(spec.payload),
-        }  # fmt: skip
+        ledger = home.schedule_history(schedule_id, reads.PAGE_MAX)
+        return rule_view(spec, state, nxt, now, missing, ledger)
 
     def simulate(self, queue: str, schedule_id: str, from_ms: int, to_ms: int,
                  slow_s: float | None) -> list[Any]:  # fmt: skip
@@ -204,17 +240,8 @@ class SyncBackend(RunControls):
             letters = app.dead_letters(count=reads.PAGE_MAX, start=start)
             nxt = letters[-1].entry_id if len(letters) == reads.PAGE_MAX else None
             count, complete = app.status().dead, True
-        rows = []
-        for d in letters:
-            env = reads.envelope_of(d.envelope, d.run_id)
-            rows.append(
-                {
-                    "d": d,
-                    "attempt": env.attempt if env else None,
-                    "payload": pretty_payload(env.payload) if env else "(unreadable)",
-                }
-            )
-        return {"rows": rows, "next_cursor": nxt, "count": count, "complete": complete}
+        return {"rows": dead_rows(letters), "next_cursor": nxt, "count": count,
+                "complete": complete}  # fmt: skip
 
     def dead_count(self, queue: str, task: str, reason: str) -> reads.DeadMatch:
         return reads.dead_matching(self.app(queue), task, reason)
@@ -234,14 +261,7 @@ class SyncBackend(RunControls):
         App.schedule validates them, before anything is written)."""
         app = self.app(queue)
         spec, _state, _ = reads.rule(app.rule_home(schedule_id), schedule_id)
-        opts = spec_options(spec)
-        opts.pop("paused")  # pausing has its own actions
-        if "cron" in changes or "every" in changes:
-            for k in ("cron", "every", "tz", "dst_gap", "dst_repeat"):
-                opts.pop(k, None)
-        opts.update(changes)
-        build_spec(schedule_id, spec.task, **opts)  # RuleError names the bad field
-        app.schedule(schedule_id, spec.task, **opts)
+        app.schedule(schedule_id, spec.task, **edited_options(spec, schedule_id, changes))
         return f"saved rule {schedule_id}"
 
     def backfill(self, queue: str, schedule_id: str, start: datetime, end: datetime) -> str:
@@ -261,14 +281,15 @@ class SyncBackend(RunControls):
         m = reads.dead_matching(self.app(queue), task, reason)
         if not m.entry_ids:
             return "no dead letter matches"
-        return self.replay(queue, m.entry_ids) + _more(m)
+        return self.replay(queue, m.entry_ids) + scan_note(m)
 
     def purge_matching(self, queue: str, task: str, reason: str) -> str:
         m = reads.dead_matching(self.app(queue), task, reason)
-        return self.purge(queue, m.entry_ids) + _more(m)
+        return self.purge(queue, m.entry_ids) + scan_note(m)
 
 
-def _more(m: reads.DeadMatch) -> str:
+def scan_note(m: reads.DeadMatch) -> str:
+    """What a bulk action over a filter says when its bounded scan did not reach the end."""
     return "" if m.complete else f" (of the first {m.scanned:,} scanned; run it again for more)"
 
 

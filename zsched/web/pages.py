@@ -12,9 +12,9 @@ import redis.exceptions
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+import zsched.web.reads as reads
 from zsched.errors import NotFound, ZschedError
 from zsched.store.connection import redact_text
-from zsched.web import reads
 from zsched.web.auth import authenticated
 from zsched.web.render import href, page, redirect, secure
 

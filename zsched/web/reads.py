@@ -163,17 +163,27 @@ def run_envelope(r: Any, k: QueueKeys, run_id: str, dead: bool) -> Envelope | No
     letters, read in batches of DEAD_BATCH, newest first)."""
     if not dead:
         return envelope_of(r.hget(k.runs, run_id), run_id)
-    end, seen = "+", 0
-    while seen < DEAD_SCAN_MAX:
+    end: str | None = "+"
+    seen = 0
+    while end is not None:
         batch = r.xrevrange(k.dead, end, "-", count=DEAD_BATCH)
-        for _eid, f in batch:
-            if _s(f.get(b"run_id", b"")) == run_id:
-                return envelope_of(f.get(b"envelope"), run_id)
-        seen += len(batch)
-        if len(batch) < DEAD_BATCH:
-            return None
-        end = "(" + _s(batch[-1][0])
+        found, end, seen = dead_hit(batch, run_id, seen)
+        if found is not None:
+            return envelope_of(found, run_id)
     return None
+
+
+def dead_hit(batch: list[Any], run_id: str, seen: int) -> tuple[bytes | None, str | None, int]:
+    """One XREVRANGE batch of run_envelope's newest-first scan: (the run's envelope bytes if
+    the batch holds it, where the next batch ends or None when the scan is over, letters
+    seen)."""
+    for _eid, f in batch:
+        if _s(f.get(b"run_id", b"")) == run_id:
+            return f.get(b"envelope") or b"", None, seen
+    seen += len(batch)
+    if len(batch) < DEAD_BATCH or seen >= DEAD_SCAN_MAX:
+        return None, None, seen
+    return None, "(" + _s(batch[-1][0]), seen
 
 
 # -- rules, page by page ------------------------------------------------------------------------
@@ -219,7 +229,7 @@ def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesP
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             None if nx is None else int(nx), state.last_slot_ms, state.last_fire_ms, outcome,
             state.missed, state.fired, len(state.backlog),
-            paused_ms=state.paused_ms, pause_note=state.pause_note,
+            paused_ms=state.paused_ms, pause_note=state.pause_note, paused_by=state.paused_by,
         )  # fmt: skip
         out.append((info, spec))
     return RulesPage(out, int(nxt), int(total))
@@ -248,25 +258,45 @@ class DeadMatch:
     letters: list[Any] = field(default_factory=list)
 
 
+class DeadScan:
+    """The filter of dead_matching, fed batches of dead letters (oldest first) by a sync or an
+    async reader: `feed` returns where the next batch starts, or None when the scan is over
+    (the stream's end, or DEAD_SCAN_MAX letters examined)."""
+
+    def __init__(self, task: str = "", reason: str = "", keep: int = 0) -> None:
+        self.task, self.reason, self.keep = task, reason, keep
+        self.ids: list[str] = []
+        self.letters: list[Any] = []
+        self.scanned = 0
+        self.complete = False
+
+    def feed(self, batch: list[Any]) -> str | None:
+        for d in batch:
+            if (not self.task or d.task == self.task) and (
+                not self.reason or self.reason in d.reason
+            ):
+                self.ids.append(d.entry_id)
+                if len(self.letters) < self.keep:
+                    self.letters.append(d)
+        self.scanned += len(batch)
+        if len(batch) < DEAD_BATCH:
+            self.complete = True
+            return None
+        return None if self.scanned >= DEAD_SCAN_MAX else "(" + batch[-1].entry_id
+
+    def result(self) -> DeadMatch:
+        return DeadMatch(self.ids, self.scanned, self.complete, self.letters)
+
+
 def dead_matching(app: Any, task: str = "", reason: str = "", keep: int = 0) -> DeadMatch:
     """Entry ids of dead letters whose task equals `task` and whose reason contains `reason`
     (empty = any), over at most DEAD_SCAN_MAX letters read DEAD_BATCH at a time; the first
     `keep` matching DeadLetters are returned too (for a page)."""
-    ids: list[str] = []
-    letters: list[Any] = []
-    start, scanned = "-", 0
-    while scanned < DEAD_SCAN_MAX:
-        batch = app.dead_letters(count=DEAD_BATCH, start=start)
-        for d in batch:
-            if (not task or d.task == task) and (not reason or reason in d.reason):
-                ids.append(d.entry_id)
-                if len(letters) < keep:
-                    letters.append(d)
-        scanned += len(batch)
-        if len(batch) < DEAD_BATCH:
-            return DeadMatch(ids, scanned, True, letters)
-        start = "(" + batch[-1].entry_id
-    return DeadMatch(ids, scanned, False, letters)
+    scan = DeadScan(task, reason, keep)
+    start: str | None = "-"
+    while start is not None:
+        start = scan.feed(app.dead_letters(count=DEAD_BATCH, start=start))
+    return scan.result()
 
 
 # -- processes and the stream -------------------------------------------------------------------

@@ -12,8 +12,8 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+import zsched.web.words as words
 from zsched.store.connection import redact_text
-from zsched.web import words
 from zsched.web.auth import CSRF_COOKIE, csrf_token
 
 FLASH_COOKIE = "zsched_flash"

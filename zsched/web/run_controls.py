@@ -7,14 +7,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import zsched.web.words as words
 from zsched.dispatch import heartbeat
-from zsched.web import words
 
 #: Longest pause note (pause_queue refuses more; a rule's note is held to the same).
 NOTE_MAX_BYTES = 500
 
 
-def _note(note: str | None) -> str | None:
+def checked_note(note: str | None) -> str | None:
+    """A pause note stripped (None when empty); ValueError over NOTE_MAX_BYTES."""
     note = (note or "").strip() or None
     if note is not None and len(note.encode()) > NOTE_MAX_BYTES:
         raise ValueError(f"a pause note is at most {NOTE_MAX_BYTES} bytes")
@@ -47,12 +48,14 @@ class RunControls:
         fire = self.app(queue).run_schedule_now(schedule_id, force=force)
         return words.fired_now(fire.outcome.value, schedule_id, fire.run_id)
 
-    def pause(self, queue: str, schedule_id: str, note: str | None = None) -> str:
-        ok = self.app(queue).pause_schedule(schedule_id, note=_note(note))
+    def pause(
+        self, queue: str, schedule_id: str, note: str | None = None, by: str | None = None
+    ) -> str:
+        ok = self.app(queue).pause_schedule(schedule_id, note=checked_note(note), by=by)
         return f"paused rule {schedule_id}" if ok else f"rule {schedule_id} was already paused"
 
     def pause_queue(self, queue: str, note: str | None) -> str:
-        ok = self.app(queue).pause_queue(_note(note))
+        ok = self.app(queue).pause_queue(checked_note(note))
         return (f"paused queue {queue}: no run is dispatched until it resumes" if ok
                 else f"queue {queue} was already paused")  # fmt: skip
 

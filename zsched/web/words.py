@@ -17,8 +17,14 @@ def _skipped(reason: str) -> str:
     if reason.startswith("overlap: "):
         holder = reason[len("overlap: ") :].removesuffix(" still running")
         return f"skipped: the previous run {holder} was still running (overlap=skip)"
-    if reason.startswith("paused: "):  # pause_schedule(note=...)
-        return f"skipped: the rule was paused ({reason[len('paused: ') :]})"
+    if reason.startswith(("paused: ", "paused by ")):  # pause_schedule(note=..., by=...)
+        head, _, note = reason.partition(": ")  # `by` never holds ':'
+        by = head[len("paused by ") :] if head.startswith("paused by ") else ""
+        return (
+            "skipped: the rule was paused"
+            + (f" by {by}" if by else "")
+            + (f" ({note})" if note else "")
+        )
     return _SKIPPED.get(reason, f"skipped: {reason}")
 
 

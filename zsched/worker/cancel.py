@@ -1,7 +1,7 @@
 """Cooperative cancel on the worker's side: hear cancel requests, stop the handlers.
 
 `app.cancel(run_id)` on a running run writes a cancel request (revoke.lua) naming the stream
-entry of the attempt. Each lease renewal pass, the worker reads the requests of the runs it is
+entry of the attempt. Each hold renewal pass, the worker reads the requests of the runs it is
 executing (one MGET, only while it runs something) and, for each one addressed to its entry,
 cancels an async handler's task or sets a sync handler's `current_run().cancel_requested`.
 When the handler stops, however it stops, the run ends `cancelled` (discard.lua).
@@ -9,23 +9,21 @@ When the handler stops, however it stops, the run ends `cancelled` (discard.lua)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zsched.worker.delivery import Delivery, _s
 
 if TYPE_CHECKING:
-    from zsched.worker.worker import Delivery, Worker
+    from zsched.worker.context import WorkerContext
 
 
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
-
-
-async def check_cancels(w: Worker) -> int:
-    """Act on the cancel requests of the runs `w` executes; returns how many it heard."""
-    running = [d for d in list(w.running.values()) if not d.cancel_seen and d.run_id]
+async def check_cancels(ctx: WorkerContext, executing: dict[str, Delivery]) -> int:
+    """Act on the cancel requests of the runs executing; returns how many it heard."""
+    running = [d for d in list(executing.values()) if not d.cancel_seen and d.run_id]
     if not running:
         return 0
-    k = w.app.keys
-    values = await w.redis.mget([k.cancel_request(d.run_id) for d in running])
+    k = ctx.keys
+    values = await ctx.redis.mget([k.cancel_request(d.run_id) for d in running])
     heard = 0
     for d, v in zip(running, values, strict=True):
         if v is not None and _s(v) == d.entry_id:

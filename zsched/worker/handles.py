@@ -12,22 +12,42 @@ import functools
 import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from zsched.errors import Fail, PayloadError, ZschedError
+from zsched.runs.enqueue import EnqueuedId
 from zsched.worker.payloads import Codec
-
-if TYPE_CHECKING:
-    from zsched.app import App, EnqueuedId
 
 P = TypeVar("P")
 R = TypeVar("R")
 
 
+class Owner(Protocol):
+    """What a handle uses of the App that registered it (the App's own methods)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def tasks(self) -> dict[str, Any]: ...
+    @property
+    def payload_types(self) -> dict[str, Codec]: ...
+    def enqueue(
+        self,
+        task_name: str,
+        payload: Any = None,
+        *,
+        run_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
+        run_id: str | None = None,
+    ) -> EnqueuedId: ...
+    def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int: ...
+    def declare(self, schedule_id: str, task_name: str | None = None, **options: Any) -> None: ...
+
+
 class TaskHandle(Generic[P, R]):
     """A registered task: call it like the function, enqueue or schedule runs of it."""
 
-    def __init__(self, app: App, name: str, fn: Callable[[P], R], codec: Codec | None) -> None:
+    def __init__(self, app: Owner, name: str, fn: Callable[[P], R], codec: Codec | None) -> None:
         self.app = app
         #: The task name runs carry on the wire.
         self.name = name
@@ -108,7 +128,7 @@ def decoding(fn: Callable[[Any], Any], codec: Codec) -> Callable[[Any], Any]:
     return run
 
 
-def register(app: App, fn: Callable[..., Any] | None, options: dict[str, Any]) -> Any:
+def register(app: Owner, fn: Callable[..., Any] | None, options: dict[str, Any]) -> Any:
     """App.task: register `fn` (or return the decorator that does) and return its handle."""
     from zsched.worker.payloads import codec_for, declared_in
     from zsched.worker.tasks import make_task

@@ -7,29 +7,22 @@ deferred back to the delayed set (retry.lua with the same envelope: no attempt u
 time the script says (the next token, or a short semaphore wait with jitter). The share of the
 semaphore is the run's stream entry id, held until the handler ends (released at once), and
 renewed with the worker's holds; a crashed worker's share ends with its hold (the visibility
-timeout), and the run reclaimed under the same entry id takes the same share back. Tasks
-without limits never reach this module.
+timeout), and the run reclaimed under the same entry id takes the same share back. The
+worker's side (admit, vacate, renew) is zsched/worker/admission.py; tasks without limits
+never reach it.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import random
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zsched.errors import ScriptError, ZschedError
 from zsched.protocol.keys import QueueKeys
 from zsched.store.scripts import Call, _now
 
-if TYPE_CHECKING:
-    from zsched.protocol.envelope import Envelope
-    from zsched.worker.tasks import Task
-    from zsched.worker.worker import Delivery, Worker
-
-log = logging.getLogger(__name__)
 #: How long a run waits when the task's semaphore is full (ms), before jitter: this times
 #: the runs waiting per slot, at most MAX_DEFER_MS (acquire.lua).
 DEFER_MS = 200
@@ -117,51 +110,3 @@ def acquire(k: QueueKeys, task: str, key: str | None, entry_id: str, run_id: str
          limits.burst, DEFER_MS, MAX_DEFER_MS],
         decode,
     )  # fmt: skip
-
-
-# -- the worker's side ----------------------------------------------------------------------
-
-
-async def admit(w: Worker, d: Delivery, env: Envelope, task: Task) -> bool:
-    """Acquire the run's share; False = deferred (its retry is buffered, no attempt used)."""
-    limits: Limits = task.limits
-    q = w.app.queue
-    try:
-        d.limit_key = limits.key_for(env.payload)
-    except Exception as exc:  # noqa: BLE001 - the user's function: its failure is the run's
-        w._dead(d, f"limit_key failed: {type(exc).__name__}: {exc}"[:2000], "failed", task.name)
-        return False
-    call = acquire(w.app.keys, task.name, d.limit_key, d.entry_id, d.run_id, limits,
-                   hold_ms=w.settings.visibility_timeout_ms, now_ms=w.app.clock.now_ms())  # fmt: skip
-    got = await w.scripts.run(call)
-    w.metrics.limit_waiting.labels(q, task.name).set(got.waiting)
-    if got.granted:
-        d.limited = True
-        return True
-    wait = got.wait_ms
-    if limits.max_concurrency and not limits.rate_per_s:
-        wait += random.randint(0, min(wait, DEFER_MS))  # full semaphore: spread the retries
-    w._retries.append((d.entry_id, d.run_id, wait, d.raw))
-    w.metrics.limit_deferred.labels(q, task.name).inc()
-    return False
-
-
-async def vacate(w: Worker, d: Delivery, task: Task) -> None:
-    """Give the run's place in the semaphore back as soon as its handler ended."""
-    limits: Limits = task.limits
-    if d.limited and limits.max_concurrency:
-        await w.redis.zrem(w.app.keys.limit_holders(limit_id(task.name, d.limit_key)), d.entry_id)
-
-
-async def renew(w: Worker) -> None:
-    """Keep the semaphore shares of the runs `w` executes (with its lease renewal)."""
-    for d in list(w.running.values()):
-        task = w.app.tasks.get(d.task_name or "")
-        if not (d.limited and task is not None and task.limits and task.limits.max_concurrency):
-            continue
-        call = acquire(w.app.keys, task.name, d.limit_key, d.entry_id, d.run_id, task.limits,
-                       hold_ms=w.settings.visibility_timeout_ms, now_ms=w.app.clock.now_ms(),
-                       renew=True)  # fmt: skip
-        if not (await w.scripts.run(call)).granted:
-            log.warning("run %s of %s lost its concurrency share (renewed too late)", d.run_id,
-                        task.name, extra={"queue": w.app.queue, "run_id": d.run_id})  # fmt: skip

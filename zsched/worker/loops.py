@@ -1,7 +1,8 @@
-"""The worker's loop (a mixin of Worker): read, write outcomes, renew leases, shut down.
+"""The worker's three loops (read, flush, hold renewal) and the guard that restarts them.
 
-`Worker.run()` starts three loops here, each restarted with backoff when Redis fails; one pass
-of the same work without the loops is `Worker.tick()` (zsched/worker/worker.py).
+Each loop class has `run(stop)` (the sleep and wake logic only) and `tick()` (one pass; it
+returns what it did), so a test can drive one pass without the loop. `Worker.run()` starts
+the three, each under `guard`, which restarts a loop with backoff when Redis fails.
 """
 
 from __future__ import annotations
@@ -10,54 +11,182 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import redis.asyncio.connection
 import redis.exceptions
 
-from zsched.errors import EvictionPolicyError, ScriptError
+from zsched.errors import EvictionPolicyError
 from zsched.protocol.keys import GROUP
-from zsched.store import scripts as S
-from zsched.store.connection import RETRYABLE_ERRORS, redact_text
+from zsched.store.connection import redact_text
+from zsched.store.eviction import EvictionWatch
 from zsched.store.retrying import Backoff
+from zsched.worker import admission
 from zsched.worker import cancel as worker_cancel
-from zsched.worker import limits, recovery
+from zsched.worker.context import WorkerContext
+from zsched.worker.delivery import Delivery, from_entry
+from zsched.worker.recovery import Holds, ensure_group
+from zsched.worker.runner import Runner
+from zsched.worker.writer import REDIS_ERRORS, REFUSALS, Writer
 
-log = logging.getLogger("zsched.worker.worker")
-# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
-REDIS_ERRORS = RETRYABLE_ERRORS
-# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
-# error and retried; a loop that died here would leave a live process that does nothing.
-REFUSALS = (redis.exceptions.ResponseError, ScriptError)
+log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
+_DEFAULT_SOCKET_TIMEOUT = getattr(redis.asyncio.connection, "DEFAULT_SOCKET_TIMEOUT", None)
 
 
-class WorkerLoop:
-    """run(), its loops and shutdown; mixed into Worker (`self` is the Worker: typed Any here
-    because a mixin cannot name its subclass as its self type)."""
+class ReadLoop:
+    """Reads new entries (and reclaims idle ones) while handler slots are free."""
 
-    #: Set when the worker refused to start (zsched/store/eviction.py); run() raises it.
-    refused: EvictionPolicyError | None = None
+    def __init__(self, ctx: WorkerContext, runner: Runner, writer: Writer, holds: Holds,
+                 eviction: EvictionWatch) -> None:  # fmt: skip
+        self.ctx, self.runner, self.writer, self.holds = ctx, runner, writer, holds
+        self.eviction = eviction
+        #: The consumer group exists (made once; again after a NOGROUP).
+        self.group_ready = False
+        self.max_block_ms = _max_block_ms(ctx.reader)
+        # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
+        # reclaim instead of a full-length read plus a short one to reach the reclaim time.
+        every = min(ctx.settings.visibility_timeout_ms / 2000, 5.0)
+        if self.max_block_ms:
+            every = min(every, self.max_block_ms / 1000)
+        self.reclaim_every = every
+        #: When the next reclaim is due (time.monotonic()).
+        self.next_reclaim = 0.0
 
-    async def run(self: Any, stop: asyncio.Event | None = None) -> None:
-        """Consume until `stop` is set (or SIGTERM via the CLI), then shut down cleanly."""
-        stop = stop or asyncio.Event()
-        q = self.app.queue
-        log.info("worker %s started", self.consumer, extra={"queue": q})
-        loops = [
-            asyncio.create_task(self._guard(self._read_loop, stop)),
-            asyncio.create_task(self._guard(self._flush_loop, stop)),
-            asyncio.create_task(self._guard(self._lease_loop, stop)),
-        ]
-        await stop.wait()
-        await self.shutdown(loops)
-        log.info("worker %s stopped", self.consumer, extra={"queue": q})
-        if self.refused is not None:
-            raise self.refused
+    async def setup(self) -> None:
+        if not self.group_ready:
+            await ensure_group(self.ctx.redis, self.ctx.keys)
+            self.group_ready = True
 
-    async def _guard(self: Any, loop: Any, stop: asyncio.Event) -> None:
-        """Run one loop, retrying with backoff while Redis is unreachable. The worker's loops
-        share one Outage (`self.outage`): an outage is one WARNING per worker, not per loop."""
+    async def read(self, count: int, block_ms: int | None) -> list[Delivery]:
+        """Up to `count` new entries; waits up to `block_ms` for one (None: no wait)."""
+        ctx = self.ctx
+        if ctx.server_time.stale():  # once a minute: one TIME round trip
+            await ctx.server_time.ameasure(ctx.redis)
+        self.runner.observe_metrics()  # start lags of long handlers show before they finish
+        if block_ms and self.max_block_ms:
+            block_ms = min(block_ms, self.max_block_ms)
+        try:
+            resp = await ctx.reader.xreadgroup(
+                GROUP, ctx.consumer, {ctx.keys.ready: ">"}, count=count, block=block_ms
+            )
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self.group_ready = False
+            await self.setup()
+            return []
+        return [from_entry(eid, f) for _stream, entries in resp or [] for eid, f in entries]
+
+    def free_slots(self) -> int:
+        """Slots for new runs. Reads run ahead of up to `max_unwritten_acks` acks not written
+        yet (two ids each), so a read need not wait for the round trip of the last batch's
+        acks; past that budget an unwritten ack holds a slot again, which keeps reading from
+        outpacing the writes (else, 1M runs draining, the backlog outlived the visibility
+        timeout and this worker reclaimed its own entries). Retries, dead letters and
+        discards (they carry envelopes) always hold their slot."""
+        w, s = self.writer, self.ctx.settings
+        over = max(0, len(w.acks) + len(w.flushing) - int(s.max_unwritten_acks))
+        heavy = len(w.retries) + len(w.deads) + len(w.discards)
+        return int(s.concurrency) - len(self.runner.running) - heavy - over
+
+    async def tick(self, block: bool = False) -> int:
+        """One pass while slots are free: reclaim idle entries when a reclaim is due, then
+        read new ones and start them all (`block`: wait for some until the next reclaim is
+        due, at most `block_ms`). Returns how many it started."""
+        ctx, s, started = self.ctx, self.ctx.settings, 0
+        free = self.free_slots()
+        if free > 0 and time.monotonic() >= self.next_reclaim:
+            if await self.holds.reclaimable():
+                for d in await self.holds.reclaim(free):
+                    self.runner.start(d)
+                    started += 1
+            self.next_reclaim = time.monotonic() + self.reclaim_every
+            free = self.free_slots()
+        if free <= 0:
+            return started
+        left_ms = (self.next_reclaim - time.monotonic()) * 1000
+        wait_ms = int(min(s.block_ms, max(1.0, left_ms))) if block else None
+        for d in await self.read(min(free, s.read_batch), wait_ms):
+            self.runner.start(d)
+            started += 1
+        ctx.metrics.heartbeat.labels(ctx.queue, "worker").set(time.time())
+        ctx.outage.ok()
+        await self.eviction.check()
+        ctx.metrics.in_flight.labels(ctx.queue).set(len(self.runner.running))
+        return started
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.eviction.check(force=not self.eviction.checked)
+        await self.setup()
+        self.next_reclaim = 0.0
+        slot_free = self.runner.slot_free
+        while not stop.is_set():
+            if self.free_slots() <= 0:
+                slot_free.clear()
+                await slot_free.wait()
+                continue
+            await self.tick(block=True)
+
+
+class FlushLoop:
+    """Writes buffered outcomes as soon as there are some."""
+
+    def __init__(self, runner: Runner, writer: Writer) -> None:
+        self.runner, self.writer = runner, writer
+
+    async def tick(self) -> bool:
+        """Write what is buffered now; returns whether there was anything."""
+        had = self.writer.unwritten()
+        self.runner.observe_metrics()
+        await self.writer.flush()
+        return had
+
+    async def run(self, stop: asyncio.Event) -> None:
+        wake = self.writer.wake
+        while not stop.is_set():
+            if not self.writer.unwritten():  # else a failed flush left some: write them now
+                await wake.wait()
+            wake.clear()
+            await self.tick()
+
+
+class HoldLoop:
+    """Every visibility timeout / 3: renews the holds (and overlap leases, limit shares) and
+    hears cancel requests of the runs executing."""
+
+    def __init__(self, ctx: WorkerContext, runner: Runner, holds: Holds) -> None:
+        self.ctx, self.runner, self.holds = ctx, runner, holds
+
+    async def tick(self) -> int:
+        """One renewal pass; returns how many holds were found lost."""
+        self.runner.observe_metrics()  # also while every slot holds a long handler
+        lost = await self.holds.renew()
+        await worker_cancel.check_cancels(self.ctx, self.runner.running)
+        await admission.renew(self.ctx, self.runner.running)
+        return lost
+
+    async def run(self, stop: asyncio.Event) -> None:
+        every = self.ctx.settings.visibility_timeout_ms / 3000
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+            if not stop.is_set():
+                await self.tick()
+
+
+class Guard:
+    """Runs a loop, restarting it with backoff while Redis is unreachable or refuses. The
+    worker's loops share one Outage (`ctx.outage`): an outage is one WARNING per worker."""
+
+    def __init__(self, ctx: WorkerContext, reader: ReadLoop) -> None:
+        self.ctx, self.reader = ctx, reader
+        #: Set when the worker refused to start (zsched/store/eviction.py); run() raises it.
+        self.refused: EvictionPolicyError | None = None
+
+    async def run(self, loop: Callable[[asyncio.Event], Awaitable[None]],
+                  stop: asyncio.Event) -> None:  # fmt: skip
         backoff = Backoff()
-        q = self.app.queue
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -66,144 +195,44 @@ class WorkerLoop:
                 self.refused = exc
                 stop.set()
                 return
-            except REDIS_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - a loop must never die silently
                 # A loop that ran well for a while starts over from a short backoff.
-                if time.monotonic() - started > 10:
+                if isinstance(exc, REDIS_ERRORS) and time.monotonic() - started > 10:
                     backoff.reset()
-                self.metrics.redis_errors.labels(q, "worker").inc()
                 delay = backoff.next()
-                self.outage.failed(exc, delay)
-            except REFUSALS as exc:
-                self.metrics.redis_errors.labels(q, "worker").inc()
-                if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
-                    self._group_ready = False
-                why = redact_text(str(exc))[:500]
-                delay = backoff.next()
-                log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
-                          delay, extra={"queue": q})  # fmt: skip
-            except Exception:  # noqa: BLE001 - a loop must never die silently in a live process
-                delay = backoff.next()
-                log.exception("worker loop %s failed; restarting it in %.1fs",
-                              getattr(loop, "__name__", loop), delay,
-                              extra={"queue": q})  # fmt: skip
+                self._failed(exc, loop, delay)
             else:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 
-    async def _read_loop(self: Any, stop: asyncio.Event) -> None:
-        s = self.settings
-        await self.eviction.check(force=not self.eviction.checked)
-        await self.setup()
-        next_reclaim = 0.0
-        # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
-        # reclaim instead of a full-length read plus a short one to reach the reclaim time.
-        reclaim_every = min(s.visibility_timeout_ms / 2000, 5.0)
-        if self._max_block_ms:
-            reclaim_every = min(reclaim_every, self._max_block_ms / 1000)
-        while not stop.is_set():
-            free = self._free_slots()
-            if free <= 0:
-                self._slot_free.clear()
-                await self._slot_free.wait()
-                continue
-            if time.monotonic() >= next_reclaim:
-                if await self._reclaimable():
-                    for d in await recovery.reclaim_once(self, free):
-                        self._start(d)
-                next_reclaim = time.monotonic() + reclaim_every
-                free = self._free_slots()
-                if free <= 0:
-                    continue
-            block = int(min(s.block_ms, max(1.0, (next_reclaim - time.monotonic()) * 1000)))
-            for d in await self._read(min(free, s.read_batch), block):
-                self._start(d)
-            self.metrics.heartbeat.labels(self.app.queue, "worker").set(time.time())
-            self.outage.ok()
-            await self.eviction.check()
-            self.metrics.in_flight.labels(self.app.queue).set(len(self.running))
+    def _failed(self, exc: Exception, loop: Any, delay: float) -> None:
+        q, m = self.ctx.queue, self.ctx.metrics
+        if isinstance(exc, REDIS_ERRORS):
+            m.redis_errors.labels(q, "worker").inc()
+            self.ctx.outage.failed(exc, delay)
+        elif isinstance(exc, REFUSALS):
+            m.redis_errors.labels(q, "worker").inc()
+            if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
+                self.reader.group_ready = False
+            why = redact_text(str(exc))[:500]
+            log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
+                      delay, extra={"queue": q})  # fmt: skip
+        else:
+            log.exception("worker loop %s failed; restarting it in %.1fs",
+                          getattr(loop, "__name__", loop), delay, extra={"queue": q},
+                          exc_info=exc)  # fmt: skip
 
-    def _free_slots(self: Any) -> int:
-        """Slots for new runs. Reads run ahead of up to `max_unwritten_acks` acks not written
-        yet (two ids each), so a read need not wait for the round trip of the last batch's
-        acks; past that budget an unwritten ack holds a slot again, which keeps reading from
-        outpacing the writes (else, 1M runs draining, the backlog outlived the visibility
-        timeout and this worker reclaimed its own entries). Retries, dead letters and
-        discards (they carry envelopes) always hold their slot."""
-        acks = len(self._acks) + len(self._flushing)
-        over = max(0, acks - int(self.settings.max_unwritten_acks))
-        heavy = len(self._retries) + len(self._deads) + len(self._discards)
-        return int(self.settings.concurrency) - len(self.running) - heavy - over
 
-    async def _reclaimable(self: Any) -> bool:
-        """Whether any pending entry is idle past the visibility timeout: one XPENDING IDLE,
-        so an idle queue costs Redis one command per reclaim period, not a reclaim script
-        (EVALSHA plus its checks and XAUTOCLAIM). A paged reclaim goes on while it has a cursor."""
-        if self.reclaim_cursor not in ("0-0", "0"):
-            return True
-        idle_ms, ready = self.settings.visibility_timeout_ms, self.app.keys.ready
-        rows = await self.redis.xpending_range(ready, GROUP, "-", "+", 1, idle=idle_ms)
-        return bool(rows)
-
-    async def _flush_loop(self: Any, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            if not (self._acks or self._retries or self._deads or self._discards):  # a failed flush
-                await self._wake_flush.wait()
-            self._wake_flush.clear()
-            await self.flush()
-
-    async def _lease_loop(self: Any, stop: asyncio.Event) -> None:
-        every = self.settings.visibility_timeout_ms / 3000
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), every)
-            if not stop.is_set():
-                self._observe_metrics()  # also while every slot holds a long handler
-                await recovery.renew_leases(self)
-                await worker_cancel.check_cancels(self)
-                await limits.renew(self)
-
-    async def shutdown(self: Any, loops: list[asyncio.Task[None]]) -> None:
-        """Stop reading, let running handlers finish within the grace, hand back the rest."""
-        self.stopping = True
-        reader, others = loops[0], loops[1:]
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
-        if self._tasks:
-            grace = self.settings.shutdown_grace_ms / 1000
-            await asyncio.wait(list(self._tasks), timeout=grace)
-        for t in others:
-            t.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
-        try:
-            await self.flush()
-            await self._hand_back()
-        except REDIS_ERRORS:
-            log.error("Redis unreachable at shutdown: held runs will be reclaimed by other "
-                      "workers after the visibility timeout", extra={"queue": self.app.queue})  # fmt: skip
-        for t in list(self._tasks):
-            t.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _hand_back(self: Any) -> None:
-        """Release every entry still pending for this consumer (unfinished or never started)."""
-        if not self._group_ready:  # never read (e.g. refused to start): nothing is held
-            return
-        k = self.app.keys
-        mine = await recovery.own_pending(self)
-        gone = [eid for eid, run_id in mine if not run_id]
-        pairs = [(eid, run_id) for eid, run_id in mine if run_id]
-        if gone:
-            await self.redis.xack(k.ready, GROUP, *gone)
-        released = 0
-        for i in range(0, len(pairs), S.MAX_BATCH):
-            codes = await self.scripts.run(
-                S.release(
-                    k, self.consumer, pairs[i : i + S.MAX_BATCH], now_ms=self.app.clock.now_ms()
-                )
-            )
-            released += sum(codes)
-        if released:
-            log.info("handed back %d runs", released, extra={"queue": self.app.queue})
-        if not await recovery.own_pending(self):
-            await self.redis.xgroup_delconsumer(k.ready, GROUP, self.consumer)
+def _max_block_ms(client: Any) -> int | None:
+    """How long a blocking read may wait: it must end before the connection's socket timeout
+    (redis-py 8 sets 5 s by default), or an idle worker takes its own wait for a lost
+    connection. None = no socket timeout."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None:  # cluster clients keep them on the nodes manager
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None) or {}
+    timeout = kwargs.get("socket_timeout", _DEFAULT_SOCKET_TIMEOUT)
+    if not timeout:
+        return None
+    ms = float(timeout) * 1000
+    return max(1, int(min(ms * 0.8, ms - 200)))

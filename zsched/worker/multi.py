@@ -30,7 +30,7 @@ class MultiWorker:
         views = ctx.views()
         total = int(settings.pop("concurrency", WorkerSettings.concurrency))
         self.workers = [
-            Worker(v, redis=self.redis, consumer=consumer, concurrency=c, **settings)  # type: ignore[arg-type]  # until Worker takes a QueueContext
+            Worker(v, redis=self.redis, consumer=consumer, concurrency=c, **settings)
             for v, c in zip(views, shares(total, len(views)), strict=True)
         ]
 

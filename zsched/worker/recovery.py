@@ -1,24 +1,27 @@
-"""Pending-entry recovery: the consumer group, lease renewal, and reclaiming dead consumers' runs.
+"""Pending-entry recovery: the consumer group, and a worker's holds on stream entries.
 
-A worker renews the lease (idle time) of every entry it holds; an entry whose owner stopped
-renewing for the visibility timeout is taken over by `reclaim` (XAUTOCLAIM inside a script),
-and one delivered more than `max_deliveries` times goes to the dead letters.
+A worker renews its hold (the entry's idle time) on every entry it has; an entry whose holder
+stopped renewing for the visibility timeout is taken over by `reclaim` (XAUTOCLAIM inside a
+script), and one delivered more than `max_deliveries` times goes to the dead letters. A rule's
+run also keeps its rule's overlap lease alive while this worker holds it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.exceptions
 
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.store import scripts as S
-
-if TYPE_CHECKING:
-    from zsched.worker.worker import Delivery, Worker
+from zsched.worker.context import WorkerContext
+from zsched.worker.delivery import Delivery
+from zsched.worker.runner import Runner
+from zsched.worker.writer import Writer
 
 log = logging.getLogger(__name__)
+_worker_log = logging.getLogger("zsched.worker.worker")
 
 
 async def ensure_group(r: Any, k: QueueKeys) -> bool:
@@ -36,79 +39,124 @@ async def ensure_group(r: Any, k: QueueKeys) -> bool:
         raise
 
 
-async def renew_leases(w: Worker) -> int:
-    """Reset the idle time of every entry `w` holds; returns how many it had lost."""
-    lost = 0
-    async with w.writing:  # not while acks are in flight: an acked entry is not a lost one
-        ids = list(w.held_entry_ids())
-        for i in range(0, len(ids), S.MAX_BATCH):
-            chunk = ids[i : i + S.MAX_BATCH]
-            codes = await w.scripts.run(S.renew(w.app.keys, w.consumer, chunk))
-            for entry_id, code in zip(chunk, codes, strict=True):
-                if code == S.FENCED:
-                    lost += 1
-                    w.mark_lost(entry_id)
-    if lost:
-        w.metrics.fenced.labels(w.app.queue, "renew").inc(lost)
-    # A rule's overlap lease is not renewed here: it has no TTL and lasts while its run
-    # lives, also while a dead worker's entry waits to be reclaimed (docs/policies.md).
-    return lost
+class Holds:
+    """This worker's holds: renew them, take over idle ones of others, hand them back."""
 
+    def __init__(self, ctx: WorkerContext, runner: Runner, writer: Writer) -> None:
+        self.ctx = ctx
+        self.runner = runner
+        self.writer = writer
+        #: Where the next reclaim pass goes on ("0-0": from the start).
+        self.reclaim_cursor = "0-0"
 
-async def reclaim_once(w: Worker, limit: int) -> list[Delivery]:
-    """Take over up to `limit` entries idle past the visibility timeout."""
-    from zsched.worker.worker import Delivery
+    def entry_ids(self) -> list[str]:
+        """Every entry this worker holds: running, or its outcome not written yet."""
+        return list(self.runner.running) + self.writer.unwritten_ids()
 
-    if limit <= 0:
-        return []
-    held = set(w.held_entry_ids())
-    if held:
-        # Renew first: entries this worker holds can look idle after it was paused (SIGSTOP,
-        # a long GC, a Redis restart), and XAUTOCLAIM would hand them back to their own
-        # holder, counting a reclaim and a delivery that never ran.
-        await renew_leases(w)
-    s = w.settings
-    result = await w.scripts.run(
-        S.reclaim(
-            w.app.keys,
-            w.consumer,
-            now_ms=w.app.clock.now_ms(),
-            min_idle_ms=s.visibility_timeout_ms,
-            count=min(limit, S.MAX_BATCH),
-            max_deliveries=s.max_deliveries,
-            cursor=w.reclaim_cursor,
+    async def renew(self) -> int:
+        """Reset the idle time of every entry held; returns how many were lost."""
+        ctx, lost = self.ctx, 0
+        async with self.writer.lock:  # not while acks are in flight: an acked entry is not lost
+            ids = self.entry_ids()
+            for i in range(0, len(ids), S.MAX_BATCH):
+                chunk = ids[i : i + S.MAX_BATCH]
+                codes = await ctx.scripts.run(S.renew(ctx.keys, ctx.consumer, chunk))
+                for entry_id, code in zip(chunk, codes, strict=True):
+                    if code == S.FENCED:
+                        lost += 1
+                        self.writer.mark_lost(entry_id)
+        if lost:
+            ctx.metrics.fenced.labels(ctx.queue, "renew").inc(lost)
+        # A rule's overlap lease is not renewed here: it has no TTL and lasts while its run
+        # lives, also while a dead worker's entry waits to be reclaimed (docs/policies.md).
+        return lost
+
+    async def reclaimable(self) -> bool:
+        """Whether any pending entry is idle past the visibility timeout: one XPENDING IDLE,
+        so an idle queue costs Redis one command per reclaim period, not a reclaim script
+        (EVALSHA plus its checks and XAUTOCLAIM). A paged reclaim goes on while it has a cursor."""
+        if self.reclaim_cursor not in ("0-0", "0"):
+            return True
+        idle_ms, ready = self.ctx.settings.visibility_timeout_ms, self.ctx.keys.ready
+        rows = await self.ctx.redis.xpending_range(ready, GROUP, "-", "+", 1, idle=idle_ms)
+        return bool(rows)
+
+    async def reclaim(self, limit: int) -> list[Delivery]:
+        """Take over up to `limit` entries idle past the visibility timeout."""
+        if limit <= 0:
+            return []
+        ctx = self.ctx
+        held = set(self.entry_ids())
+        if held:
+            # Renew first: entries this worker holds can look idle after it was paused (SIGSTOP,
+            # a long GC, a Redis restart), and XAUTOCLAIM would hand them back to their own
+            # holder, counting a reclaim and a delivery that never ran.
+            await self.renew()
+        s = ctx.settings
+        result = await ctx.scripts.run(
+            S.reclaim(
+                ctx.keys,
+                ctx.consumer,
+                now_ms=ctx.clock.now_ms(),
+                min_idle_ms=s.visibility_timeout_ms,
+                count=min(limit, S.MAX_BATCH),
+                max_deliveries=s.max_deliveries,
+                cursor=self.reclaim_cursor,
+            )
         )
-    )
-    w.reclaim_cursor = result.cursor
-    q = w.app.queue
-    if result.dead:
-        w.metrics.dead_lettered.labels(q, "max_deliveries").inc(result.dead)
-        log.warning("%d runs delivered too many times went to the dead letters", result.dead,
-                    extra={"queue": q})  # fmt: skip
-    if result.claimed:
-        w.metrics.reclaimed.labels(q).inc(len(result.claimed))
-        log.info("reclaimed %d runs from stalled consumers", len(result.claimed),
-                 extra={"queue": q})  # fmt: skip
-    # Still held here (renewal raced a zero visibility timeout): one execution per entry.
-    return [Delivery(c.entry_id, c.run_id, c.envelope, None, c.deliveries)
-            for c in result.claimed if c.entry_id not in held]  # fmt: skip
+        self.reclaim_cursor = result.cursor
+        self._count(result)
+        # Still held here (renewal raced a zero visibility timeout): one execution per entry.
+        return [Delivery(c.entry_id, c.run_id, c.envelope, None, c.deliveries)
+                for c in result.claimed if c.entry_id not in held]  # fmt: skip
 
+    def _count(self, result: S.ReclaimResult) -> None:
+        q, m = self.ctx.queue, self.ctx.metrics
+        if result.dead:
+            m.dead_lettered.labels(q, "max_deliveries").inc(result.dead)
+            log.warning("%d runs delivered too many times went to the dead letters",
+                        result.dead, extra={"queue": q})  # fmt: skip
+        if result.claimed:
+            m.reclaimed.labels(q).inc(len(result.claimed))
+            log.info("reclaimed %d runs from stalled consumers", len(result.claimed),
+                     extra={"queue": q})  # fmt: skip
 
-async def own_pending(w: Worker) -> list[tuple[str, str]]:
-    """(entry_id, run_id) of every entry still pending for this consumer (for hand-back)."""
-    k = w.app.keys
-    out: list[tuple[str, str]] = []
-    start = "-"
-    while True:
-        rows = await w.redis.xpending_range(k.ready, GROUP, start, "+", 1000, w.consumer)
-        if not rows:
-            return out
-        for row in rows:
-            eid = row["message_id"]
-            eid = eid.decode() if isinstance(eid, bytes) else eid
-            entry = await w.redis.xrange(k.ready, eid, eid)
-            run_id = entry[0][1].get(b"run_id", b"").decode() if entry else ""
-            out.append((eid, run_id))
-        if len(rows) < 1000:
-            return out
-        start = "(" + out[-1][0]
+    async def own_pending(self) -> list[tuple[str, str]]:
+        """(entry_id, run_id) of every entry still pending for this consumer (for hand-back)."""
+        r, k = self.ctx.redis, self.ctx.keys
+        out: list[tuple[str, str]] = []
+        start = "-"
+        while True:
+            rows = await r.xpending_range(k.ready, GROUP, start, "+", 1000, self.ctx.consumer)
+            if not rows:
+                return out
+            for row in rows:
+                eid = row["message_id"]
+                eid = eid.decode() if isinstance(eid, bytes) else eid
+                entry = await r.xrange(k.ready, eid, eid)
+                run_id = entry[0][1].get(b"run_id", b"").decode() if entry else ""
+                out.append((eid, run_id))
+            if len(rows) < 1000:
+                return out
+            start = "(" + out[-1][0]
+
+    async def hand_back(self) -> None:
+        """Release every entry still pending for this consumer (unfinished or never started)."""
+        ctx = self.ctx
+        k, r = ctx.keys, ctx.redis
+        mine = await self.own_pending()
+        gone = [eid for eid, run_id in mine if not run_id]
+        pairs = [(eid, run_id) for eid, run_id in mine if run_id]
+        if gone:
+            await r.xack(k.ready, GROUP, *gone)
+        released = 0
+        for i in range(0, len(pairs), S.MAX_BATCH):
+            batch = pairs[i : i + S.MAX_BATCH]
+            codes = await ctx.scripts.run(
+                S.release(k, ctx.consumer, batch, now_ms=ctx.clock.now_ms())
+            )
+            released += sum(codes)
+        if released:
+            _worker_log.info("handed back %d runs", released, extra={"queue": ctx.queue})
+        if not await self.own_pending():
+            await r.xgroup_delconsumer(k.ready, GROUP, ctx.consumer)

@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from zsched.errors import ZschedError
+from zsched.observability.logs import CURRENT_RUN
 from zsched.protocol.envelope import Payload
+from zsched.worker.limits import Limits, make_limits
 
 
 class Handler(Protocol):
@@ -43,7 +45,7 @@ class Task:
     #: Largest return value kept (msgpack bytes); a larger one is recorded as an error.
     max_result_bytes: int = 16 * 1024
     #: Concurrency and rate limits shared by all workers (zsched/worker/limits.py); None = none.
-    limits: Any = None
+    limits: Limits | None = None
 
     def backoff_seconds(self, attempt: int, max_seconds: float) -> float:
         """Delay before attempt `attempt + 1`: base * 2^(attempt-1), with full jitter."""
@@ -81,8 +83,6 @@ def make_task(
     if not (isinstance(max_result_bytes, int) and max_result_bytes >= 0):
         raise ZschedError(f"task {task_name}: max_result_bytes must be a whole number >= 0")
     is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
-    from zsched.worker.limits import make_limits
-
     limits = make_limits(task_name, max_concurrency, rate, burst, limit_key)
     return Task(task_name, fn, is_async, max_attempts, backoff, timeout, bool(keep_result),
                 max_result_bytes, limits)  # fmt: skip
@@ -112,9 +112,7 @@ class RunInfo:
         return self._cancel[0]
 
 
-_current: contextvars.ContextVar[RunInfo | None] = contextvars.ContextVar(
-    "zsched_current_run", default=None
-)
+_current: contextvars.ContextVar[RunInfo | None] = CURRENT_RUN  # read by log records too
 
 
 def current_run() -> RunInfo:

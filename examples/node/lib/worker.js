@@ -1,7 +1,7 @@
 // A zsched consumer in Node.js (docs/protocol.md, "Consume runs from another language").
 // It joins the same consumer group as the Python workers and changes state only through the
 // same scripts: ack.lua on success, retry.lua / dead.lua on failure, renew.lua to keep its
-// lease while a handler runs, reclaim.lua to take over runs of consumers that died.
+// hold on an entry while a handler runs, reclaim.lua to take over runs of consumers that died.
 
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -65,7 +65,7 @@ export class Worker {
 
   /** Run ticks until `signal` aborts. */
   async run(signal, { count = 100, blockMs = 1000, onOutcome = () => {} } = {}) {
-    const timer = setInterval(() => this.renewLeases().catch(() => {}), Math.max(10, this.visibilityTimeoutMs / 3));
+    const timer = setInterval(() => this.renewHolds().catch(() => {}), Math.max(10, this.visibilityTimeoutMs / 3));
     try {
       while (!signal.aborted) {
         for (const o of await this.tick({ count, blockMs })) onOutcome(o);
@@ -107,8 +107,8 @@ export class Worker {
     return out;
   }
 
-  /** Renew the lease of the given (default: every held) entry; returns {entryId: true|false}. */
-  async renewLeases(entryIds = [...this.held]) {
+  /** Renew the hold on the given (default: every held) entry; returns {entryId: true|false}. */
+  async renewHolds(entryIds = [...this.held]) {
     // A rule's overlap lease (this.leases) is not renewed: it has no TTL, it lasts while its run lives.
     const result = {};
     for (let i = 0; i < entryIds.length; i += MAX_BATCH) {
@@ -143,7 +143,7 @@ export class Worker {
       queue: this.queue,
       scheduleId: env.schedule_id ?? null,
       deliveries: d.deliveries,
-      renew: async () => (await this.renewLeases([d.entryId]))[d.entryId],
+      renew: async () => (await this.renewHolds([d.entryId]))[d.entryId],
     };
     this.held.add(d.entryId);
     if (lease) this.leases.set(d.entryId, lease);
@@ -198,17 +198,17 @@ export class Worker {
           if (!o.written) o.fenced = true; // another consumer owns the entry now
         });
         const leased = chunk.filter((o) => o.written && o.lease);
-        if (kind === 'retry') await this.hold(leased);
+        if (kind === 'retry') await this.extend(leased);
         else await this.unlease(leased);
       }
     }
   }
 
-  /** Runs of rules that wait for a retry: keep each rule's lease for the wait (hold.lua). */
-  async hold(waiting) {
+  /** Runs of rules that wait for a retry: keep each rule's lease for the wait (extend.lua). */
+  async extend(waiting) {
     const k = this.keys;
     for (const { delayMs, lease: [scheduleId, runId, leaseMs] } of waiting) {
-      await runScript(this.redis, 'hold', [k.lease(scheduleId), k.runs], [runId, Math.max(1, delayMs + leaseMs)]);
+      await runScript(this.redis, 'extend', [k.lease(scheduleId), k.runs], [runId, Math.max(1, delayMs + leaseMs)]);
     }
   }
 

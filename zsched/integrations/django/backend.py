@@ -17,10 +17,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+import zsched.integrations.django.results as R
 from zsched import App
 from zsched.config import redis_url_from_env
 from zsched.errors import RunNotFound
-from zsched.integrations.django import results as R
 from zsched.integrations.django.compat import (
     BaseTaskBackend,
     TaskError,

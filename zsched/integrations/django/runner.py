@@ -7,8 +7,8 @@ import os
 import socket
 from typing import Any
 
+import zsched.integrations.django.results as R
 from zsched import App, Fail, current_run
-from zsched.integrations.django import results as R
 from zsched.integrations.django.compat import TaskContext, signals
 
 

@@ -1,0 +1,85 @@
+"""One pass of each worker loop, driven by its tick() without the loop (STYLE.md: a loop class
+has run() for the sleep/wake logic and tick() for one pass that returns what it did)."""
+
+from __future__ import annotations
+
+from zsched import FakeClock
+from zsched.protocol.keys import GROUP
+from zsched.worker.loops import FlushLoop, HoldLoop
+
+NOW = 1_800_000_000_000
+
+
+def _app(backend, queue, ran):
+    app = backend.app(queue, clock=FakeClock(NOW))
+
+    @app.task(name="t")
+    async def t(payload):
+        ran.append(payload)
+
+    return app
+
+
+async def _dispatched(app, backend, n):
+    app.enqueue_many([("t", i) for i in range(n)])
+    d = app.dispatcher(redis=backend.async_client())
+    assert (await d.tick()).moved == n
+    await d.close()
+
+
+async def test_a_read_pass_starts_what_is_ready_and_no_more_than_the_free_slots(
+    backend, queue
+) -> None:
+    ran: list[int] = []
+    app = _app(backend, queue, ran)
+    await _dispatched(app, backend, 5)
+    w = app.worker(redis=backend.async_client(), concurrency=3)
+    await w.setup()
+    assert await w.reader.tick() == 3  # the free slots, not the 5 ready
+    await w.runner.drain()
+    assert sorted(ran) == [0, 1, 2]
+    assert w.writer.unwritten()  # executed, not written: the flush loop's work
+    assert await FlushLoop(w.runner, w.writer).tick() is True
+    assert app.status().stats.get("acked") == 3
+    assert await FlushLoop(w.runner, w.writer).tick() is False  # nothing left to write
+    assert await w.reader.tick() == 2
+    await w.drain()
+    assert sorted(ran) == [0, 1, 2, 3, 4] and app.status().stats.get("acked") == 5
+    await w.close()
+
+
+async def test_a_read_pass_reclaims_an_idle_entry_of_a_dead_consumer(backend, queue) -> None:
+    ran: list[int] = []
+    app = _app(backend, queue, ran)
+    await _dispatched(app, backend, 1)
+    dead = app.worker(redis=backend.async_client(), consumer="dead")
+    await dead.setup()
+    (lost,) = await dead.reader.read(10, None)  # read, then the consumer died
+    rescuer = app.worker(redis=backend.async_client(), consumer="rescuer",
+                         visibility_timeout_ms=0)  # fmt: skip
+    assert await rescuer.reader.tick() == 1  # reclaimed, not read: the stream had no new entry
+    await rescuer.drain()
+    assert ran == [0] and app.get_run(lost.run_id).state == "done"
+    assert app.status().stats.get("reclaimed") == 1
+    await dead.close()
+    await rescuer.close()
+
+
+async def test_a_hold_pass_renews_the_holds_and_counts_the_ones_another_consumer_took(
+    backend, queue
+) -> None:
+    ran: list[int] = []
+    app = _app(backend, queue, ran)
+    await _dispatched(app, backend, 2)
+    w = app.worker(redis=backend.async_client(), consumer="w")
+    await w.setup()
+    held = await w.reader.read(2, None)
+    for d in held:  # executing, as far as the hold loop can tell
+        w.runner.running[d.entry_id] = d
+    hold = HoldLoop(w.ctx, w.runner, w.holds)
+    assert await hold.tick() == 0
+    backend.sync.xclaim(app.keys.ready, GROUP, "other", 0, [held[0].entry_id])
+    assert await hold.tick() == 1
+    assert w.writer.lost == {held[0].entry_id}
+    assert app.metrics.fenced.labels(queue, "renew")._value.get() == 1
+    await w.close()

@@ -1,0 +1,273 @@
+"""`Runner`: executes deliveries with their handlers and decides each run's outcome.
+
+Async handlers run on the event loop, sync ones in a thread pool. A handler's return is an
+ack, `Retry` or an error a retry (or a dead letter once attempts are spent), `Fail` a dead
+letter; the outcome goes to the Writer's buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from zsched.errors import Fail, PayloadError, Retry
+from zsched.observability import tracing as _tracing
+from zsched.observability.metrics import TaskMetrics
+from zsched.protocol.envelope import Envelope, decode
+from zsched.runs import outcomes as _outcomes
+from zsched.worker import admission
+from zsched.worker.context import WorkerContext
+from zsched.worker.delivery import Delivery
+from zsched.worker.tasks import RunInfo, Task, ms_to_datetime, set_current
+from zsched.worker.writer import OverlapLease, Writer
+
+log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
+#: Longest retry delay (1000 years): retry.lua refuses a due after 9999-12-31.
+MAX_RETRY_DELAY_S = 1000 * 365.25 * 86400
+
+
+def failure_reason(exc: BaseException, attempts: int) -> str:
+    """'failed after N attempts: Type: message (at file:line in func)' — last traceback line."""
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    where = ""
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        f = tb[-1]
+        where = f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
+    return f"failed after {attempts} attempt(s): {last}{where}"[:2000]
+
+
+class Runner:
+    """The runs this worker executes: `start(d)` one, `drain()` waits for all."""
+
+    def __init__(self, ctx: WorkerContext, writer: Writer, slot_free: asyncio.Event) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        #: Set when an execution ends (the read loop waits on it).
+        self.slot_free = slot_free
+        #: entry_id -> the delivery executing (or admitted, not started yet).
+        self.running: dict[str, Delivery] = {}
+        #: The asyncio tasks executing them.
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.executor = ThreadPoolExecutor(
+            max_workers=ctx.settings.concurrency, thread_name_prefix="zsched"
+        )
+        # Per-task metric children: labels() takes a lock and a dict lookup, three times per
+        # run on the hot path otherwise.
+        self._task_metrics: dict[str, TaskMetrics] = {}
+
+    def start(self, d: Delivery) -> None:
+        self.running[d.entry_id] = d
+        t = d.exec_task = asyncio.get_running_loop().create_task(self._execute(d))
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for every started handler (their outcomes are buffered, not written)."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    def observe_metrics(self) -> None:
+        """Hand the buffered per-run observations to the metrics (zsched.observability)."""
+        for tm in self._task_metrics.values():
+            tm.observe()
+
+    # -- executing a run ---------------------------------------------------------------------
+
+    async def _execute(self, d: Delivery) -> None:
+        try:
+            await self._execute_inner(d)
+        except Exception as exc:
+            # A fault of the worker itself (a handler's is an outcome): dead-letter the run
+            # with the reason rather than leave its entry pending, unrenewed, until reclaim.
+            if not self.writer.has_outcome(d.entry_id):
+                log.exception("worker error on run %s", d.run_id, extra={"queue": self.ctx.queue})
+                self.writer.dead(d, f"worker error: {type(exc).__name__}: {exc}"[:2000],
+                                 "worker_error")  # fmt: skip
+        finally:
+            self.running.pop(d.entry_id, None)
+            self.slot_free.set()
+            self.writer.wake.set()
+
+    def _prepare(self, d: Delivery) -> tuple[Envelope, Task, RunInfo] | None:
+        """Decode the run and find its task; None when it was dead-lettered instead."""
+        try:
+            env = decode(d.raw, d.run_id)
+        except PayloadError as exc:
+            self.writer.dead(d, f"undecodable envelope: {exc}", "undecodable")
+            return None
+        if env.lease_ms and env.schedule_id:
+            lease = OverlapLease(env.schedule_id, env.run_id, env.lease_ms)
+            self.writer.overlap_leases[d.entry_id] = lease
+        task = self.ctx.tasks.get(env.task)
+        if task is None:
+            self.writer.dead(
+                d, f"unknown task {env.task!r}: not registered with this worker", "unknown_task"
+            )
+            return None
+        stream_ms = d.entry_id.split("-", 1)[0]
+        dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
+        info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms),
+                       self.ctx.queue, env.schedule_id, d.deliveries, dispatched)  # fmt: skip
+        d.info, d.is_async, d.task_name = info, task.is_async, task.name
+        return env, task, info
+
+    async def _execute_inner(self, d: Delivery) -> None:
+        prepared = self._prepare(d)
+        if prepared is None:
+            return
+        env, task, info = prepared
+        if d.cancel_seen:  # asked to stop before its handler started
+            return self.writer.discard(d, task.name)
+        if task.limits is None:
+            return await self._run(d, env, task, info)
+        if not await admission.admit(self.ctx, self.writer, d, env, task):
+            return None  # deferred (or dead: its limit_key failed)
+        try:
+            await self._run(d, env, task, info)
+        finally:
+            await admission.vacate(self.ctx, d, task)
+        return None
+
+    async def _run(self, d: Delivery, env: Envelope, task: Task, info: RunInfo) -> None:
+        """Run the handler and buffer its outcome."""
+        started_ms = self.ctx.server_time.now_ms()
+        due = d.due_ms if d.due_ms is not None else env.run_at_ms
+        tm = self._metrics_of(task.name)
+        tm.lags.append(max(0.0, (started_ms - due) / 1000))
+        t0 = time.perf_counter()
+        set_current(info)  # this task's log lines about the run carry it (observability/logs.py)
+        span = _tracing.start_attempt(env, self.ctx.queue, d.deliveries, d.entry_id, due)
+        value: Any = None
+        try:
+            value = await self._call(task, env, info)
+        except asyncio.CancelledError:
+            if not d.cancel_seen:  # the worker is shutting down: not a cancel of this run
+                raise
+            me = asyncio.current_task()
+            if me is not None:
+                me.uncancel()  # ours: the run goes on to its outcome
+            self.writer.discard(d, task.name)
+        except Exception as exc:  # noqa: BLE001 - any handler error is an outcome, not a crash
+            self._failed(d, env, task, exc)
+        else:
+            if d.cancel_seen:  # it returned after it was asked to stop
+                self.writer.discard(d, task.name)
+            else:
+                self.writer.acks.append((d.entry_id, d.run_id))
+                tm.succeeded.inc()
+        finally:
+            tm.durations.append(time.perf_counter() - t0)
+            if task.keep_result:  # written with the run's outcome, dropped for a retry
+                kept = _outcomes.build(env.attempt, time.perf_counter() - t0, value,
+                                       task.max_result_bytes)  # fmt: skip
+                self.writer.kept[d.entry_id] = (d.run_id, kept.encode())
+            _tracing.end_attempt(span)
+
+    def _failed(self, d: Delivery, env: Envelope, task: Task, exc: Exception) -> None:
+        """A handler raised: a run asked to stop ends cancelled, else it retries or dies."""
+        if d.cancel_seen:
+            self.writer.discard(d, task.name)
+        elif isinstance(exc, Retry):
+            self._retry(d, env, task, exc.delay, exc.reason, outcome="retried")
+        elif isinstance(exc, Fail):
+            self.writer.dead(d, f"failed: {exc.reason}"[:2000], "failed", task.name)
+        else:
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(f"timed out after {task.timeout}s")
+            self._retry(d, env, task, None, None, exc=exc)
+
+    def _metrics_of(self, task: str) -> TaskMetrics:
+        tm = self._task_metrics.get(task)
+        if tm is None:
+            m, q = self.ctx.metrics, self.ctx.queue
+            tm = TaskMetrics(m.completed.labels(q, task, "succeeded"), m.start_lag.labels(q, task),
+                              m.run_duration.labels(q, task))  # fmt: skip
+            self._task_metrics[task] = tm
+        return tm
+
+    async def _call(self, task: Task, env: Envelope, info: RunInfo) -> Any:
+        """Run the handler; its return value."""
+        if task.is_async:
+            set_current(info)
+            coro = task.fn(env.payload)
+            if task.timeout:
+                return await asyncio.wait_for(coro, task.timeout)
+            return await coro
+        loop = asyncio.get_running_loop()
+        began = asyncio.Event()
+        # In a copy of this context: the handler's thread sees the run span (tracing.py).
+        fut = loop.run_in_executor(self.executor, contextvars.copy_context().run, _call_sync,
+                                   task.fn, env.payload, info,
+                                   lambda: loop.call_soon_threadsafe(began.set))  # fmt: skip
+        if not task.timeout:
+            return await fut
+        await began.wait()  # waiting for a thread is not the handler's time
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), task.timeout)
+        except TimeoutError:
+            await self._outlast(fut, info, task.timeout)
+            raise
+
+    async def _outlast(self, fut: asyncio.Future[Any], info: RunInfo, timeout: float) -> None:
+        """A sync handler ran past its timeout. Its thread cannot be stopped: the run stays
+        held (renewed) until the thread ends, so its retry cannot start beside it, and the
+        lost thread is shown rather than hidden; the attempt then counts as timed out."""
+        q = self.ctx.queue
+        g = self.ctx.metrics.stuck_handlers.labels(q)
+        log.warning("run %s: sync handler still running after its %.1fs timeout; its thread "
+                    "and run slot stay taken until it returns", info.run_id, timeout,
+                    extra={"queue": q, "run_id": info.run_id})  # fmt: skip
+        g.inc()
+        try:
+            await asyncio.gather(fut, return_exceptions=True)
+        finally:
+            g.dec()
+
+    def _retry(
+        self,
+        d: Delivery,
+        env: Envelope,
+        task: Task,
+        delay: float | None,
+        reason: str | None,
+        exc: BaseException | None = None,
+        outcome: str = "failed",
+    ) -> None:
+        s, q, m = self.ctx.settings, self.ctx.queue, self.ctx.metrics
+        attempts = env.max_attempts or task.max_attempts or s.max_attempts
+        if env.attempt >= attempts:
+            # "failed after": the dead script counts it as exhausted (lua/dead.lua's kinds).
+            why = (failure_reason(exc, env.attempt) if exc
+                   else f"failed after {env.attempt} attempt(s): {reason}")  # fmt: skip
+            return self.writer.dead(d, why, "exhausted", task.name)
+        if delay is None:
+            delay = task.backoff_seconds(env.attempt, s.max_backoff_ms / 1000)
+        # Retry(delay=) is finite and >= 0 (it checks), but may be longer than the scripts
+        # allow (a due after 9999-12-31 refuses the whole retry call): cut there.
+        delay_ms = int(min(max(0.0, delay), MAX_RETRY_DELAY_S) * 1000)
+        nxt = env.next_attempt(self.ctx.server_time.now_ms() + delay_ms)
+        self.writer.retries.append((d.entry_id, d.run_id, delay_ms, nxt.encode()))
+        _tracing.event("zsched.retry", failed=exc is not None, delay_s=delay_ms / 1000,
+                       reason=str(exc) if exc is not None else reason)  # fmt: skip
+        m.completed.labels(q, task.name, outcome).inc()
+        m.retried.labels(q, task.name).inc()
+        if exc is not None:
+            log.info("run %s failed (attempt %d/%d), retrying in %.1fs: %s", d.run_id,
+                     env.attempt, attempts, delay, exc, extra={"queue": q, "run_id": d.run_id})  # fmt: skip
+
+
+def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -> Any:
+    began()
+    set_current(info)
+    try:
+        return fn(payload)
+    finally:
+        set_current(None)

@@ -1,0 +1,248 @@
+"""`Writer`: the worker's buffered outcomes, and the one place that writes them.
+
+Handlers end faster than Redis round trips: outcomes wait here and go out in batches (one ack
+script call for up to FLUSH_BATCH runs). Every write is fenced: a consumer that no longer owns
+an entry cannot ack, retry or dead-letter it. A rule's run frees its overlap lease when its
+outcome is written (unlease.lua), or keeps it for a retry's wait (extend.lua).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, NamedTuple
+
+import redis.exceptions
+
+from zsched.errors import ScriptError
+from zsched.observability import tracing as _tracing
+from zsched.runs import controls as C
+from zsched.runs import outcomes as _outcomes
+from zsched.store import scripts as S
+from zsched.store.connection import RETRYABLE_ERRORS
+from zsched.worker.context import WorkerContext
+from zsched.worker.delivery import Delivery
+
+log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
+#: Outcomes written per script call. An ack of 100 runs holds Redis ~0.6 ms (also while a
+#: 300,000-entry stream drains); 1000 (the scripts' bound) took ~6 ms, over the 5 ms a script
+#: may hold Redis (BENCHMARKS.md).
+FLUSH_BATCH = 100
+# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
+REDIS_ERRORS = RETRYABLE_ERRORS
+# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
+# error and retried; a loop that died here would leave a live process that does nothing.
+REFUSALS = (redis.exceptions.ResponseError, ScriptError)
+_FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
+
+
+class OverlapLease(NamedTuple):
+    """The overlap lease a rule's run holds while this worker has it (envelope `lease_ms`)."""
+
+    schedule_id: str
+    run_id: str
+    lease_ms: int
+
+
+class Writer:
+    """Buffers outcomes (ack, retry, dead, discard) and writes them; tracks what is unwritten."""
+
+    def __init__(self, ctx: WorkerContext, slot_free: asyncio.Event) -> None:
+        self.ctx = ctx
+        #: Set when a write freed handler slots (the read loop waits on it).
+        self.slot_free = slot_free
+        #: Set when an outcome is buffered (the flush loop waits on it).
+        self.wake = asyncio.Event()
+        self.acks: list[tuple[str, str]] = []
+        self.retries: list[tuple[str, str, int, bytes]] = []
+        self.deads: list[tuple[str, str, str, bytes]] = []
+        self.discards: list[tuple[str, str]] = []
+        #: entry_id -> (run_id, encoded outcome) of keep_result runs, recorded once written.
+        self.kept: dict[str, tuple[str, bytes]] = {}
+        #: Acks in a script call now (still this worker's holds until the call returns).
+        self.flushing: set[str] = set()
+        #: Entries another consumer took over (found by a fenced write or hold renewal).
+        self.lost: set[str] = set()
+        #: entry_id -> the overlap lease of a rule's run this worker has.
+        self.overlap_leases: dict[str, OverlapLease] = {}
+        # Held by flush and by hold renewal: a renewal racing an ack would read the acked
+        # entry as lost (and count a fence that never happened).
+        self.lock = asyncio.Lock()
+
+    # -- what is not written yet ---------------------------------------------------------------
+
+    def unwritten(self) -> bool:
+        return bool(self.acks or self.retries or self.deads or self.discards)
+
+    def unwritten_ids(self) -> list[str]:
+        """Entries whose outcome is buffered or being written: still this worker's holds."""
+        ids = [a[0] for a in self.acks] + [r[0] for r in self.retries]
+        ids += [d[0] for d in self.discards]
+        return ids + [d[0] for d in self.deads] + list(self.flushing)
+
+    def has_outcome(self, entry_id: str) -> bool:
+        outcomes = (*self.acks, *self.retries, *self.deads, *self.discards)
+        return any(entry_id == o[0] for o in outcomes)
+
+    def mark_lost(self, entry_id: str) -> None:
+        if entry_id not in self.lost:
+            self.lost.add(entry_id)
+            log.warning("lost entry %s: another consumer owns it now", entry_id,
+                        extra={"queue": self.ctx.queue})  # fmt: skip
+
+    # -- buffering -------------------------------------------------------------------------------
+
+    def dead(self, d: Delivery, reason: str, kind: str, task: str = "") -> None:
+        """Buffer a dead letter (dead.lua at the flush), counted and logged now."""
+        ctx = self.ctx
+        self.deads.append((d.entry_id, d.run_id, reason, d.raw))
+        _tracing.event("zsched.dead_letter", failed=True, reason=reason, kind=kind)
+        ctx.metrics.dead_lettered.labels(ctx.queue, kind).inc()
+        ctx.metrics.completed.labels(ctx.queue, task or "-", "dead").inc()
+        log.warning("run %s dead-lettered: %s", d.run_id or d.entry_id, reason,
+                    extra={"queue": ctx.queue, "run_id": d.run_id})  # fmt: skip
+
+    def discard(self, d: Delivery, task: str) -> None:
+        """The run was asked to stop and did: it ends cancelled (discard.lua at the flush)."""
+        ctx = self.ctx
+        self.discards.append((d.entry_id, d.run_id))
+        ctx.metrics.completed.labels(ctx.queue, task, "cancelled").inc()
+        log.info("run %s cancelled", d.run_id, extra={"queue": ctx.queue, "run_id": d.run_id})
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write buffered outcomes (not while holds are renewed: see Holds.renew)."""
+        async with self.lock:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Write buffered outcomes: one script call per kind per FLUSH_BATCH runs."""
+        now = self.ctx.clock.now_ms()
+        if self.discards:
+            await self._flush_discards()
+        while self.acks or self.retries or self.deads:
+            b = FLUSH_BATCH
+            acks, self.acks = self.acks[:b], self.acks[b:]
+            retries, self.retries = self.retries[:b], self.retries[b:]
+            deads, self.deads = self.deads[:b], self.deads[b:]
+            acked = [a[0] for a in acks]
+            self.flushing.update(acked)
+            try:
+                # Each kind's list is emptied once its call has returned (_taken), so a failure
+                # later in the pass puts back only what was not written.
+                if acks:
+                    await self._write_acks(acks, now)
+                if retries:
+                    await self._write_retries(retries, now)
+                if deads:
+                    await self._write_deads(deads, now)
+            except _FLUSH_ERRORS:
+                # Keep the outcomes; the holds keep the entries ours until Redis is back.
+                self.acks[:0], self.retries[:0], self.deads[:0] = acks, retries, deads
+                raise
+            finally:
+                self.flushing.difference_update(acked)
+                self.slot_free.set()
+
+    async def _write_acks(self, acks: list[tuple[str, str]], now: int | None) -> None:
+        ctx, window = self.ctx, self.ctx.queue_settings.dedupe_window_ms
+        codes = await ctx.scripts.run(S.ack(ctx.keys, ctx.consumer, acks, now_ms=now,
+                                            dedupe_window_ms=window))  # fmt: skip
+        written = _taken(acks)
+        self._fenced("ack", written, codes)
+        await self._unlease(written, codes)
+        await self._record(written, codes)
+
+    async def _write_retries(
+        self, retries: list[tuple[str, str, int, bytes]], now: int | None
+    ) -> None:
+        ctx = self.ctx
+        codes = await ctx.scripts.run(S.retry(ctx.keys, ctx.consumer, retries, now_ms=now))
+        written = _taken(retries)
+        self._fenced("retry", written, codes)
+        await self._extend(written, codes)
+        for r in written:  # the kept outcome belongs to the run's last attempt
+            self.kept.pop(r[0], None)
+
+    async def _write_deads(self, deads: list[tuple[str, str, str, bytes]], now: int | None) -> None:
+        ctx = self.ctx
+        codes = await ctx.scripts.run(S.dead(ctx.keys, ctx.consumer, deads, now_ms=now))
+        written = _taken(deads)
+        self._fenced("dead", written, codes)
+        await self._unlease(written, codes)
+        await self._record(written, codes)
+
+    async def _flush_discards(self) -> None:
+        """End the runs that stopped after a cancel request (discard.lua), freeing leases."""
+        ctx = self.ctx
+        while self.discards:
+            batch, self.discards = self.discards[:FLUSH_BATCH], self.discards[FLUSH_BATCH:]
+            try:
+                codes = await ctx.scripts.run(C.discard(ctx.keys, ctx.consumer, batch,
+                    now_ms=ctx.clock.now_ms(),
+                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms))  # fmt: skip
+            except _FLUSH_ERRORS:
+                self.discards[:0] = batch
+                raise
+            self._fenced("discard", batch, codes)
+            await self._unlease(batch, codes)
+            await self._record(batch, codes)
+
+    async def _record(self, items: list[Any], codes: list[int]) -> None:
+        """Keep the outcomes of keep_result runs just finished (record.lua); none: no call.
+        Written after the run's own outcome: a crash in between loses only the details."""
+        if not self.kept:
+            return
+        pairs = []
+        for it, code in zip(items, codes, strict=True):
+            kept = self.kept.pop(it[0], None)
+            if kept is not None and code == S.OK:
+                pairs.append(kept)
+        if pairs:
+            ctx = self.ctx
+            call = _outcomes.record(ctx.keys, pairs, now_ms=ctx.clock.now_ms(),
+                                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms)  # fmt: skip
+            await ctx.scripts.run(call)
+
+    async def _unlease(self, items: list[Any], codes: list[int]) -> None:
+        """A rule's run finished: free its overlap lease (and start a fire that waited)."""
+        ctx = self.ctx
+        for it, code in zip(items, codes, strict=True):
+            lease = self.overlap_leases.pop(it[0], None)
+            if lease is None or code != S.OK:
+                continue
+            sid, run_id, lease_ms = lease
+            await ctx.scripts.run(
+                S.unlease(ctx.keys, sid, run_id, lease_ms, now_ms=ctx.clock.now_ms())
+            )
+
+    async def _extend(self, items: list[Any], codes: list[int]) -> None:
+        """A rule's run waits for its retry: not finished, so it keeps its overlap lease, for
+        the wait and a lease beyond it (no worker renews it meanwhile)."""
+        for it, code in zip(items, codes, strict=True):
+            lease = self.overlap_leases.pop(it[0], None)
+            if lease is None or code != S.OK:
+                continue
+            sid, run_id, lease_ms = lease
+            await self.ctx.scripts.run(S.extend(self.ctx.keys, sid, run_id, it[2] + lease_ms))
+
+    def _fenced(self, what: str, items: list[Any], codes: list[int]) -> None:
+        lost = [it for it, c in zip(items, codes, strict=True) if c == S.FENCED]
+        q = self.ctx.queue
+        for it in lost:
+            self.lost.discard(it[0])
+            log.warning("%s of run %s refused: this consumer no longer owns entry %s", what,
+                        it[1], it[0], extra={"queue": q, "run_id": it[1]})  # fmt: skip
+        if lost:
+            self.ctx.metrics.fenced.labels(q, what).inc(len(lost))
+            if what == "ack":
+                self.ctx.metrics.duplicates.labels(q, "worker").inc(len(lost))
+
+
+def _taken(batch: list[Any]) -> list[Any]:
+    """The items of a batch just written, emptying it: a later failure of the same flush
+    pass puts back only what was not written (a resent outcome would be fenced)."""
+    written = batch[:]
+    batch.clear()
+    return written
