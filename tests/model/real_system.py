@@ -27,13 +27,9 @@ STUCK_S = 15.0
 
 
 def _is_worker_loop(t: asyncio.Task[Any], w: Any) -> bool:
-    """Whether `t` is one of the loops `w.run()` started (`_guard` of that worker)."""
+    """Whether `t` is one of the loops `w.run()` started (each runs under `w.guard`)."""
     frame = t.get_coro().cr_frame  # type: ignore[union-attr]
-    return (
-        frame is not None
-        and frame.f_locals.get("self") is w
-        and t.get_coro().__qualname__.endswith("_guard")
-    )  # type: ignore[union-attr]
+    return frame is not None and frame.f_locals.get("self") is w.guard
 
 
 def _name(t: asyncio.Task[Any]) -> str:
@@ -158,7 +154,7 @@ class RealSystem:
         # every task of the loop, as this once did, also cancelled the clients' own tasks.
         old = self.worker
         doomed = [t for t in asyncio.all_tasks()
-                  if t is self._loop or t in old._tasks or _is_worker_loop(t, old)]  # fmt: skip
+                  if t is self._loop or t in old.runner.tasks or _is_worker_loop(t, old)]  # fmt: skip
         for t in doomed:
             t.cancel()
         gone = asyncio.gather(*doomed, return_exceptions=True)
