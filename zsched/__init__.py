@@ -12,6 +12,7 @@ from zsched.errors import (
     DurabilityUnsupported,
     EvictionPolicyError,
     Fail,
+    InvalidArgument,
     NotFound,
     NotReplicated,
     PayloadError,
@@ -25,6 +26,7 @@ from zsched.errors import (
     ZschedError,
 )
 from zsched.protocol.envelope import Envelope, Payload, QueueName, RunId, ScheduleId
+from zsched.protocol.replies import ScheduleResult
 from zsched.rules.controls import ManualFire, ManualOutcome
 from zsched.rules.triggers import Cron, Every
 from zsched.runs.controls import (
@@ -58,6 +60,7 @@ __all__ = [
     "EvictionPolicyError",
     "Every",
     "Fail",
+    "InvalidArgument",
     "FakeClock",
     "NotFound",
     "NotReplicated",
@@ -75,6 +78,7 @@ __all__ = [
     "RunStatus",
     "ScheduleId",
     "ScheduleNotFound",
+    "ScheduleResult",
     "ScriptError",
     "SystemClock",
     "UnknownTask",

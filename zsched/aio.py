@@ -35,7 +35,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import redis as _redis
 import redis.asyncio as aioredis
@@ -44,51 +44,39 @@ import redis.asyncio.cluster as aiocluster
 import zsched.aio_reads as _reads
 from zsched.aio_controls import BUILD_SLICE as BUILD_SLICE
 from zsched.aio_controls import AsyncControls, AsyncEnqueue
-from zsched.app import App
-from zsched.clock import Clock
+from zsched.app import App, AppOptions
 from zsched.config import QueueSettings
 from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
+from zsched.protocol.replies import ScheduleResult
 from zsched.runs import partitioned as _parts
 from zsched.runs import status as _inspect
+from zsched.runs.enqueue import Group
 from zsched.store import durable as _durable
 from zsched.store import scripts as S
 from zsched.store.connection import async_client, async_from_sync, is_cluster
-from zsched.store.direct import DEFAULT_SPIN_US
 
 T = TypeVar("T")
 #: Enqueue calls (of up to ENQUEUE_BATCH runs) sent per round trip by enqueue_many.
 CALLS_PER_TRIP = 10
-
-Group = tuple[str, int | str, str, bytes]
 
 
 class AsyncApp(AsyncEnqueue, AsyncControls):
     """One queue, for asyncio code: the App's constructor, its Redis methods as coroutines."""
 
     def __init__(
-        self,
-        redis: Any = None,
-        queue: str = "default",
-        *,
-        settings: QueueSettings | None = None,
-        clock: Clock | None = None,
-        metrics: Metrics | None = None,
-        partitions: int | str = 1,
-        durable: bool | str = False,
-        durable_timeout: float = 1.0,
-        spin_us: int = DEFAULT_SPIN_US,
+        self, redis: Any = None, queue: str = "default", **options: Unpack[AppOptions]
     ) -> None:
-        """The arguments of App: `redis` is a URL, None (ZSCHED_REDIS_URL), a sync redis-py
-        client, or a redis.asyncio client of one server (its sync twin, for the operations
-        run in a thread, is made from the same connection settings; for Cluster or Sentinel
-        pass the URL). `partitions="auto"` reads the recorded count here, with a blocking call."""
+        """The arguments of App (`options`: settings, clock, metrics, partitions, durable,
+        durable_timeout, spin_us, as App takes them). `redis` is a URL, None
+        (ZSCHED_REDIS_URL), a sync redis-py client, or a redis.asyncio client of one server
+        (its sync twin, for the operations run in a thread, is made from the same connection
+        settings; for Cluster or Sentinel pass the URL). `partitions="auto"` reads the
+        recorded count here, with a blocking call."""
         given_async = None
         if isinstance(redis, aioredis.Redis | aiocluster.RedisCluster):
             given_async, redis = redis, _sync_twin(redis)
-        app = App(redis, queue, settings=settings, clock=clock, metrics=metrics,
-                  partitions=partitions, durable=durable, durable_timeout=durable_timeout,
-                  spin_us=spin_us)  # fmt: skip
+        app = App(redis, queue, **options)
         self._init(app, owns_app=True, redis=given_async)
 
     @classmethod
@@ -262,7 +250,9 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
 
     # -- recurring rules ----------------------------------------------------------------------
 
-    async def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
+    async def schedule(
+        self, schedule_id: str, task_name: str | None = None, **options: Any
+    ) -> ScheduleResult:
         """App.schedule (a compare-and-set loop), in a worker thread; `celery_task=` instead
         of a task name sends each fire to Celery (docs/celery.md)."""
         return await self.in_thread(self.app.schedule, schedule_id, task_name, **options)

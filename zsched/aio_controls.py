@@ -16,14 +16,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from zsched.control_api import count_conflict, enqueued_id
 from zsched.observability import tracing as _tracing
 from zsched.protocol.envelope import Payload
 from zsched.runs import controls as C
 from zsched.runs import enqueue as _enq
-from zsched.runs.enqueue import EnqueuedId
+from zsched.runs.enqueue import EnqueuedId, EnqueueOptions, Group
+from zsched.runs.runinput import check_pause_note
 from zsched.store import scripts as S
 from zsched.store.retrying import ride_through_async
 from zsched.worker.handles import TaskHandle
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 P = TypeVar("P")
-Group = tuple[str, int | str, str, bytes]
 #: Runs validated and packed between two yields to the loop (~1-2 ms of CPU).
 BUILD_SLICE = 200
 #: replace.lua calls (one run each) sent per round trip by enqueue_many.
@@ -72,29 +72,15 @@ class AsyncEnqueue(_Host):
         return await ride_through_async(call, bound_ms=self.settings.outage_retry_ms,
                                         what=what, queue=self.queue, logger=log)  # fmt: skip
 
+    # The overloads take enqueue's keywords as one TypedDict (the implementation spells them,
+    # so an unknown keyword is still a TypeError): a handle's payload type is checked.
     @overload
     async def enqueue(
-        self,
-        task_name: TaskHandle[P, Any],
-        payload: P,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-        on_conflict: str = "keep",
-        max_delay: timedelta | float | None = None,
+        self, task_name: TaskHandle[P, Any], payload: P, **options: Unpack[EnqueueOptions]
     ) -> EnqueuedId: ...
     @overload
     async def enqueue(
-        self,
-        task_name: str,
-        payload: Payload = None,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-        on_conflict: str = "keep",
-        max_delay: timedelta | float | None = None,
+        self, task_name: str, payload: Payload = None, **options: Unpack[EnqueueOptions]
     ) -> EnqueuedId: ...
 
     async def enqueue(
@@ -120,11 +106,8 @@ class AsyncEnqueue(_Host):
                 (rid,) = await self.ride("enqueue", lambda _: self._conflicts([call]))
                 return rid
             (code,) = await self.ride("enqueue", lambda _: self._enqueue_groups([group]))
-            span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
-        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
-        dup = code != S.ENQUEUED and run_id is not None
-        _enq.count(self.app.ctx, 0 if dup else 1, 1 if dup else 0)
-        return _enq.enqueued(group[0], dup, code)
+            span.enqueued([group[0]], 0 if code == _enq.ENQUEUED else 1)
+        return _enq.enqueued_id(self.app.ctx, group[0], code, run_id is not None)
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -147,12 +130,8 @@ class AsyncEnqueue(_Host):
             codes = (
                 await self.ride("enqueue", lambda _: self._enqueue_groups(plain)) if plain else []
             )
-            span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != S.ENQUEUED))
-        dups = [c != S.ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
-        _enq.count(self.app.ctx, len(dups) - sum(dups), sum(dups))
-        for i, c, d in zip(keep, codes, dups, strict=True):
-            out[i] = _enq.enqueued(groups[i][0], d, c)
-        return [r for r in out if r is not None]
+            span.enqueued([g[0] for g in plain], _enq.duplicates_in(codes))
+        return _enq.enqueued_ids(self.app.ctx, out, groups, keep, codes, given)
 
     async def _build_items(
         self, items: list[Mapping[str, Any] | tuple[Any, ...]], trace: Any
@@ -202,8 +181,7 @@ class AsyncControls(_Host):
 
     async def pause_queue(self, note: str | None = None) -> bool:
         """App.pause_queue, awaited (one script per partition)."""
-        if note is not None and len(note.encode()) > 500:
-            raise ValueError("a pause note is at most 500 bytes")
+        check_pause_note(note)
         await self._ready()
         now = self.app.clock.now_ms()
         views = self.app.partition_views()

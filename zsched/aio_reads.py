@@ -11,12 +11,11 @@ from typing import Any
 
 import redis.exceptions
 
-from zsched.errors import RunNotFound
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.text import lossy_text
+from zsched.rules import ledger
 from zsched.runs import status as _inspect
 from zsched.store import scripts as S
-from zsched.store.delayed import untag
-from zsched.worker.tasks import ms_to_datetime
 
 
 async def _pending_one(r: Any, k: QueueKeys, entry: Any) -> list[Any]:
@@ -32,61 +31,38 @@ async def get_run(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus:
     """inspect.get_run, awaited: the same fields (a scheduled run's limit wait, a running
     run's cancel request, a finished run's finished_at and kept outcome)."""
     pipe = r.pipeline(transaction=False)
-    pipe.hget(k.runs, run_id)
-    pipe.hget(k.entries, run_id)
-    pipe.zscore(k.done, run_id)
-    pipe.zscore(k.cancelled, run_id)
-    pipe.hget(k.outcomes, run_id)
+    _inspect.queue_run_reads(pipe, k, run_id)
     raw, entry, done_at, cancelled_at, outcome = await pipe.execute()
     if raw is not None and entry is None:
-        st = _inspect._from_envelope(run_id, "scheduled", raw)
-        due = untag(raw)[0]
-        if due is not None:
-            st = replace(st, run_at=ms_to_datetime(due))
+        st = _inspect.scheduled(run_id, raw)
         if st.task and await r.zscore(k.limit_waiting(st.task), run_id) is not None:
             st = replace(st, waiting_for_limit=st.task)
         return st
     if raw is not None and entry is not None:
         pending = await _pending_one(r, k, entry)
         if pending:
-            p = pending[0]
-            asked = _inspect._s(await r.get(k.cancel_request(run_id)) or b"") == _inspect._s(entry)
-            return _inspect._from_envelope(
-                run_id, "running", raw, consumer=_inspect._s(p["consumer"]),
-                idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
-                cancel_requested=asked,
-            )  # fmt: skip
+            asked = await r.get(k.cancel_request(run_id))
+            return _inspect.running(run_id, raw, entry, pending[0], asked)
         return _inspect._from_envelope(run_id, "ready", raw)
-    finished = await _finished(r, k, run_id, done_at, cancelled_at)
+    finished = _inspect.ended(run_id, done_at, cancelled_at) or await _dead(r, k, run_id)
     if finished is None:
-        raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+        raise _inspect.not_found(k, run_id)
     return _inspect._with_outcome(finished, outcome)
 
 
-async def _finished(
-    r: Any, k: QueueKeys, run_id: str, done_at: Any, cancelled_at: Any
-) -> _inspect.RunStatus | None:
-    if done_at is not None:
-        at = ms_to_datetime(int(float(done_at)))
-        return _inspect.RunStatus(run_id, "done", done_at=at, finished_at=at)
-    if cancelled_at is not None:
-        at = ms_to_datetime(int(float(cancelled_at)))
-        return _inspect.RunStatus(run_id, "cancelled", cancelled_at=at, finished_at=at)
+async def _dead(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus | None:
+    """The run among the newest DEAD_SCAN_LIMIT dead letters (inspect._scan_dead, awaited)."""
     end, seen = "+", 0
     while seen < _inspect.DEAD_SCAN_LIMIT:
         batch = await r.xrevrange(k.dead, end, "-", count=500)
         for _entry_id, fields in batch:
-            if _inspect._s(fields.get(b"run_id", b"")) == run_id:
-                dead_ms = fields.get(b"dead_at_ms")
-                return _inspect._from_envelope(
-                    run_id, "dead", fields.get(b"envelope"),
-                    dead_reason=_inspect._s(fields.get(b"reason", b"")),
-                    finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
-                )  # fmt: skip
+            st = _inspect.dead(run_id, fields)
+            if st is not None:
+                return st
         seen += len(batch)
         if len(batch) < 500:
             break
-        end = "(" + _inspect._s(batch[-1][0])
+        end = "(" + lossy_text(batch[-1][0])
     return None
 
 
@@ -106,23 +82,12 @@ async def _pending_summary(r: Any, k: QueueKeys) -> tuple[int, int]:
 
 async def queue_status(r: Any, scripts: S.AsyncScripts, k: QueueKeys) -> _inspect.QueueStatus:
     """inspect.queue_status, awaited."""
-    sec, usec, delayed, due, head, _exact = await scripts.run(S.status(k, now_ms=None))
+    delayed_reply = await scripts.run(S.status(k, now_ms=None))
     pipe = r.pipeline(transaction=False)
-    pipe.xlen(k.ready)
-    pipe.xlen(k.dead)
-    pipe.zcard(k.done)
-    pipe.hgetall(k.stats)
-    pipe.hmget(k.control, "paused_ms", "pause_note")
-    xlen, dead, done, stats, (paused_ms, note) = await pipe.execute()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
-    oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
-    pending, oldest_idle = await _pending_summary(r, k) if xlen else (0, 0)
-    return _inspect.QueueStatus(
-        k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
-        int(dead), int(done), {_inspect._s(a): int(b) for a, b in stats.items()},
-        paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
-        _inspect._s(note) if note else None,
-    )  # fmt: skip
+    _inspect.queue_status_reads(pipe, k)
+    replies = await pipe.execute()
+    pending = await _pending_summary(r, k) if replies[0] else (0, 0)
+    return _inspect.make_queue_status(k, delayed_reply, replies, pending)
 
 
 async def dead_letters(r: Any, k: QueueKeys, count: int, start: str) -> list[_inspect.DeadLetter]:
@@ -143,12 +108,5 @@ async def purge_dead(r: Any, k: QueueKeys, entry_ids: list[str] | None) -> int:
 
 
 async def history(r: Any, k: QueueKeys, schedule_id: str, count: int) -> list[dict[str, Any]]:
-    """schedule_ops.history, awaited."""
-    rows = await r.xrevrange(k.ledger(schedule_id), "+", "-", count=count)
-    out = []
-    for _, f in rows:
-        d = {a.decode(): b.decode() for a, b in f.items()}
-        out.append({"slot_ms": int(d["slot_ms"]), "outcome": d["outcome"],
-                    "reason": d.get("reason", ""), "run_id": d.get("run_id", ""),
-                    "at_ms": int(d.get("at_ms", 0))})  # fmt: skip
-    return out
+    """ledger.history, awaited."""
+    return ledger.rows(await r.xrevrange(k.ledger(schedule_id), "+", "-", count=count))

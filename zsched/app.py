@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
 
 from zsched.clock import Clock, SystemClock
 from zsched.config import QueueSettings, redis_url_from_env
 from zsched.context import InContext, QueueContext
 from zsched.control_api import CancelMethods, ControlMethods
+from zsched.errors import InvalidArgument
 from zsched.observability import tracing as _tracing
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload
@@ -28,7 +29,7 @@ from zsched.store import partitions as _partitions
 from zsched.store import scripts as S
 from zsched.store.connection import bytes_client
 from zsched.store.direct import DEFAULT_SPIN_US
-from zsched.worker.tasks import Backoff, Task
+from zsched.worker.tasks import Task, TaskOptions
 
 if TYPE_CHECKING:
     from zsched.aio import AsyncApp
@@ -43,6 +44,18 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+class AppOptions(TypedDict, total=False):
+    """App's keyword arguments, for those that pass them on (AsyncApp); App documents them."""
+
+    settings: QueueSettings | None
+    clock: Clock | None
+    metrics: Metrics | None
+    partitions: int | str
+    durable: bool | str
+    durable_timeout: float
+    spin_us: int
 
 
 class App(ScheduleMethods, ControlMethods, CancelMethods):
@@ -97,10 +110,12 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             else _partitions.check_count(partitions)
         )
         if not durable_timeout > 0:
-            raise ValueError(f"durable_timeout must be > 0 seconds, got {durable_timeout!r}")
+            raise InvalidArgument(
+                f"durable_timeout must be > 0 seconds, got {durable_timeout!r}", "durable_timeout"
+            )
         if not (isinstance(spin_us, int) and spin_us >= 0):
-            raise ValueError(
-                f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}"
+            raise InvalidArgument(
+                f"spin_us must be a whole number of microseconds >= 0, got {spin_us!r}", "spin_us"
             )
         #: What the layers below the App receive (zsched/context.py).
         self.ctx = QueueContext(
@@ -136,19 +151,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
     def task(self, fn: Callable[[P], R], /) -> TaskHandle[P, R]: ...
     @overload
     def task(
-        self,
-        *,
-        name: str | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff = 1.0,
-        timeout: float | None = None,
-        keep_result: bool = False,
-        max_result_bytes: int = 16 * 1024,
-        max_concurrency: int | None = None,
-        rate: str | float | None = None,
-        burst: int | None = None,
-        limit_key: Callable[[Any], Any] | None = None,
-        payload: type | None = None,
+        self, *, payload: type | None = None, **options: Unpack[TaskOptions]
     ) -> Callable[[Callable[[P], R]], TaskHandle[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:  # type: ignore[misc]
@@ -171,19 +174,11 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         return self.ctx.scripts
 
     def build(
-        self,
-        task_name: str,
-        payload: Payload = None,
-        *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        run_id: str | None = None,
-        trace: dict[str, str] | None = None,
+        self, task_name: str, payload: Payload = None, **options: Unpack[_enq.BuildOptions]
     ) -> Group:
-        """Validate one run and return its enqueue group (run_id, run_at, task, envelope).
-        `trace`: the W3C trace context to carry (zsched/observability/tracing.py)."""
-        return _enq.build(self.ctx, task_name, payload, run_at=run_at, delay=delay,
-                          run_id=run_id, trace=trace)  # fmt: skip
+        """Validate one run and return its enqueue group (run_id, run_at, task, envelope):
+        runs/enqueue.py build, whose keywords (run_at, delay, run_id, trace) these are."""
+        return _enq.build(self.ctx, task_name, payload, **options)
 
     def enqueue(
         self,
@@ -212,11 +207,8 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
                     "enqueue", lambda _: self.enqueue_conflict(group, on_conflict, max_delay)
                 )
             (code,) = ctx.ride("enqueue", lambda _attempt: _enq.send(ctx, [group]))
-            span.enqueued([group[0]], 0 if code == S.ENQUEUED else 1)
-        # A fresh id can only meet an earlier attempt of this very call (its reply was lost).
-        dup = code != S.ENQUEUED and run_id is not None
-        _enq.count(ctx, 0 if dup else 1, 1 if dup else 0)
-        return _enq.enqueued(group[0], dup, code)
+            span.enqueued([group[0]], 0 if code == _enq.ENQUEUED else 1)
+        return _enq.enqueued_id(ctx, group[0], code, run_id is not None)
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any] | tuple[Any, ...]]
@@ -242,21 +234,11 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
             keep = [i for i in range(len(groups)) if i not in modes]
             plain = [groups[i] for i in keep]
             codes = ctx.ride("enqueue", lambda _: _enq.send(ctx, plain)) if plain else []
-            span.enqueued([g[0] for g in plain], sum(1 for c in codes if c != S.ENQUEUED))
-        dups = [c != S.ENQUEUED and given[i] for i, c in zip(keep, codes, strict=True)]
-        _enq.count(ctx, len(dups) - sum(dups), sum(dups))
-        for i, c, d in zip(keep, codes, dups, strict=True):
-            out[i] = _enq.enqueued(groups[i][0], d, c)
-        return [r for r in out if r is not None]
+            span.enqueued([g[0] for g in plain], _enq.duplicates_in(codes))
+        return _enq.enqueued_ids(ctx, out, groups, keep, codes, given)
 
-    def build_item(
-        self,
-        item: Mapping[str, Any] | tuple[Any, ...],
-        trace: Any,
-        groups: list[Group],
-        modes: dict[int, tuple[str, Any]],
-        given: list[bool],
-    ) -> None:
+    def build_item(self, item: Mapping[str, Any] | tuple[Any, ...], trace: Any, groups: list[Group],
+                   modes: dict[int, tuple[str, Any]], given: list[bool]) -> None:  # fmt: skip
         """One enqueue_many item onto the lists (runs/enqueue.py build_item)."""
         _enq.build_item(self.ctx, item, trace, groups, modes, given)
 
@@ -292,7 +274,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         total over all partitions of a partitioned queue (see partition_statuses)."""
         if self._whole_partitioned:
             return _parts.total(self.ctx.queue, _parts.statuses(self.ctx))
-        return _inspect.queue_status(self.redis, self.keys)
+        return _inspect.queue_status(self.redis, self.scripts, self.keys)
 
     def dead_letters(self, count: int = 100, start: str = "-") -> list[_inspect.DeadLetter]:
         """Dead letters, oldest first."""
@@ -352,7 +334,7 @@ class App(ScheduleMethods, ControlMethods, CancelMethods):
         if ctx.partitions == 1:
             return [self]
         if ctx.partition is not None:
-            raise ValueError(f"partition {ctx.partition} of {ctx.queue!r} is a view already")
+            raise InvalidArgument(f"partition {ctx.partition} of {ctx.queue!r} is a view already")
         if self._views is None or self._views[0] is not ctx.shared:
             self._views = (ctx.shared, [App.of(v) for v in ctx.views()])
         return self._views[1]

@@ -8,7 +8,48 @@ pinned instant that the wrappers pass as `now_ms`, so tests move time without sl
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
+
+#: The instant 0 of every `*_ms` field: 1970-01-01T00:00:00Z.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+_US = timedelta(microseconds=1)
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    """The aware UTC datetime of epoch milliseconds (exact: no float on the way; positional
+    seconds and microseconds, the quickest way to build it: the worker does it per run)."""
+    return EPOCH + timedelta(0, ms // 1000, ms % 1000 * 1000)
+
+
+def datetime_to_ms(dt: datetime, *, floor: bool = False) -> int:
+    """Epoch milliseconds of an aware datetime: the nearest (halves up), or with `floor` the
+    one at or before it (a trigger's "strictly after" needs that). Exact integer arithmetic;
+    the caller rejects naive datetimes first, naming its argument."""
+    if floor:
+        return (dt - EPOCH) // _MS
+    return ((dt - EPOCH) // _US + 500) // 1000
+
+
+def time_reply_us(reply: Any) -> int:
+    """Epoch microseconds of a Redis TIME reply (seconds, microseconds), also the first two
+    items of a script reply that starts with it (status.lua)."""
+    return int(reply[0]) * 1_000_000 + int(reply[1])
+
+
+def time_reply_ms(reply: Any) -> int:
+    """Epoch milliseconds of a Redis TIME reply, rounded down (as the scripts round)."""
+    return time_reply_us(reply) // 1000
+
+
+def server_now_ms(clock: Clock, redis: Any) -> int:
+    """Now on the one clock (DESIGN.md invariant 3): the injected clock's instant, else the
+    Redis server's TIME read with the sync client `redis`."""
+    now = clock.now_ms()
+    if now is not None:
+        return now
+    return time_reply_ms(redis.time())
 
 
 class Clock(Protocol):
@@ -65,7 +106,7 @@ class ServerTime:
 
     def learn(self, reply: tuple[Any, Any], sent_ms: float, received_ms: float) -> None:
         """Take a TIME reply sent at `sent_ms` and answered at `received_ms` (local wall ms)."""
-        server_ms = int(reply[0]) * 1000 + int(reply[1]) / 1000
+        server_ms = time_reply_us(reply) / 1000
         self.offset_ms = server_ms - (sent_ms + received_ms) / 2
         self._measured_at = time.monotonic()
 

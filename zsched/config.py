@@ -18,6 +18,11 @@ from zsched.errors import ConfigError
 T = TypeVar("T")
 
 
+#: Largest accepted payload (bytes, msgpack-encoded) unless QueueSettings says otherwise:
+#: spelled here, the bottom layer, and named in zsched/protocol/limits.py with the others.
+DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     """Settings that enqueue, dispatcher and worker of one queue share."""
@@ -25,7 +30,7 @@ class QueueSettings:
     #: A completed run id stays a duplicate this long (ms).
     dedupe_window_ms: int = 3_600_000
     #: Largest accepted payload (bytes, msgpack-encoded).
-    max_payload_bytes: int = 512 * 1024
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     #: How long enqueue and rule operations retry, with backoff, through a failover or a
     #: lost connection before they raise RedisUnavailable (ms); 0 = raise at once.
     outage_retry_ms: int = 10_000

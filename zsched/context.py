@@ -17,10 +17,12 @@ from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from zsched.clock import Clock, ServerTime
 from zsched.config import QueueSettings
+from zsched.errors import InvalidArgument
 from zsched.observability.metrics import Metrics
 from zsched.protocol.keys import QueueKeys
 from zsched.store import partitions as _partitions
 from zsched.store.connection import async_client, async_from_sync
+from zsched.store.direct import DEFAULT_SPIN_US
 from zsched.store.retrying import ride_through
 from zsched.store.scripts import Scripts
 from zsched.store.state import SharedState
@@ -50,7 +52,7 @@ class QueueContext:
     durability: str | None = None
     durable_timeout_ms: int = 1000
     #: How long a sync call polls its socket for the reply (store/direct.py).
-    spin_us: int = 200
+    spin_us: int = DEFAULT_SPIN_US
     #: Registered tasks by name (worker.tasks.Task), shared with the App.
     tasks: dict[str, Any] = field(default_factory=dict)
     #: Declared payload types by task name (worker.payloads.Codec), checked at enqueue.
@@ -83,7 +85,7 @@ class QueueContext:
         if self.partitions == 1:
             return [self]
         if self.partition is not None:
-            raise ValueError(f"partition {self.partition} of {self.queue!r} is a view already")
+            raise InvalidArgument(f"partition {self.partition} of {self.queue!r} is a view already")
         if self.shared.views is None:
             self.shared.views = [self.view(i) for i in range(self.partitions)]
         return self.shared.views

@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from zsched.errors import PayloadError
+from zsched.errors import InvalidArgument, PayloadError
 from zsched.protocol.envelope import decode
 from zsched.runs import controls as C
-from zsched.runs.enqueue import EnqueuedId
-from zsched.runs.runinput import check_names, delay_ms, to_ms
+from zsched.runs.enqueue import EnqueuedId, Group
+from zsched.runs.runinput import check_names, check_pause_note, delay_ms, to_ms
 from zsched.store import durable as _durable
 from zsched.store import scripts as S
 from zsched.store.scripts import Call
@@ -30,7 +30,7 @@ def due_arg(
     """The run_at_ms argument of a script: epoch ms, or "+N" (relative to Redis TIME) for a
     delay unless the App's clock is pinned (a test's FakeClock)."""
     if (run_at is None) == (delay is None):
-        raise ValueError("give exactly one of run_at or delay")
+        raise InvalidArgument("give exactly one of run_at or delay")
     if run_at is not None:
         return to_ms(run_at)
     d = delay_ms(delay)  # type: ignore[arg-type]
@@ -79,8 +79,7 @@ class ControlMethods:
         until resume_queue. Delayed runs wait; rule slots are still fired into the delayed
         set and recorded; workers finish what is on the stream. False if already paused."""
         app = self.ctx
-        if note is not None and len(note.encode()) > 500:
-            raise ValueError("a pause note is at most 500 bytes")
+        check_pause_note(note)
         now = app.clock.now_ms()
         return any([v.scripts.run(C.pause(v.keys, note, now_ms=now)) for v in app.views()])
 
@@ -125,20 +124,23 @@ class ControlMethods:
 
     def enqueue_conflict_call(
         self,
-        group: tuple[str, int | str, str, bytes],
+        group: Group,
         on_conflict: str,
         max_delay: timedelta | float | None,
     ) -> Call[C.ReplaceResult]:
         """The replace.lua call of an enqueue with on_conflict="replace" or "debounce"."""
         app = self.ctx
         if on_conflict not in C.CONFLICT_MODES:
-            raise ValueError(
-                f"on_conflict must be one of {', '.join(C.CONFLICT_MODES)}, got {on_conflict!r}"
+            raise InvalidArgument(
+                f"on_conflict must be one of {', '.join(C.CONFLICT_MODES)}, got {on_conflict!r}",
+                "on_conflict",
             )
         if on_conflict == "keep":
-            raise ValueError("max_delay is only for on_conflict='debounce'")
+            raise InvalidArgument("max_delay is only for on_conflict='debounce'", "max_delay")
         if (on_conflict == "debounce") != (max_delay is not None):
-            raise ValueError("on_conflict='debounce' needs max_delay (and only it takes one)")
+            raise InvalidArgument(
+                "on_conflict='debounce' needs max_delay (and only it takes one)", "max_delay"
+            )
         cap = None if max_delay is None else delay_ms(max_delay)
         return C.replace(
             app.keys_for_run(group[0]),
@@ -151,7 +153,7 @@ class ControlMethods:
 
     def enqueue_conflict(
         self,
-        group: tuple[str, int | str, str, bytes],
+        group: Group,
         on_conflict: str,
         max_delay: timedelta | float | None,
     ) -> EnqueuedId:

@@ -1,10 +1,14 @@
 """The exception tree of zsched.
 
-ZschedError ─┬ ConfigError · RuleError · PayloadError · UnknownTask
+ZschedError ─┬ InvalidArgument (also a ValueError) ─ RuleError
+             ├ ConfigError · PayloadError · UnknownTask
              ├ ScriptError  (unexpected reply, missing script, protocol mismatch)
-             ├ NotFound     (RunNotFound, ScheduleNotFound)
+             ├ NotFound     (also a LookupError: RunNotFound, ScheduleNotFound)
              ├ NotReplicated · RedisUnavailable (also a redis ConnectionError)
              └ EvictionPolicyError, DurabilityUnsupported (ConfigErrors)
+
+The stdlib bases let callers catch the usual way: `except ValueError` catches every bad
+argument, `except LookupError` every missing run or rule (docs/errors.md).
 
 Raised by handlers, outside the tree: Retry(delay=None), Fail(reason).
 """
@@ -24,8 +28,18 @@ class ConfigError(ZschedError):
     """A setting is unknown, missing or has a bad value."""
 
 
-class RuleError(ZschedError):
-    """A recurring rule is invalid: bad expression, unknown zone, bad interval."""
+class InvalidArgument(ZschedError, ValueError):
+    """A call was given a bad argument: the message names it and the value; `field` is the
+    argument's name where one is to blame (None when it is the combination)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class RuleError(InvalidArgument):
+    """A recurring rule is invalid (bad expression, unknown zone, bad interval), or could not
+    be written (it kept changing under a compare-and-set)."""
 
 
 class PayloadError(ZschedError):
@@ -33,14 +47,26 @@ class PayloadError(ZschedError):
 
 
 class UnknownTask(ZschedError):
-    """A run names a task that this worker has not registered."""
+    """A run names a task that this worker has not registered. Never raised out of zsched: a
+    worker that meets such a run dead-letters it (reason `unknown task '<name>': not registered
+    with this worker`, spelled by `named`) and goes on; raising would stop a worker over one
+    run. Kept public as the name of that failure (docs/errors.md)."""
+
+    @classmethod
+    def named(cls, task: str) -> UnknownTask:
+        """The error for task name `task`, with the dead-letter reason the protocol fixes."""
+        exc = cls(f"unknown task {task!r}: not registered with this worker")
+        exc.task = task
+        return exc
+
+    task: str = ""
 
 
 class ScriptError(ZschedError):
     """A Lua script replied with something unexpected, or could not be loaded."""
 
 
-class NotFound(ZschedError):
+class NotFound(ZschedError, LookupError):
     """The named object does not exist."""
 
 
@@ -62,7 +88,9 @@ class Retry(Exception):  # noqa: N818 - a control-flow signal raised by handlers
             or not math.isfinite(delay)
             or delay < 0
         ):
-            raise ValueError(f"Retry delay must be finite seconds >= 0 or None, got {delay!r}")
+            raise InvalidArgument(
+                f"Retry delay must be finite seconds >= 0 or None, got {delay!r}", "delay"
+            )
         super().__init__(reason)
         self.delay = delay
         self.reason = reason

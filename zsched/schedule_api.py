@@ -10,6 +10,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from zsched.errors import InvalidArgument
+from zsched.protocol.replies import ScheduleResult
+
 if TYPE_CHECKING:
     from zsched.context import QueueContext
 
@@ -27,13 +30,16 @@ class ScheduleMethods:
         # after a lost reply may answer "unchanged" / False for what the first attempt did.
         return self.ctx.ride(what, call)
 
-    def schedule(self, schedule_id: str, task_name: str | None = None, **options: Any) -> int:
+    def schedule(
+        self, schedule_id: str, task_name: str | None = None, **options: Any
+    ) -> ScheduleResult:
         """Create or edit a recurring rule (upsert; history kept, next fire recomputed).
 
         Options: cron= | every=, tz=, payload=, misfire="coalesce"|"catch_up"|"skip",
         misfire_grace=, overlap="allow"|"skip"|"queue", max_catch_up=, jitter=, start_at=,
         end_at=, paused=, lease=, dst_gap="shift"|"skip", dst_repeat="first"|"both".
-        Returns scripts.SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED.
+        Returns a ScheduleResult: CREATED, UPDATED or UNCHANGED (an IntEnum, equal to the
+        1, 2 or 0 that earlier versions returned).
         `celery_task=` instead of a task name: each fire is sent to Celery (docs/celery.md).
         """
         from zsched.rules import ops as schedule_ops
@@ -124,9 +130,10 @@ class ScheduleMethods:
 
     def schedule_history(self, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
         """The rule's fire ledger, newest first: one outcome per slot."""
-        from zsched.rules import ops as schedule_ops
+        from zsched.rules import ledger
 
-        return schedule_ops.history(self.ctx.rule_home(schedule_id), schedule_id, count)
+        home = self.ctx.rule_home(schedule_id)
+        return ledger.history(home.redis, home.keys, schedule_id, count)
 
     def audit_schedules(self) -> list[Any]:
         """Slots past their grace with no outcome in the ledger, per rule (see zsched.rules.audit)."""
@@ -141,10 +148,14 @@ def _target(
     """A rule's zsched task: the one named, or the Celery bridge's for `celery_task=`."""
     if "celery_task" in options:
         if task_name is not None:
-            raise ValueError(f"schedule {schedule_id}: give a task name or celery_task, not both")
+            raise InvalidArgument(
+                f"schedule {schedule_id}: give a task name or celery_task, not both", "celery_task"
+            )
         from zsched.integrations.celery.rules import celery_rule
 
         return celery_rule(schedule_id, **options)
     if task_name is None:
-        raise ValueError(f"schedule {schedule_id}: a task name (or celery_task=) is required")
+        raise InvalidArgument(
+            f"schedule {schedule_id}: a task name (or celery_task=) is required", "task_name"
+        )
     return task_name, options

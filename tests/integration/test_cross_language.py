@@ -27,6 +27,7 @@ import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
 from zsched.protocol.envelope import Envelope, decode, v2_named
 from zsched.protocol.keys import QueueKeys
+from zsched.protocol.replies import CancelCode, EnqueueCode
 from zsched.protocol.runids import created_ms
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
@@ -132,7 +133,7 @@ async def test_runs_enqueued_from_node_are_executed_by_a_python_worker(real, que
 
     out = node_enqueue(node_dir, real.url, queue, "--task", "greet",
                        "--payload", json.dumps(PAYLOAD), "--run-id", "from-node-1")  # fmt: skip
-    assert out == {"run_id": "from-node-1", "code": S.ENQUEUED, "duplicate": False}
+    assert out == {"run_id": "from-node-1", "code": EnqueueCode.ENQUEUED, "duplicate": False}
     assert app.get_run("from-node-1").state == "scheduled"
     assert await run_python_worker(app, real) == 1
     assert seen == [(PAYLOAD, "from-node-1", 1, "greet")]
@@ -149,7 +150,7 @@ async def test_runs_enqueued_from_the_shell_are_executed_by_a_python_worker(real
 
     out = shell_enqueue(real.url, queue, "--task", "greet", "--payload", json.dumps(PAYLOAD),
                         "--run-id", "from-shell-1")  # fmt: skip
-    assert out == {"run_id": "from-shell-1", "code": S.ENQUEUED, "duplicate": False}
+    assert out == {"run_id": "from-shell-1", "code": EnqueueCode.ENQUEUED, "duplicate": False}
     assert envelope_of(real.sync, app.keys, "from-shell-1")[:1] == b"{"  # the JSON variant
     assert await run_python_worker(app, real) == 1
     assert seen == [(PAYLOAD, "from-shell-1")]
@@ -284,11 +285,11 @@ def test_node_cancels_and_reads_the_state_of_python_runs(real, queue, node_dir):
     (shown,) = node(node_dir, "runs.js", "show", *base)
     assert (shown["state"], shown["task"], shown["attempt"]) == ("scheduled", "echo", 1)
     (cancelled,) = node(node_dir, "runs.js", "cancel", *base)
-    assert cancelled["code"] == S.CANCELLED
+    assert cancelled["code"] == CancelCode.CANCELLED
     with pytest.raises(zsched.RunNotFound):
         app.get_run("later")
     (again,) = node(node_dir, "runs.js", "cancel", *base)
-    assert again["code"] == S.NOT_FOUND
+    assert again["code"] == CancelCode.NOT_FOUND
 
 
 # -- dedupe and identical state ---------------------------------------------------------------
@@ -304,10 +305,10 @@ def enqueue_with(client: str, app: zsched.App, url: str, node_dir: Path, run_id:
         else:
             rid = app.enqueue("echo", payload, delay=when["delay_ms"] / 1000, run_id=run_id)
         if not rid.duplicate:
-            return S.ENQUEUED
+            return EnqueueCode.ENQUEUED
         # A duplicate changes nothing, so where the id is now says which kind it was.
         live = app.redis.hexists(app.keys.runs, run_id)
-        return S.DUPLICATE_LIVE if live else S.DUPLICATE_DONE
+        return EnqueueCode.DUPLICATE_LIVE if live else EnqueueCode.DUPLICATE_DONE
     flag = "--run-at-ms" if "run_at_ms" in when else "--delay-ms"
     value = str(when.get("run_at_ms", when.get("delay_ms")))
     args = ("--task", "echo", "--payload", json.dumps(payload), "--run-id", run_id, flag, value)
@@ -333,12 +334,12 @@ async def test_dedupe_holds_across_languages(real, queue, node_dir, first):
                             {"delay_ms": 0})  # fmt: skip
 
     others = [c for c in CLIENTS if c != first]
-    assert [enqueue(c) for c in [first, *others]] == [S.ENQUEUED] + [S.DUPLICATE_LIVE] * 2
+    assert [enqueue(c) for c in [first, *others]] == [EnqueueCode.ENQUEUED] + [EnqueueCode.DUPLICATE_LIVE] * 2
     assert delayed_count(real.sync, app.keys) == real.sync.hlen(app.keys.runs) == 1
     assert await run_python_worker(app, real) == 1
     assert ran == [{"by": first}]
     # Done within the dedupe window: a duplicate from every language, and nothing runs again.
-    assert [enqueue(c) for c in CLIENTS] == [S.DUPLICATE_DONE] * 3
+    assert [enqueue(c) for c in CLIENTS] == [EnqueueCode.DUPLICATE_DONE] * 3
     assert await run_python_worker(app, real) == 0
     stats = app.status().stats
     assert (stats["enqueued"], stats["duplicate"], ran) == (1, 5, [{"by": first}])
@@ -401,7 +402,7 @@ def test_the_same_enqueue_from_python_node_and_shell_leaves_identical_state(
     for client in CLIENTS:
         app = real.app(f"{queue}-{client}")
         code = enqueue_with(client, app, real.url, node_dir, "same-run", PAYLOAD, when)
-        assert code == S.ENQUEUED
+        assert code == EnqueueCode.ENQUEUED
         states[client] = queue_state(real.sync, app.queue, ignore, scores=timing == "run_at")
         raws[client] = envelope_of(real.sync, app.keys, "same-run")
     assert states["python"] == states["node"] == states["shell"]
@@ -432,7 +433,7 @@ def test_node_and_shell_fall_back_to_eval_when_the_script_is_not_cached(node_dir
                 app.redis.script_flush()
                 assert app.redis.script_exists(sha) == [False]
                 code = enqueue_with(client, app, srv.url, node_dir, rid, None, {"delay_ms": 0})
-                assert code == S.ENQUEUED
+                assert code == EnqueueCode.ENQUEUED
                 assert app.redis.script_exists(sha) == [True]  # loaded again, same SHA
             assert set(delayed_ids(app.redis, app.keys)) == {"n1", "s1"}
         finally:

@@ -13,6 +13,7 @@ import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
 from zsched import FakeClock
 from zsched.dispatch.simulate import Driver, ledger_rows, simulate
+from zsched.protocol.replies import ScheduleResult
 from zsched.rules.audit import audit
 from zsched.rules.triggers import slot_run_id
 from zsched.store import delayed
@@ -92,13 +93,25 @@ async def test_each_overlap_policy_with_runs_slower_than_the_interval(backend, q
         assert starts[1][0] == starts[0][1]  # the waiting fire started as the first ended
 
 
+def test_schedule_returns_a_named_result_that_equals_the_old_integer(backend, queue) -> None:
+    app, _, _ = setup(backend, queue)
+    created = app.schedule("named", "t", every=60)
+    assert created is zsched.ScheduleResult.CREATED and created == 1
+    assert app.schedule("named", "t", every=60) is ScheduleResult.UNCHANGED
+    updated = app.schedule("named", "t", every=120)
+    assert updated is ScheduleResult.UPDATED and updated == 2
+    assert app.sync_schedules() == {k: [] for k in
+                                    ("created", "updated", "unchanged", "undeclared", "removed")
+                                    } | {"undeclared": ["named"]}  # fmt: skip
+
+
 async def test_a_rule_edited_and_another_paused_while_due(backend, queue) -> None:
     app, clock, drv = setup(backend, queue)
     app.schedule("edited", "t", every=60, payload={"v": 1})
     app.schedule("paused", "t", every=60)
     await drv.step(T0)
     clock.set(T0 + M + 10)  # both due now, not yet fired
-    assert app.schedule("edited", "t", every=60, payload={"v": 2}) == S.SCHEDULE_UPDATED
+    assert app.schedule("edited", "t", every=60, payload={"v": 2}) == ScheduleResult.UPDATED
     assert app.pause_schedule("paused")
     await drv.step(T0 + M + 10)
     edited = one_outcome_per_slot(app, "edited")
@@ -240,7 +253,6 @@ async def test_a_lease_left_by_a_worker_that_died_before_unlease_is_freed_at_the
     await drv.step(T0)
     ((entry, (_, run_id, _, _)),) = drv.running.items()
     # The run is acked, but its worker dies before calling unlease: the lease stays behind.
-    from zsched.store import scripts as S
 
     app.scripts.run(
         S.ack(app.keys, "sim", [(entry, run_id)], now_ms=T0 + 1, dedupe_window_ms=60_000)

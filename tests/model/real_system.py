@@ -18,7 +18,7 @@ from typing import Any
 import zsched
 from tests.model.rule_model import Fate, RuleDef
 from zsched import FakeClock
-from zsched.rules.ops import history
+from zsched.rules.ledger import history
 from zsched.rules.triggers import Every
 from zsched.store.delayed import untag
 
@@ -184,7 +184,7 @@ class RealSystem:
 
     def ledger(self) -> list[tuple[int, str, str]]:
         return sorted((h["slot_ms"], h["outcome"], h["reason"])
-                      for h in history(self.app, self.sid, 10**6))  # fmt: skip
+                      for h in history(self.app.redis, self.app.keys, self.sid, 10**6))  # fmt: skip
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}

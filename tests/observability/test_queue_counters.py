@@ -15,7 +15,7 @@ import zsched
 from zsched import FakeClock
 from zsched.observability.collector import QueueCollector
 from zsched.observability.metrics import Metrics
-from zsched.rules.ops import history
+from zsched.rules.ledger import history
 
 NOW = 1_800_000_000_000  # a whole minute
 
@@ -110,7 +110,7 @@ async def test_ledger_outcomes_and_rule_duplicates_are_counted_per_rule(real, qu
         await d.close()
 
     truth: Counter[tuple[str, str]] = Counter()
-    for row in history(app, "tick", 1000):
+    for row in history(app.redis, app.keys, "tick", 1000):
         reason = row["reason"].split(":")[0].split(" ")[0] if row["outcome"] == "skipped" else ""
         truth[row["outcome"], reason] += 1
     assert {o for o, _ in truth} >= {"ran", "duplicate", "skipped"}
@@ -190,7 +190,7 @@ async def test_backfill_counts_its_duplicates_and_its_ledger_records_per_rule(re
         await d.tick()
     finally:
         await d.close()
-    rows = history(app, "tick", 1000)
+    rows = history(app.redis, app.keys, "tick", 1000)
     ran = sorted(r["slot_ms"] for r in rows if r["outcome"] == "ran")
     assert len(ran) == 2
     skipped = sorted(r["slot_ms"] for r in rows if r["outcome"] == "skipped"
@@ -210,6 +210,6 @@ async def test_backfill_counts_its_duplicates_and_its_ledger_records_per_rule(re
     assert sample(reg, dups, **base, kind="backfill") == 3 + 5
     assert sample(reg, "zsched_queue_rule_outcomes_total", **base, outcome="backfilled",
                   reason="") == 2  # fmt: skip
-    backfilled = [r for r in history(app, "tick", 1000) if r["outcome"] == "backfilled"]
+    backfilled = [r for r in history(app.redis, app.keys, "tick", 1000) if r["outcome"] == "backfilled"]
     assert sorted(r["slot_ms"] for r in backfilled) == [skipped[0], skipped[2]]
     assert sample(reg, "zsched_queue_runs_enqueued_total", queue=queue, partition="") == 1 + 2

@@ -107,7 +107,7 @@ def test_enqueue_and_rule_operations_wait_through_a_redis_restart(tmp_path, queu
         what = "schedule 'hourly'"
         got = _during_restart(srv, caplog, what,
                               lambda: app.schedule("hourly", "t", cron="0 * * * *", tz="UTC"))  # fmt: skip
-        assert got.get("value") == zsched.store.scripts.SCHEDULE_CREATED, got
+        assert got.get("value") == zsched.ScheduleResult.CREATED, got
         caplog.clear()
         got = _during_restart(srv, caplog, "pause of schedule 'hourly'",
                               lambda: app.pause_schedule("hourly"))  # fmt: skip

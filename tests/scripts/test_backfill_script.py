@@ -6,7 +6,8 @@ import pytest
 import redis
 
 from zsched.protocol.keys import QueueKeys
-from zsched.rules.ops import history
+from zsched.protocol.replies import EnqueueCode
+from zsched.rules.ledger import history
 from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
@@ -26,10 +27,11 @@ def test_backfill_enqueues_free_slots_and_counts_the_rest(real, queue) -> None:
     app.redis.hset(app.keys.runs, "r@live", b"x")
     app.redis.zadd(app.keys.done, {"r@done": NOW - 1000, "r@old": NOW - 120_000})
     slots = [(f"r@{n}", i, b"env") for i, n in enumerate(["new", "live", "done", "old"])]
-    assert call(app, slots, recorded=2) == [S.ENQUEUED, S.DUPLICATE_LIVE, S.DUPLICATE_DONE,
-                                            S.ENQUEUED]  # fmt: skip
+    E = EnqueueCode
+    assert call(app, slots, recorded=2) == [E.ENQUEUED, E.DUPLICATE_LIVE, E.DUPLICATE_DONE,
+                                            E.ENQUEUED]  # fmt: skip
     assert stats(app) == {"enqueued": 2, "ledger:backfilled::r": 2, "duplicate:backfill:r": 4}
-    rows = history(app, "r")
+    rows = history(app.redis, app.keys, "r")
     assert sorted((row["slot_ms"], row["run_id"], row["outcome"]) for row in rows) == [
         (0, "r@new", "backfilled"), (3, "r@old", "backfilled")]  # fmt: skip
     assert app.get_run("r@new").state == "scheduled"

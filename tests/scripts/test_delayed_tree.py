@@ -14,6 +14,7 @@ import pytest
 from helpers import NOW, env
 from state import delayed_count
 
+from zsched.protocol.replies import CancelCode, EnqueueCode
 from zsched.store import delayed
 from zsched.store import scripts as S
 from zsched.store.luagen import stale
@@ -81,11 +82,11 @@ def test_random_enqueue_cancel_dispatch_keep_the_tree_and_its_order(backend, que
                 batch.sort(key=lambda g: key(g[1], g[0]))  # in order: the rightmost split
             codes = app.scripts.run(S.enqueue(k, batch, now_ms=now, dedupe_window_ms=1,
                                               max_envelope_bytes=10_000))  # fmt: skip
-            assert codes == [S.ENQUEUED] * len(batch)
+            assert codes == [EnqueueCode.ENQUEUED] * len(batch)
             model.update({rid: due for rid, due, _, _ in batch})
         elif op < 0.7 and model:
             for rid in rnd.sample(sorted(model), min(len(model), rnd.randrange(1, 40))):
-                assert app.scripts.run(S.cancel(k, rid)) == S.CANCELLED
+                assert app.scripts.run(S.cancel(k, rid)) == CancelCode.CANCELLED
                 del model[rid]
         else:
             now += rnd.randrange(0, 800)
@@ -142,10 +143,10 @@ def test_cancel_tells_a_dispatched_run_from_a_delayed_and_an_unknown_one(backend
     batch = [(f"r{i}", NOW + i, "t", env("x")) for i in range(3)]
     app.scripts.run(S.enqueue(k, batch, now_ms=NOW, dedupe_window_ms=1, max_envelope_bytes=999))
     app.scripts.run(S.dispatch(k, now_ms=NOW, limit=10, max_backlog=0))
-    assert app.scripts.run(S.cancel(k, "r0")) == S.NOT_CANCELLABLE  # on the stream
-    assert app.scripts.run(S.cancel(k, "r1")) == S.CANCELLED
-    assert app.scripts.run(S.cancel(k, "r1")) == S.NOT_FOUND
-    assert app.scripts.run(S.cancel(k, "nope")) == S.NOT_FOUND
+    assert app.scripts.run(S.cancel(k, "r0")) == CancelCode.NOT_CANCELLABLE  # on the stream
+    assert app.scripts.run(S.cancel(k, "r1")) == CancelCode.CANCELLED
+    assert app.scripts.run(S.cancel(k, "r1")) == CancelCode.NOT_FOUND
+    assert app.scripts.run(S.cancel(k, "nope")) == CancelCode.NOT_FOUND
     check_tree(backend, k, {"r2": NOW + 2})
     ((_, fields),) = backend.sync.xrange(k.ready)
     assert fields[b"envelope"] == env("x"), "dispatch strips the due tag"

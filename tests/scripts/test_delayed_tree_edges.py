@@ -14,6 +14,7 @@ import pytest
 from helpers import NOW, env, seed_delayed, seed_ready
 from state import delayed_count, snapshot
 
+from zsched.protocol.replies import CancelCode, EnqueueCode
 from zsched.store import delayed
 from zsched.store import scripts as S
 
@@ -67,11 +68,11 @@ def test_odd_ids_and_extreme_dues_keep_the_tree_and_dispatch_in_order(backend, q
     k = app.keys
     dues = [0, 1, NOW, NOW, NOW, 2**47 + 1, 10**14 - 1, 10**14, FAR]
     model = {odd_id(rnd, n): rnd.choice(dues) for n in range(900)}
-    assert enqueue(app, model) == [S.ENQUEUED] * len(model)
+    assert enqueue(app, model) == [EnqueueCode.ENQUEUED] * len(model)
     assert backend.sync.zcard(k.delayed_index) > 10
     check(backend, k, model)
     for rid in rnd.sample(sorted(model), 300):
-        assert app.scripts.run(S.cancel(k, rid)) == S.CANCELLED
+        assert app.scripts.run(S.cancel(k, rid)) == CancelCode.CANCELLED
         del model[rid]
     check(backend, k, model)
     res = app.scripts.run(S.dispatch(k, now_ms=NOW, limit=1, max_backlog=0))
@@ -126,7 +127,7 @@ def test_migrate_skips_a_run_that_the_tree_already_holds(backend, queue) -> None
     r.zadd(k.delayed, {"a": NOW, "gone": NOW + 10})
     r.hset(k.runs, "a", env("a"))  # "gone" has no value: layout 2 left it behind
     assert app.scripts.run(S.migrate(k, batch=1)) == (1, 1)
-    assert enqueue(app, {"gone": NOW + 5000}) == [S.ENQUEUED]
+    assert enqueue(app, {"gone": NOW + 5000}) == [EnqueueCode.ENQUEUED]
     app.migrate()
     check(backend, k, {"a": NOW, "gone": NOW + 5000})
 
@@ -140,7 +141,7 @@ def test_cancel_of_a_run_still_in_the_layout_2_set(backend, queue) -> None:
     r.zadd(k.delayed, {"a": NOW, "b": NOW + 1})
     r.hset(k.runs, mapping={"a": env("a"), "b": env("b")})
     assert app.scripts.run(S.migrate(k, batch=1)) == (1, 1)
-    assert app.scripts.run(S.cancel(k, "b")) == S.CANCELLED
+    assert app.scripts.run(S.cancel(k, "b")) == CancelCode.CANCELLED
     app.migrate()
     check(backend, k, {"a": NOW})
 

@@ -8,6 +8,7 @@ from state import snapshot
 
 from zsched import FakeClock
 from zsched.protocol.envelope import Envelope
+from zsched.protocol.replies import EnqueueCode
 from zsched.store import scripts as S
 
 NOW = 1_800_000_000_000
@@ -27,7 +28,7 @@ def run(backend, queue, groups, now=NOW, window=60_000, max_bytes=10_000):
 
 def test_enqueue_adds_to_delayed_and_runs_together(backend, queue) -> None:
     app, codes = run(backend, queue, [group("a"), group("b", NOW + 5)])
-    assert codes == [S.ENQUEUED, S.ENQUEUED]
+    assert codes == [EnqueueCode.ENQUEUED, EnqueueCode.ENQUEUED]
     st = snapshot(backend.sync, app.keys)
     assert st["delayed"] == {"a": NOW + 1000, "b": NOW + 5}
     assert set(st["runs"]) == {"a", "b"}
@@ -41,23 +42,23 @@ def test_enqueue_of_a_live_run_id_is_a_duplicate_and_changes_nothing(backend, qu
     before = snapshot(backend.sync, app.keys)
     _, codes = run(backend, queue, [group("a", NOW + 9999)])
     after = snapshot(backend.sync, app.keys)
-    assert codes == [S.DUPLICATE_LIVE]
+    assert codes == [EnqueueCode.DUPLICATE_LIVE]
     assert after["delayed"] == before["delayed"]
     assert after["stats"]["duplicate"] == 1
 
 
 def test_a_batch_with_the_same_id_twice_enqueues_it_once(backend, queue) -> None:
     _, codes = run(backend, queue, [group("a"), group("a")])
-    assert codes == [S.ENQUEUED, S.DUPLICATE_LIVE]
+    assert codes == [EnqueueCode.ENQUEUED, EnqueueCode.DUPLICATE_LIVE]
 
 
 def test_enqueue_of_a_recently_done_id_is_a_duplicate_until_the_window_passes(backend, queue):
     app = backend.app(queue)
     backend.sync.zadd(app.keys.done, {"a": NOW - 10_000})
     _, codes = run(backend, queue, [group("a")], window=60_000)
-    assert codes == [S.DUPLICATE_DONE]
+    assert codes == [EnqueueCode.DUPLICATE_DONE]
     _, codes = run(backend, queue, [group("a")], now=NOW + 60_000)
-    assert codes == [S.ENQUEUED]
+    assert codes == [EnqueueCode.ENQUEUED]
 
 
 def test_relative_run_at_is_counted_from_now(backend, queue) -> None:

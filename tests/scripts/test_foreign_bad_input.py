@@ -16,6 +16,7 @@ import redis
 
 from tests.state import delayed_count
 from zsched.protocol.keys import QueueKeys
+from zsched.protocol.replies import EnqueueCode
 from zsched.store import scripts as S
 
 SOURCE = S.source("enqueue")
@@ -183,7 +184,7 @@ async def consume(backend: Any, queue: str, bad_envelope: bytes) -> tuple[Any, l
 
     codes = raw_enqueue(backend.sync, queue, "", WINDOW, LIMIT, "bad", "0", "t", bad_envelope,
                         "good", "0", "t", envelope("good", payload="ok"))  # fmt: skip
-    assert codes == [S.ENQUEUED, S.ENQUEUED]
+    assert codes == [EnqueueCode.ENQUEUED, EnqueueCode.ENQUEUED]
     d = app.dispatcher(redis=backend.async_client())
     w = app.worker(redis=backend.async_client())
     try:

@@ -9,6 +9,7 @@ from helpers import NOW, seed_delayed, seed_ready
 
 from zsched import CancelOutcome, EnqueueOutcome
 from zsched.protocol.keys import GROUP
+from zsched.protocol.replies import HoldCode
 from zsched.runs import controls as C
 from zsched.store import scripts as S
 
@@ -62,11 +63,11 @@ def test_done_and_unknown_runs_are_told_apart(backend, queue) -> None:
 def test_discard_ends_only_runs_the_consumer_owns(backend, queue) -> None:
     app, entries = seed_ready(backend, queue, ["a", "b"], consumer="c1")
     call = C.discard(app.keys, "c2", [(entries["a"], "a")], now_ms=NOW, dedupe_window_ms=60_000)
-    assert app.scripts.run(call) == [S.FENCED]
+    assert app.scripts.run(call) == [HoldCode.FENCED]
     assert app.get_run("a").state == "running"
     call = C.discard(app.keys, "c1", [(entries["a"], "a"), (entries["b"], "b")], now_ms=NOW,
                      dedupe_window_ms=60_000)  # fmt: skip
-    assert app.scripts.run(call) == [S.OK, S.OK]
+    assert app.scripts.run(call) == [HoldCode.OK, HoldCode.OK]
     assert [app.get_run(r).state for r in "ab"] == ["cancelled", "cancelled"]
     assert backend.sync.xlen(app.keys.ready) == 0
     assert backend.sync.xpending(app.keys.ready, GROUP)["pending"] == 0

@@ -11,13 +11,14 @@ import redis
 from helpers import NOW, env, seed_ready
 from state import delayed_count, places, snapshot
 
+from zsched.protocol.replies import HoldCode
 from zsched.store import scripts as S
 
 
 def _dead_letter(backend, app, ent, run_id):
     """Dead-letter `run_id` through dead.lua; returns its dead-letter entry id."""
     assert app.scripts.run(S.dead(app.keys, "c1", [(ent[run_id], run_id, "boom", env(run_id))],
-                                  now_ms=NOW)) == [S.OK]  # fmt: skip
+                                  now_ms=NOW)) == [HoldCode.OK]  # fmt: skip
     rows = backend.sync.xrange(app.keys.dead)
     return next(e.decode() for e, f in rows if f[b"run_id"] == run_id.encode())
 

@@ -7,6 +7,7 @@ from helpers import NOW, env, seed_ready
 from state import snapshot
 
 from zsched.protocol.keys import GROUP
+from zsched.protocol.replies import CancelCode, HoldCode
 from zsched.store import scripts as S
 
 
@@ -14,7 +15,7 @@ def test_ack_finishes_the_run_and_records_completion(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a", "b"])
     codes = app.scripts.run(S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW,
                                   dedupe_window_ms=60_000))  # fmt: skip
-    assert codes == [S.OK]
+    assert codes == [HoldCode.OK]
     st = snapshot(backend.sync, app.keys)
     assert st["done"] == {"a": NOW}
     assert set(st["runs"]) == {"b"} and st["entries"] == ["b"]
@@ -28,7 +29,7 @@ def test_ack_from_a_consumer_that_does_not_own_the_entry_is_fenced(backend, queu
     before = snapshot(backend.sync, app.keys)
     codes = app.scripts.run(S.ack(app.keys, "zombie", [(ent["a"], "a")], now_ms=NOW,
                                   dedupe_window_ms=60_000))  # fmt: skip
-    assert codes == [S.FENCED]
+    assert codes == [HoldCode.FENCED]
     after = snapshot(backend.sync, app.keys)
     assert after["stats"]["fenced"] == 1
     after["stats"].pop("fenced")
@@ -38,8 +39,8 @@ def test_ack_from_a_consumer_that_does_not_own_the_entry_is_fenced(backend, queu
 def test_ack_twice_is_fenced_the_second_time(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
     call = S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW, dedupe_window_ms=60_000)
-    assert app.scripts.run(call) == [S.OK]
-    assert app.scripts.run(call) == [S.FENCED]
+    assert app.scripts.run(call) == [HoldCode.OK]
+    assert app.scripts.run(call) == [HoldCode.FENCED]
 
 
 def test_ack_trims_completion_records_older_than_the_window(backend, queue) -> None:
@@ -54,7 +55,7 @@ def test_retry_puts_the_next_attempt_back_in_delayed(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
     codes = app.scripts.run(S.retry(app.keys, "c1", [(ent["a"], "a", 5000, env("a", attempt=2))],
                                     now_ms=NOW))  # fmt: skip
-    assert codes == [S.OK]
+    assert codes == [HoldCode.OK]
     st = snapshot(backend.sync, app.keys)
     assert st["delayed"] == {"a": NOW + 5000}
     assert st["runs"]["a"]["attempt"] == 2
@@ -65,7 +66,7 @@ def test_retry_by_a_non_owner_is_fenced(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
     codes = app.scripts.run(S.retry(app.keys, "other", [(ent["a"], "a", 0, env("a", attempt=2))],
                                     now_ms=NOW))  # fmt: skip
-    assert codes == [S.FENCED]
+    assert codes == [HoldCode.FENCED]
     assert snapshot(backend.sync, app.keys)["delayed"] == {}
 
 
@@ -73,7 +74,7 @@ def test_dead_moves_the_run_to_the_dead_letters_with_its_reason(backend, queue) 
     app, ent = seed_ready(backend, queue, ["a"])
     codes = app.scripts.run(S.dead(app.keys, "c1", [(ent["a"], "a", "boom", env("a"))],
                                    now_ms=NOW))  # fmt: skip
-    assert codes == [S.OK]
+    assert codes == [HoldCode.OK]
     st = snapshot(backend.sync, app.keys)
     assert st["dead"] == [{"run_id": "a", "reason": "boom"}]
     assert st["runs"] == {} and st["ready"] == [] and st["pending"] == []
@@ -81,7 +82,7 @@ def test_dead_moves_the_run_to_the_dead_letters_with_its_reason(backend, queue) 
 
 def test_release_hands_the_run_back_due_now_with_the_same_attempt(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
-    assert app.scripts.run(S.release(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW)) == [S.OK]
+    assert app.scripts.run(S.release(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW)) == [HoldCode.OK]
     st = snapshot(backend.sync, app.keys)
     assert st["delayed"] == {"a": NOW} and st["runs"]["a"].get("attempt", 1) == 1
     assert st["ready"] == [] and st["pending"] == []
@@ -89,8 +90,8 @@ def test_release_hands_the_run_back_due_now_with_the_same_attempt(backend, queue
 
 def test_renew_keeps_the_hold_only_for_the_owner(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
-    assert app.scripts.run(S.renew(app.keys, "c1", [ent["a"]])) == [S.OK]
-    assert app.scripts.run(S.renew(app.keys, "zombie", [ent["a"]])) == [S.FENCED]
+    assert app.scripts.run(S.renew(app.keys, "c1", [ent["a"]])) == [HoldCode.OK]
+    assert app.scripts.run(S.renew(app.keys, "zombie", [ent["a"]])) == [HoldCode.FENCED]
     # Renewal never moves ownership nor raises the delivery count.
     assert snapshot(backend.sync, app.keys)["pending"] == [("c1", 1)]
 
@@ -103,7 +104,7 @@ def test_reclaim_takes_over_idle_entries_and_dead_letters_over_delivered_ones(ba
     assert all(c.deliveries == 2 for c in r.claimed)
     assert snapshot(backend.sync, app.keys)["pending"] == [("c2", 2), ("c2", 2)]
     # The old owner is fenced now.
-    assert app.scripts.run(S.renew(app.keys, "c1", [ent["a"]])) == [S.FENCED]
+    assert app.scripts.run(S.renew(app.keys, "c1", [ent["a"]])) == [HoldCode.FENCED]
     r = app.scripts.run(S.reclaim(app.keys, "c3", now_ms=NOW, min_idle_ms=0, count=10,
                                   max_deliveries=2))  # fmt: skip
     assert r.dead == 2 and r.claimed == []
@@ -124,9 +125,9 @@ def test_reclaim_leaves_entries_that_are_not_idle_long_enough(backend, queue) ->
 def test_cancel_removes_only_delayed_runs(backend, queue) -> None:
     app, _ = seed_ready(backend, queue, ["ready"])
     app.enqueue("t", None, run_id="later", delay=60)
-    assert app.scripts.run(S.cancel(app.keys, "later")) == S.CANCELLED
-    assert app.scripts.run(S.cancel(app.keys, "ready")) == S.NOT_CANCELLABLE
-    assert app.scripts.run(S.cancel(app.keys, "nobody")) == S.NOT_FOUND
+    assert app.scripts.run(S.cancel(app.keys, "later")) == CancelCode.CANCELLED
+    assert app.scripts.run(S.cancel(app.keys, "ready")) == CancelCode.NOT_CANCELLABLE
+    assert app.scripts.run(S.cancel(app.keys, "nobody")) == CancelCode.NOT_FOUND
     assert backend.sync.hexists(app.keys.runs, "later") == 0
 
 

@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,8 +21,7 @@ from zsched.cli.settings_options import (
     dispatcher_values,
     worker_values,
 )
-from zsched.store.connection import RETRYABLE_ERRORS
-from zsched.store.retrying import Backoff, Outage
+from zsched.store.retrying import wait_out
 
 T = TypeVar("T")
 log = logging.getLogger("zsched.cli")
@@ -121,18 +119,7 @@ async def _until_signal(main: Any) -> None:
 def _at_start(build: Callable[[], T], role: str) -> T:
     """Build the process's App (it may read the queue's layout from Redis), waiting while
     Redis is unreachable at start-up, as the loops do later: one WARNING per outage."""
-    backoff = Backoff()
-    outage = Outage(log, f"{role} at start-up", "")
-    while True:
-        try:
-            app = build()
-        except RETRYABLE_ERRORS as exc:
-            delay = backoff.next()
-            outage.failed(exc, delay)
-            time.sleep(delay)
-        else:
-            outage.ok()
-            return app
+    return wait_out(build, what=f"{role} at start-up", logger=log)
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:

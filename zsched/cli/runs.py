@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 from typing import Any
 
 from zsched.cli.common import add_connection, add_json, emit, make_app
 from zsched.cli.enqueue import parse_at, parse_seconds
+from zsched.clock import ms_to_datetime
 
 
 def register(sub: Any) -> None:
@@ -65,7 +65,7 @@ def cmd_reschedule(args: argparse.Namespace) -> int:
     delay = parse_seconds(args.delay) if args.delay is not None else None
     res = make_app(args).reschedule(args.run_id, run_at=run_at, delay=delay)
     if res.moved and res.due_ms is not None:
-        when = datetime.fromtimestamp(res.due_ms / 1000, UTC).isoformat()
+        when = ms_to_datetime(res.due_ms).isoformat()
         text = f"moved: due {when}"
     else:
         text = f"not moved: {_WHY[res.outcome.name.lower()]}"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import zsched
 from zsched.cli.common import UsageError, add_connection, add_json, emit, make_app
 from zsched.cli.enqueue import parse_at, parse_seconds
+from zsched.clock import datetime_to_ms, ms_to_datetime, server_now_ms
 
 ACTIONS = ("list", "add", "edit", "pause", "resume", "rm", "backfill", "next", "history",
            "audit", "simulate", "run")  # fmt: skip
@@ -21,7 +21,7 @@ ACTIONS = ("list", "add", "edit", "pause", "resume", "rm", "backfill", "next", "
 def _iso(ms: int | None, tz: str = "UTC") -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, ZoneInfo(tz)).isoformat(timespec="seconds")
+    return ms_to_datetime(ms).astimezone(ZoneInfo(tz)).isoformat(timespec="seconds")
 
 
 def _os_user() -> str | None:
@@ -212,15 +212,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_next(args: argparse.Namespace) -> int:
-    from zsched.rules.ops import load, server_now_ms
+    from zsched.rules.ops import load
 
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
-    app = make_app(args)
-    spec = load(app.rule_home(args.schedule_id).ctx, args.schedule_id)[0]
+    home = make_app(args).rule_home(args.schedule_id).ctx
+    spec = load(home, args.schedule_id)[0]
     tz = getattr(spec.trigger, "tz", "UTC")
     slots: list[int] = []
-    at = server_now_ms(app.rule_home(args.schedule_id).ctx)
+    at = server_now_ms(home.clock, home.redis)
     while len(slots) < args.count:
         nxt = spec.first_slot_after(at)
         if nxt is None:
@@ -267,8 +267,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     home = app.rule_home(args.schedule_id).ctx
     tz = getattr(load(home, args.schedule_id)[0].trigger, "tz", "UTC")
-    rows = simulate(home, args.schedule_id, int(start.timestamp() * 1000),
-                    int(end.timestamp() * 1000), slow)  # fmt: skip
+    rows = simulate(home, args.schedule_id, datetime_to_ms(start, floor=True),
+                    datetime_to_ms(end, floor=True), slow)  # fmt: skip
     lines = [f"{_iso(r.slot_ms, tz)}  {r.outcome:<10} {r.reason}" for r in rows]
     emit(args, [r.as_dict() for r in rows], "\n".join(lines) or "no slots")
     return 0

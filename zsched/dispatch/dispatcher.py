@@ -15,12 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import redis.exceptions
-
 from zsched.config import DispatcherSettings, settings_from
 from zsched.dispatch.heartbeat import Heartbeat, process_name
 from zsched.dispatch.watch import DataWatch
-from zsched.errors import EvictionPolicyError, ScriptError
+from zsched.errors import EvictionPolicyError
 from zsched.observability.metrics import observe_many
 from zsched.rules.ops import sync_declared
 from zsched.store import scripts as S
@@ -29,17 +27,14 @@ from zsched.store.connection import (
     async_client,
     async_from_sync,
     open_pubsub,
-    redact_text,
 )
 from zsched.store.eviction import EvictionWatch
-from zsched.store.retrying import Backoff, Outage
+from zsched.store.retrying import REFUSALS, PassFailures
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
 
 log = logging.getLogger(__name__)
-# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
-REDIS_ERRORS = RETRYABLE_ERRORS
 #: Redis time a full dispatch call should stay under (the script reports its own). 500 runs
 #: take ~2.4 ms with 200k delayed runs but ~4.5 ms with 1M (cache misses), and more on a slow
 #: host, against a 5 ms budget for any script. 1 ms, not 2: a few calls run ~2.5x their
@@ -49,9 +44,6 @@ CALL_TARGET_S = 0.001
 #: Dispatch calls in flight while runs keep coming due: with two, Redis starts the next call
 #: as soon as one ends instead of idling through the round trip and this process's share.
 PIPELINE_DEPTH = 2
-# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
-# error and retried; exiting would not fix it, and the loop resumes once it is fixed.
-REFUSALS = (redis.exceptions.ResponseError, ScriptError)
 
 
 class TickPart(Protocol):
@@ -228,8 +220,8 @@ class Dispatcher:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Loop until `stop` is set: tick, then sleep until the next due time or a wake-up."""
         stop = stop or asyncio.Event()
-        backoff = Backoff()
-        outage = Outage(log, "dispatcher", self._q)
+        fails = PassFailures("dispatcher", self._q, log,
+                             self.metrics.redis_errors.labels(self._q, "dispatcher"))  # fmt: skip
         log.info("dispatcher started", extra={"queue": self._q})
         synced = not self.ctx.declared_here()
         migrated = False
@@ -244,36 +236,20 @@ class Dispatcher:
                 await self.eviction.check(force=not self.eviction.checked)
                 while not stop.is_set():
                     t = await self.tick()
-                    backoff.reset()
-                    outage.ok()
+                    fails.ok()
                     await self.watch.check()
                     await self.eviction.check()
                     await self._wait(pubsub, self._sleep_s(t), stop)
-            except REDIS_ERRORS as exc:
-                self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
-                delay = backoff.next()
-                outage.failed(exc, delay)  # one WARNING per outage, not one per attempt
-                await _sleep_or_stop(stop, delay)
             except EvictionPolicyError:
                 raise  # refused to start: a setting to change, not a fault to wait out
-            except REFUSALS as exc:
-                self.metrics.redis_errors.labels(self._q, "dispatcher").inc()
-                why = redact_text(str(exc))[:500]
-                delay = backoff.next()
-                log.error("dispatcher: Redis refused a command: %s; retrying in %.1fs", why,
-                          delay, extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, delay)
-            except Exception:  # noqa: BLE001 - keep dispatching other work; say so loudly
-                delay = backoff.next()
-                log.exception("dispatcher pass failed; retrying in %.1fs", delay,
-                              extra={"queue": self._q})  # fmt: skip
-                await _sleep_or_stop(stop, delay)
+            except Exception as exc:  # noqa: BLE001 - keep dispatching other work; say so loudly
+                await _sleep_or_stop(stop, fails.failed(exc))
             finally:
                 try:
                     await pubsub.aclose()
-                except REDIS_ERRORS:
+                except RETRYABLE_ERRORS:
                     pass
-        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+        with contextlib.suppress(*RETRYABLE_ERRORS, *REFUSALS):
             await self.heartbeat.leave(self.redis)
         log.info("dispatcher stopped", extra={"queue": self._q})
 
@@ -314,7 +290,7 @@ class Dispatcher:
             part.invalidate()
 
     async def close(self) -> None:
-        with contextlib.suppress(*REDIS_ERRORS, *REFUSALS):
+        with contextlib.suppress(*RETRYABLE_ERRORS, *REFUSALS):
             await self.heartbeat.leave(self.redis)  # gone, not stale
         await self.redis.aclose()
 

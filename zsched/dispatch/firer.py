@@ -12,12 +12,14 @@ import logging
 import time
 import zlib
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from zsched.clock import ms_to_datetime, time_reply_ms
 from zsched.errors import RuleError
 from zsched.protocol.envelope import Envelope
+from zsched.protocol.text import text
+from zsched.rules import ledger
 from zsched.rules.spec import Spec, State, decode_spec, decode_state
 from zsched.rules.triggers import Cron, Misfire, Overlap, slot_run_id
 from zsched.store import scripts as S
@@ -28,20 +30,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The fire outcome of a catch-up replay: recorded `ran_late`; fire.lua refuses the whole call
-#: (compare-and-set) if a run holds the rule's overlap lease when a replay would start.
-REPLAY = "replay"
 #: Slots examined per rule per pass; a longer outage is counted without listing every slot.
 MAX_SLOTS_PER_PASS = 1000
-LEDGER_MAXLEN = 10_000
 #: How soon a dispatcher comes back to drain catch-up fires the budget left for later.
 CATCH_UP_PAUSE_MS = 20
-LEDGER_MAX_AGE_MS = 30 * 24 * 3600 * 1000
 #: How soon a dispatcher looks again at replays that wait for a run of their rule to end
 #: (unlease publishes on `wake` when it does; this bounds the wait if nobody publishes).
 CATCH_UP_BLOCKED_MS = 1000
-#: The ledger reason of a `duplicate` slot (fire.lua writes the same).
-DUPLICATE_REASON = "run id already live or done"
 
 
 @dataclass
@@ -49,7 +44,7 @@ class Plan:
     """What one rule does at one instant."""
 
     fires: list[tuple[int, int, str]] = field(default_factory=list)  # (slot, run_at, outcome)
-    records: list[tuple[int, str, str, str]] = field(default_factory=list)
+    records: list[ledger.Record] = field(default_factory=list)
     new_next: int | None = None
     state: State = field(default_factory=State)
     missed: int = 0
@@ -95,7 +90,7 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         last_pass = new_next is None or new_next > now_ms
         backlog = _misfire(spec, p, backlog, on_time, late, now_ms, last_pass)
     for s in on_time:
-        p.fires.append((s, s + jitter_ms(spec, s), "ran"))
+        p.fires.append((s, s + jitter_ms(spec, s), ledger.Outcome.RAN))
     seen = {*backlog, *(f[0] for f in p.fires)}
     backlog = _backfilled_duplicates(spec, p, set(state.backfilled), backlog)
     # Catch-up replays drain under the budget, after the on-time fires. Under overlap skip or
@@ -103,11 +98,11 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
     # so no replay is ever skipped or queued because of another (docs/policies.md).
     take = backlog[: max(0, _replay_room(spec, p, budget, lease_free))]
     for s in take:
-        p.fires.append((s, now_ms, REPLAY))
+        p.fires.append((s, now_ms, ledger.REPLAY))
     p.budget_used = len(take)
     backlog = backlog[len(take) :]
     gaps, gap_checked = dst_gap_skips(spec, state, next_ms, now_ms)
-    p.records += [(g, "skipped", "dst_gap", slot_run_id(sid, g)) for g in gaps]
+    p.records += [ledger.skipped(sid, g, "dst_gap") for g in gaps]
     fired_slots = [f[0] for f in p.fires]
     # Backfilled slots handled in this pass (recorded duplicate, or by the policy) go.
     kept = [s for s in state.backfilled if s not in seen and not (slots and s <= slots[-1])]
@@ -132,8 +127,7 @@ def _backfilled_duplicates(spec: Spec, p: Plan, backfilled: set[int], backlog: l
     if not backfilled:
         return backlog
     dups = [f[0] for f in p.fires if f[0] in backfilled] + [s for s in backlog if s in backfilled]
-    sid = spec.schedule_id
-    p.records += [(s, "duplicate", DUPLICATE_REASON, slot_run_id(sid, s)) for s in dups]
+    p.records += [ledger.duplicate(spec.schedule_id, s) for s in dups]
     p.fires = [f for f in p.fires if f[0] not in backfilled]
     return [s for s in backlog if s not in backfilled]
 
@@ -156,13 +150,13 @@ def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: 
         if len(backlog) > spec.max_catch_up:
             cut = len(backlog) - spec.max_catch_up
             for s in backlog[:cut]:
-                p.records.append((s, "skipped", "catch_up_cap", slot_run_id(sid, s)))
+                p.records.append(ledger.skipped(sid, s, "catch_up_cap"))
             backlog = backlog[cut:]
     elif spec.misfire is Misfire.COALESCE:
         _coalesce(spec, p, on_time, late, now_ms, last_pass)
     else:
         for s in late:
-            p.records.append((s, "skipped", "grace_passed", slot_run_id(sid, s)))
+            p.records.append(ledger.skipped(sid, s, "grace_passed"))
     return backlog
 
 
@@ -171,15 +165,15 @@ def _coalesce(spec: Spec, p: Plan, on_time: list[int], late: list[int], now_ms: 
     """One run stands for all missed slots: the on-time fire, else the newest missed slot."""
     if not last_pass:  # that slot is listed by a later pass
         for s in late:
-            p.records.append((s, "coalesced", "into a later slot's run", ""))
+            p.records.append(ledger.coalesced(s, "into a later slot's run", ""))
         return
     target = on_time[0] if on_time else late[-1]
     into = slot_run_id(spec.schedule_id, target)
     for s in late:
         if s != target:
-            p.records.append((s, "coalesced", f"into {into}", into))
+            p.records.append(ledger.coalesced(s, f"into {into}", into))
     if not on_time:
-        p.fires.append((target, now_ms + jitter_ms(spec, target), "ran_late"))
+        p.fires.append((target, now_ms + jitter_ms(spec, target), ledger.Outcome.RAN_LATE))
 
 
 _OFFSET_STEP_MS = 7 * 86_400_000
@@ -206,7 +200,7 @@ def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
     zone = ZoneInfo(trig.tz)
 
     def offset(ms: int) -> object:
-        return zone.utcoffset(datetime.fromtimestamp(ms / 1000, zone))
+        return zone.utcoffset(ms_to_datetime(ms).astimezone(zone))
 
     # No transition in between: the common case, cheap. Sampled weekly, not only at the ends:
     # a spring and an autumn transition cancel out over a long window (a yearly rule, an
@@ -318,9 +312,9 @@ class RuleFirer:
         replies = await pipe.execute()
         t = await self.redis.time() if cluster else replies.pop(0)
         heads, catchup, backlog = replies
-        now = now_ms if now_ms is not None else int(t[0]) * 1000 + int(t[1]) // 1000
-        due = {_s(m): int(sc) for m, sc in heads if int(sc) <= now}
-        ids = list(dict.fromkeys([*due, *(_s(m) for m in catchup)]))
+        now = now_ms if now_ms is not None else time_reply_ms(t)
+        due = {text(m): int(sc) for m, sc in heads if int(sc) <= now}
+        ids = list(dict.fromkeys([*due, *(text(m) for m in catchup)]))
         await self._maybe_audit()
         if not ids:
             return self._learn(int(heads[0][1]) if heads else None, now, read_at)
@@ -383,9 +377,8 @@ class RuleFirer:
             new_next = p.new_next if fire_now is not None else next_ms
             args = fire_args(spec, raw_spec, raw_state or b"", next_ms, new_next, p, now)
             r = await self.scripts.run(
-                S.fire(k, args, now_ms=self.ctx.clock.now_ms(),
-                       dedupe_window_ms=self.ctx.settings.dedupe_window_ms,
-                       ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=LEDGER_MAX_AGE_MS)
+                ledger.fire(k, args, now_ms=self.ctx.clock.now_ms(),
+                            dedupe_window_ms=self.ctx.settings.dedupe_window_ms, trim=True)
             )  # fmt: skip
             if not r.ok:
                 self.conflicts += 1
@@ -415,7 +408,3 @@ class RuleFirer:
             m.overlap_skips.labels(q, sid).inc(r.overlap_skipped)
         if r.duplicates:
             m.duplicates.labels(q, "fire").inc(r.duplicates)
-
-
-def _s(b: Any) -> str:
-    return b.decode() if isinstance(b, bytes) else str(b)

@@ -18,7 +18,8 @@ from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import decode
 from zsched.protocol.keys import GROUP, QueueKeys
-from zsched.rules.ops import history, load
+from zsched.rules.ledger import history
+from zsched.rules.ops import load
 from zsched.rules.spec import State
 from zsched.store import scripts as S
 from zsched.store.delayed import leaf_number
@@ -87,7 +88,9 @@ async def _run(
 
 
 def ledger_rows(ctx: QueueContext, sid: str) -> list[SimRow]:
-    rows = sorted(history(ctx, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"]))
+    rows = sorted(
+        history(ctx.redis, ctx.keys, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"])
+    )
     return [SimRow(h["slot_ms"], h["outcome"], h["reason"], h["run_id"]) for h in rows]
 
 

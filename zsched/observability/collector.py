@@ -65,7 +65,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from zsched.clock import Clock
+from zsched.clock import Clock, time_reply_us
 from zsched.observability import queue_counters
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.store import scripts as S
@@ -215,7 +215,7 @@ class QueueCollector(Collector):
         (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r, stats_r,
          paused_r) = replies  # fmt: skip
         sec, usec, size, due, lowest, _exact = delayed_r
-        now = int(sec) + int(usec) / 1_000_000
+        now = time_reply_us((sec, usec)) / 1_000_000
         stream_length = int(xlen_r)
         pending = 0 if isinstance(pend_r, Exception) else int(pend_r["pending"])
         oldest_idle = 0.0

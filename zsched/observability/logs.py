@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from zsched.config import log_format_from_env
+from zsched.errors import InvalidArgument
 from zsched.store.connection import redact_text
 
 #: The formats `configure_logging` knows.
@@ -109,7 +110,9 @@ def configure_logging(
     returns None) when the root logger already has a handler it did not install."""
     fmt = (fmt or log_format_from_env() or "text").lower()
     if fmt not in LOG_FORMATS:
-        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+        raise InvalidArgument(
+            f"log format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}", "fmt"
+        )
     root = logging.getLogger()
     if any(not getattr(h, "_zsched", False) for h in root.handlers):
         return None

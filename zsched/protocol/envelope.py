@@ -13,6 +13,10 @@ from typing import Any, NewType, cast
 import msgpack
 
 from zsched.errors import PayloadError
+from zsched.protocol.limits import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
+from zsched.protocol.limits import MAX_INSTANT_MS as MAX_INSTANT_MS
+from zsched.protocol.limits import MAX_RUN_ID_BYTES as MAX_RUN_ID_BYTES
+from zsched.protocol.limits import MAX_TASK_BYTES as MAX_TASK_BYTES
 
 RunId = NewType("RunId", str)
 ScheduleId = NewType("ScheduleId", str)
@@ -26,9 +30,6 @@ Payload = Any
 #: dead-lettered.
 VERSION = 2
 READS = (1, 2)
-DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
-MAX_RUN_ID_BYTES = 512
-MAX_TASK_BYTES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +201,6 @@ def _trace(value: Any) -> dict[str, str] | None:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         return None
     return {k: v for k, v in value.items() if k in ("traceparent", "tracestate")} or None
-
-
-#: The last instant a run may name (9999-12-31T23:59:59.999Z): the scripts refuse later dues,
-#: and Python's datetime ends there.
-MAX_INSTANT_MS = 253_402_300_799_999
 
 
 def _check_instant(name: str, ms: int | None) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from zsched.errors import InvalidArgument
+
 PREFIX = "zsched"
 #: Name of the consumer group every worker joins on the ready stream.
 GROUP = "workers"
@@ -17,7 +19,9 @@ GROUP = "workers"
 def hash_tag(queue: str, partition: int | None = None) -> str:
     """The cluster hash tag of a queue, or of one of its partitions."""
     if not queue or any(c in queue for c in "{}"):
-        raise ValueError(f"queue name {queue!r} must be non-empty and contain no braces")
+        raise InvalidArgument(
+            f"queue name {queue!r} must be non-empty and contain no braces", "queue"
+        )
     return f"{{{queue}}}" if partition is None else f"{{{queue}#{partition}}}"
 
 

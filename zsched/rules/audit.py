@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from zsched.dispatch.firer import LEDGER_MAX_AGE_MS
-from zsched.rules.ops import server_now_ms
-from zsched.rules.spec import Spec, decode_spec, decode_state, min_gap_ms
+from zsched.clock import server_now_ms
+from zsched.rules.ledger import LEDGER_MAX_AGE_MS
+from zsched.rules.spec import Spec, State, decode_spec, decode_state, min_gap_ms
 from zsched.rules.triggers import Cron
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class AuditResult:
 
 def audit(ctx: QueueContext, now_ms: int | None = None) -> list[AuditResult]:
     """One result per rule. `unaccounted` lists slots that should have an outcome by now."""
-    now = now_ms if now_ms is not None else server_now_ms(ctx)
+    now = now_ms if now_ms is not None else server_now_ms(ctx.clock, ctx.redis)
     k, r = ctx.keys, ctx.redis
     specs = r.hgetall(k.rules)
     states = r.hgetall(k.rule_state)
@@ -42,22 +42,33 @@ def audit(ctx: QueueContext, now_ms: int | None = None) -> list[AuditResult]:
     for raw_id, raw_spec in sorted(specs.items()):
         sid = raw_id.decode()
         spec, state = decode_spec(raw_spec), decode_state(states.get(raw_id))
-        start = max(state.updated_ms or state.created_ms or now, now - LEDGER_MAX_AGE_MS)
-        if spec.start_ms is not None:
-            start = max(start, spec.start_ms - 1)
-        end = now - spec.misfire_grace_ms - SLACK_MS
-        if spec.end_ms is not None:
-            end = min(end, spec.end_ms)
-        if spec.paused and state.paused_at_ms is not None:
-            end = min(end, state.paused_at_ms - 1)
-        start = max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
-        expected = _expected(spec, start, end, state.gap_checked_ms)
-        seen = {int(f[b"slot_ms"]) for _, f in r.xrange(k.ledger(sid))}
-        waiting = [s for s in expected if s in state.backlog]
-        missing = [s for s in expected if s not in seen and s not in state.backlog]
-        results.append(AuditResult(sid, len(expected), len(expected) - len(missing) - len(waiting),
-                                   len(waiting), missing))  # fmt: skip
+        results.append(check(sid, spec, state, r.xrange(k.ledger(sid)), now))
     return results
+
+
+def check(schedule_id: str, spec: Spec, state: State, entries: list[Any], now_ms: int
+          ) -> AuditResult:  # fmt: skip
+    """One rule against its ledger `entries` (XRANGE or XREVRANGE replies, any order)."""
+    expected = _expected(spec, *_window(spec, state, now_ms), state.gap_checked_ms)
+    seen = {int(f[b"slot_ms"]) for _, f in entries}
+    waiting = [s for s in expected if s in state.backlog]
+    missing = [s for s in expected if s not in seen and s not in state.backlog]
+    return AuditResult(schedule_id, len(expected), len(expected) - len(missing) - len(waiting),
+                       len(waiting), missing)  # fmt: skip
+
+
+def _window(spec: Spec, state: State, now: int) -> tuple[int, int]:
+    """The slots audited: since the rule was last written (at most the ledger's age and the
+    newest MAX_AUDITED_SLOTS), up to its grace plus SLACK_MS ago."""
+    start = max(state.updated_ms or state.created_ms or now, now - LEDGER_MAX_AGE_MS)
+    if spec.start_ms is not None:
+        start = max(start, spec.start_ms - 1)
+    end = now - spec.misfire_grace_ms - SLACK_MS
+    if spec.end_ms is not None:
+        end = min(end, spec.end_ms)
+    if spec.paused and state.paused_at_ms is not None:
+        end = min(end, state.paused_at_ms - 1)
+    return max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger)), end
 
 
 def _expected(spec: Spec, start: int, end: int, gaps_checked: int | None) -> list[int]:

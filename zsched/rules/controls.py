@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from zsched.dispatch.firer import LEDGER_MAXLEN
+from zsched.clock import server_now_ms
 from zsched.errors import RuleError
 from zsched.protocol.envelope import Envelope
-from zsched.rules import dst
-from zsched.rules.ops import CAS_ATTEMPTS, load, server_now_ms
+from zsched.rules import dst, ledger
+from zsched.rules.ops import CAS_ATTEMPTS, load
 from zsched.store import scripts as S
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def run_now(ctx: QueueContext, schedule_id: str, force: bool = False) -> ManualF
 
 def _once(ctx: QueueContext, sid: str, force: bool) -> ManualFire | None:
     spec, state, raw_spec, raw_state, nxt = load(ctx, sid)
-    now = server_now_ms(ctx)
+    now = server_now_ms(ctx.clock, ctx.redis)
     rid = manual_run_id(sid, now)
     overlap = "allow" if force else str(spec.overlap)
     lease_ms = spec.lease_ms if overlap != "allow" else None
@@ -77,10 +77,9 @@ def _once(ctx: QueueContext, sid: str, force: bool) -> ManualFire | None:
     # The same next fire, state and catch-up backlog as read: the rule's slots do not move.
     args = S.FireArgs(sid, raw_spec, nxt, raw_state, nxt, raw_state,
                       None if spec.paused else state.catchup_head, overlap, spec.lease_ms,
-                      [(rid, now, now, env.encode(), "manual")], [])  # fmt: skip
-    r = ctx.scripts.run(S.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
-                               dedupe_window_ms=ctx.settings.dedupe_window_ms,
-                               ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
+                      [(rid, now, now, env.encode(), ledger.Outcome.MANUAL)], [])  # fmt: skip
+    r = ctx.scripts.run(ledger.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                                    dedupe_window_ms=ctx.settings.dedupe_window_ms, trim=False))  # fmt: skip
     if not r.ok:
         return None
     if r.fired:

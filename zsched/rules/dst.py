@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from zsched.errors import RuleError
+from zsched.clock import datetime_to_ms
+from zsched.clock import ms_to_datetime as from_ms
+from zsched.errors import InvalidArgument, RuleError
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_WALL = datetime(1970, 1, 1)
 MS = timedelta(milliseconds=1)
 
@@ -66,18 +67,13 @@ def _checked(name: str, value: str | None, valid: tuple[str, str], default: str)
 
 def to_ms(dt: datetime) -> int:
     """Epoch milliseconds of an aware datetime, rounded down."""
-    return (dt - EPOCH) // MS
-
-
-def from_ms(ms: int) -> datetime:
-    """The aware UTC datetime of epoch milliseconds."""
-    return EPOCH + timedelta(milliseconds=ms)
+    return datetime_to_ms(dt, floor=True)
 
 
 def aware_ms(dt: datetime, where: str) -> int:
     """`to_ms` for a caller's datetime: naive ones are rejected, naming `where`."""
     if not isinstance(dt, datetime) or dt.utcoffset() is None:
-        raise ValueError(f"{where} needs an aware datetime, got {dt!r}")
+        raise InvalidArgument(f"{where} needs an aware datetime, got {dt!r}")
     return to_ms(dt)
 
 

@@ -9,9 +9,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from zsched.dispatch.firer import DUPLICATE_REASON, LEDGER_MAXLEN
+from zsched.clock import server_now_ms
 from zsched.errors import RuleError, ScheduleNotFound
 from zsched.protocol.envelope import Envelope
+from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
+from zsched.rules import ledger
 from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
 from zsched.rules.spec import _instant_ms as instant_ms
 from zsched.rules.triggers import slot_run_id
@@ -31,14 +33,6 @@ MAX_NOTE = 500
 MAX_BY = 100
 
 
-def server_now_ms(ctx: QueueContext) -> int:
-    now = ctx.clock.now_ms()
-    if now is not None:
-        return now
-    sec, usec = ctx.redis.time()
-    return int(sec) * 1000 + int(usec) // 1000
-
-
 def _read(ctx: QueueContext, sid: str) -> tuple[bytes | None, bytes | None, int | None]:
     pipe = ctx.redis.pipeline(transaction=False)
     pipe.hget(ctx.keys.rules, sid)
@@ -55,24 +49,25 @@ def load(ctx: QueueContext, sid: str) -> tuple[Spec, State, bytes, bytes, int | 
     return decode_spec(raw_spec), decode_state(raw_state), raw_spec, raw_state or b"", nxt
 
 
-def upsert(ctx: QueueContext, schedule_id: str, task_name: str, **options: Any) -> int:
-    """Create or edit a rule. Returns SCHEDULE_CREATED, SCHEDULE_UPDATED or SCHEDULE_UNCHANGED."""
+def upsert(ctx: QueueContext, schedule_id: str, task_name: str, **options: Any) -> ScheduleResult:
+    """Create or edit a rule: CREATED, UPDATED or UNCHANGED."""
     spec = build_spec(schedule_id, task_name, **options)
-    return _with_cas(schedule_id, lambda: _upsert_once(ctx, spec, "paused" in options))
+    code = _with_cas(schedule_id, lambda: _upsert_once(ctx, spec, "paused" in options))
+    return ScheduleResult.of(code)
 
 
 def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
     """Run a read-then-write of a rule until no dispatcher changed the rule in between."""
     for _ in range(CAS_ATTEMPTS):
         code = attempt()
-        if code != S.SCHEDULE_CHANGED:
+        if code != ScheduleCode.CHANGED:
             return code
     raise RuleError(f"schedule {schedule_id} kept changing while being written; try again")
 
 
 def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     schedule_id = spec.schedule_id
-    now = server_now_ms(ctx)
+    now = server_now_ms(ctx.clock, ctx.redis)
     raw_old, raw_state, old_next = _read(ctx, schedule_id)
     new_raw = spec.encode()
     expected = (raw_old or b"", old_next, raw_state or b"")
@@ -83,7 +78,7 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
             S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(), expected=expected)
         )
     if raw_old == new_raw:
-        return S.SCHEDULE_UNCHANGED
+        return ScheduleCode.UNCHANGED
     old = decode_spec(raw_old)
     if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
@@ -91,7 +86,7 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         spec = replace(spec, paused=True)
         new_raw = spec.encode()
         if raw_old == new_raw:
-            return S.SCHEDULE_UNCHANGED
+            return ScheduleCode.UNCHANGED
     if old.paused != spec.paused:
         raise RuleError(f"schedule {schedule_id}: use pause_schedule/resume_schedule to pause")
     # Catch-up replays still waiting stay (replayed under the new spec): none is lost.
@@ -129,7 +124,7 @@ def pause(
         raise RuleError(f"who paused {schedule_id} (by=) must be a name of at most {MAX_BY} "
                         "characters, without ':' or control characters")  # fmt: skip
     code = _with_cas(schedule_id, lambda: _pause_once(ctx, schedule_id, note or None, by or None))
-    return code == S.SCHEDULE_UPDATED
+    return code == ScheduleCode.UPDATED
 
 
 def _plain_name(by: str) -> bool:
@@ -144,8 +139,8 @@ def paused_reason(note: str | None, by: str | None) -> str:
 def _pause_once(ctx: QueueContext, schedule_id: str, note: str | None, by: str | None) -> int:
     spec, state, raw_spec, raw_state, nxt = load(ctx, schedule_id)
     if spec.paused:
-        return S.SCHEDULE_UNCHANGED
-    now = server_now_ms(ctx)
+        return ScheduleCode.UNCHANGED
+    now = server_now_ms(ctx.clock, ctx.redis)
     since = nxt if nxt is not None else now  # the first slot not handled yet
     new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note,
                         paused_by=by)  # fmt: skip
@@ -159,7 +154,7 @@ def resume(ctx: QueueContext, schedule_id: str) -> bool:
     spec, state, _, raw_state, _ = load(ctx, schedule_id)
     if not spec.paused:
         return False
-    now = server_now_ms(ctx)
+    now = server_now_ms(ctx.clock, ctx.redis)
     live = replace(spec, paused=False)
     raw_live = live.encode()
     ctx.scripts.run(S.schedule(ctx.keys, schedule_id, raw_live, None))  # still inactive
@@ -167,7 +162,7 @@ def resume(ctx: QueueContext, schedule_id: str) -> bool:
     slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
              if live.end_ms is None or s <= live.end_ms]  # fmt: skip
     why = paused_reason(state.pause_note, state.paused_by)
-    records = [(s, "skipped", why, slot_run_id(schedule_id, s)) for s in slots]
+    records = [ledger.skipped(schedule_id, s, why) for s in slots]
     # The schedule call kept the stored state, so what `load` read is still the CAS token.
     new_state = replace(state, paused_at_ms=None, updated_ms=now, paused_ms=None, pause_note=None,
                         paused_by=None)  # fmt: skip
@@ -176,9 +171,8 @@ def resume(ctx: QueueContext, schedule_id: str) -> bool:
         new_state.encode(), state.catchup_head,  # replays a pause kept
         str(live.overlap), live.lease_ms, [], records,
     )  # fmt: skip
-    r = ctx.scripts.run(S.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
-                               dedupe_window_ms=ctx.settings.dedupe_window_ms,
-                               ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
+    r = ctx.scripts.run(ledger.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                                    dedupe_window_ms=ctx.settings.dedupe_window_ms, trim=False))  # fmt: skip
     if not r.ok:
         raise RuleError(f"schedule {schedule_id} changed while resuming; try again")
     return True
@@ -196,9 +190,10 @@ def backfill(
     if hi < lo:
         raise RuleError(f"backfill of {schedule_id}: end is before start")
     slots = spec.trigger.slots_between(lo - 1, hi, 10_000)
-    ran = {row["slot_ms"] for row in history(ctx, schedule_id, LEDGER_MAXLEN)
-           if row["outcome"] in ("ran", "ran_late", "backfilled")}  # fmt: skip
-    now = server_now_ms(ctx)
+    ran = {row["slot_ms"] for row in ledger.history(ctx.redis, ctx.keys, schedule_id,
+                                                    ledger.LEDGER_MAXLEN)
+           if row["outcome"] in ledger.HAS_RUN}  # fmt: skip
+    now = server_now_ms(ctx.clock, ctx.redis)
     todo = [s for s in slots if s not in ran]
     recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
     added: list[int] = []
@@ -209,12 +204,11 @@ def backfill(
             rid = slot_run_id(schedule_id, s)
             env = Envelope(rid, spec.task, spec.payload, now, s, now, schedule_id=schedule_id)
             groups.append((rid, s, env.encode()))
-        codes = ctx.scripts.run(S.backfill(
+        codes = ctx.scripts.run(ledger.backfill(
             ctx.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
             now_ms=ctx.clock.now_ms(), dedupe_window_ms=ctx.settings.dedupe_window_ms,
-            ledger_maxlen=LEDGER_MAXLEN,
         ))  # fmt: skip
-        added += [s for s, c in zip(chunk, codes, strict=True) if c == S.ENQUEUED]
+        added += [s for s, c in zip(chunk, codes, strict=True) if c == EnqueueCode.ENQUEUED]
     if added:
         _with_cas(schedule_id, lambda: _mark_backfilled(ctx, schedule_id, added))
     return len(added)
@@ -229,29 +223,16 @@ def _mark_backfilled(ctx: QueueContext, schedule_id: str, slots: list[int]) -> i
     dups = [s for s in state.backlog if s in ran]
     later = [s for s in slots if nxt is not None and s >= nxt and s not in state.backfilled]
     if not dups and not later:
-        return S.SCHEDULE_UNCHANGED
+        return ScheduleCode.UNCHANGED
     backlog = [s for s in state.backlog if s not in ran]
     new_state = replace(state, backlog=backlog, backfilled=sorted([*state.backfilled, *later]))
-    records = [(s, "duplicate", DUPLICATE_REASON, slot_run_id(schedule_id, s)) for s in dups]
+    records = [ledger.duplicate(schedule_id, s) for s in dups]
     head = None if spec.paused or not backlog else backlog[0]
     args = S.FireArgs(schedule_id, raw_spec, nxt, raw_state, nxt, new_state.encode(), head,
                       str(spec.overlap), spec.lease_ms, [], records)  # fmt: skip
-    r = ctx.scripts.run(S.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
-                               dedupe_window_ms=ctx.settings.dedupe_window_ms,
-                               ledger_maxlen=LEDGER_MAXLEN, ledger_max_age_ms=0))  # fmt: skip
-    return S.SCHEDULE_UPDATED if r.ok else S.SCHEDULE_CHANGED
-
-
-def history(ctx: QueueContext, schedule_id: str, count: int = 100) -> list[dict[str, Any]]:
-    """The rule's ledger, newest first: slot_ms, outcome, reason, run_id, at_ms."""
-    rows = ctx.redis.xrevrange(ctx.keys.ledger(schedule_id), "+", "-", count=count)
-    out = []
-    for _, f in rows:
-        d = {k.decode(): v.decode() for k, v in f.items()}
-        out.append({"slot_ms": int(d["slot_ms"]), "outcome": d["outcome"],
-                    "reason": d.get("reason", ""), "run_id": d.get("run_id", ""),
-                    "at_ms": int(d.get("at_ms", 0))})  # fmt: skip
-    return out
+    r = ctx.scripts.run(ledger.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                                    dedupe_window_ms=ctx.settings.dedupe_window_ms, trim=False))  # fmt: skip
+    return ScheduleCode.UPDATED if r.ok else ScheduleCode.CHANGED
 
 
 def infos(ctx: QueueContext) -> list[ScheduleInfo]:
@@ -270,7 +251,7 @@ def infos(ctx: QueueContext) -> list[ScheduleInfo]:
     out = []
     for sid, last in zip(ids, lasts, strict=True):
         spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
-        outcome = last[0][1].get(b"outcome", b"").decode() if last else None
+        outcome = ledger.last_outcome(last)
         out.append(ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             nxt.get(sid), state.last_slot_ms, state.last_fire_ms, outcome, state.missed,
@@ -289,8 +270,7 @@ def sync_declared(
     for sid, opts in declared.items():
         opts = dict(opts)
         code = upsert(ctx, sid, opts.pop("task"), **opts)
-        result[{S.SCHEDULE_CREATED: "created", S.SCHEDULE_UPDATED: "updated",
-                S.SCHEDULE_UNCHANGED: "unchanged"}[code]].append(sid)  # fmt: skip
+        result[code.name.lower()].append(sid)
     stored = {m.decode() for m in ctx.redis.hkeys(ctx.keys.rules)}
     for sid in sorted(stored - set(declared)):
         if prune and remove(ctx, sid):

@@ -14,8 +14,10 @@ from typing import Any
 
 import msgpack
 
+from zsched.clock import datetime_to_ms
 from zsched.errors import RuleError
-from zsched.protocol.envelope import MAX_INSTANT_MS, Payload, check_payload
+from zsched.protocol.envelope import Payload, check_payload
+from zsched.protocol.limits import MAX_DURATION_MS, MAX_INSTANT_MS, MIN_INSTANT_MS
 from zsched.rules.triggers import Cron, Every, Misfire, Overlap, Trigger, trigger_from_dict
 
 #: The `lease` option's default (ms). Kept in specs and envelopes for compatibility; the overlap
@@ -23,11 +25,6 @@ from zsched.rules.triggers import Cron, Every, Misfire, Overlap, Trigger, trigge
 DEFAULT_LEASE_MS = 600_000
 DEFAULT_MAX_CATCH_UP = 100
 MAX_GRACE_DEFAULT_MS = 60_000
-
-
-# Bounds that every later computation (datetime, msgpack, the scripts' due limit) can hold.
-_MAX_DURATION_MS = 1000 * 31_557_600_000
-_MIN_INSTANT_MS = -62_135_596_800_000  # 0001-01-01
 
 
 def _ms(value: timedelta | float | int | None, name: str) -> int | None:
@@ -38,7 +35,7 @@ def _ms(value: timedelta | float | int | None, name: str) -> int | None:
         raise RuleError(f"{name} must be a timedelta or seconds, got {value!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise RuleError(f"{name} must be finite and >= 0, got {value!r}")
-    if seconds * 1000 > _MAX_DURATION_MS:
+    if seconds * 1000 > MAX_DURATION_MS:
         raise RuleError(f"{name} must be at most 1000 years, got {value!r}")
     return int(round(seconds * 1000))
 
@@ -49,10 +46,10 @@ def _instant_ms(value: datetime | float | None, name: str) -> int | None:
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise RuleError(f"{name} {value.isoformat()} is naive; pass an aware datetime")
-        return int(round(value.timestamp() * 1000))
+        return datetime_to_ms(value)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RuleError(f"{name} must be an aware datetime or epoch seconds, got {value!r}")
-    if not _MIN_INSTANT_MS <= value * 1000 <= MAX_INSTANT_MS:
+    if not MIN_INSTANT_MS <= value * 1000 <= MAX_INSTANT_MS:
         raise RuleError(f"{name} must be between the years 1 and 9999, got {value!r}")
     return int(round(value * 1000))
 
@@ -115,6 +112,8 @@ def decode_spec(raw: bytes) -> Spec:
         d["trigger"] = trigger_from_dict(d["trigger"])
         d["misfire"], d["overlap"] = Misfire.parse(d["misfire"]), Overlap.parse(d["overlap"])
         return Spec(**d)
+    except RuleError:
+        raise  # a ValueError too, already naming what is wrong
     except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
         raise RuleError(f"stored rule cannot be read: {exc}") from exc
 

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
+from zsched.clock import ms_to_datetime
 from zsched.errors import RuleError
 from zsched.rules import dst
 
@@ -74,7 +75,7 @@ class _Base:
         raise NotImplementedError
 
     def next_after(self, dt: datetime) -> datetime:
-        return dst.from_ms(self.next_after_ms(dst.aware_ms(dt, "next_after()")))
+        return ms_to_datetime(self.next_after_ms(dst.aware_ms(dt, "next_after()")))
 
     def slots_between(self, start_ms: int, end_ms: int, limit: int) -> list[int]:
         slots: list[int] = []
@@ -196,7 +197,7 @@ class Every(_Base):
     @classmethod
     def from_ms(cls, interval_ms: int, start_ms: int = 0) -> Every:
         """An Every from whole milliseconds (stored rules' triggers, the wire)."""
-        return cls(timedelta(milliseconds=interval_ms), start_at=dst.from_ms(start_ms))
+        return cls(timedelta(milliseconds=interval_ms), start_at=ms_to_datetime(start_ms))
 
     def next_after_ms(self, ms: int) -> int:
         if ms < self.start_ms:
@@ -407,7 +408,7 @@ def _start_ms(start_at: datetime | float | None) -> int:
     if isinstance(start_at, datetime):
         if start_at.utcoffset() is None:
             raise RuleError(f"start_at must be an aware datetime, got naive {start_at!r}")
-        return _round_ms(start_at - dst.from_ms(0))
+        return _round_ms(start_at - ms_to_datetime(0))
     # Epoch seconds, as everywhere in the Python API (app.schedule, enqueue's run_at).
     if isinstance(start_at, int | float) and not isinstance(start_at, bool):
         if not math.isfinite(start_at):

@@ -13,6 +13,7 @@ from typing import Any
 
 from zsched.errors import ScriptError
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.replies import EnqueueCode
 from zsched.store.scripts import Call, _int_list, _now
 
 #: Dead letters reschedule reads (newest first) to tell a dead run from an unknown one.
@@ -99,9 +100,13 @@ class EnqueueOutcome(Enum):
 
 #: enqueue's conflict modes: what happens when the run id is already waiting.
 CONFLICT_MODES = ("keep", "replace", "debounce")
-#: replace.lua's reply codes.
-_REPLACE_CODES = {1: EnqueueOutcome.ENQUEUED, 3: EnqueueOutcome.REPLACED,
-                  0: EnqueueOutcome.DUPLICATE, 2: EnqueueOutcome.DUPLICATE_DONE}  # fmt: skip
+#: What an EnqueueCode means for the caller (enqueue.lua's and replace.lua's replies).
+ENQUEUE_OUTCOMES: dict[int, EnqueueOutcome] = {
+    EnqueueCode.ENQUEUED: EnqueueOutcome.ENQUEUED,
+    EnqueueCode.REPLACED: EnqueueOutcome.REPLACED,
+    EnqueueCode.DUPLICATE_LIVE: EnqueueOutcome.DUPLICATE,
+    EnqueueCode.DUPLICATE_DONE: EnqueueOutcome.DUPLICATE_DONE,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +134,9 @@ def replace(
 
     def decode(reply: Any) -> ReplaceResult:
         code, due = _pair(reply)
-        if code not in _REPLACE_CODES:
+        if code not in ENQUEUE_OUTCOMES:
             raise ScriptError(f"replace: unknown reply code {code}")
-        outcome = _REPLACE_CODES[code]
+        outcome = ENQUEUE_OUTCOMES[code]
         if outcome is EnqueueOutcome.REPLACED and max_delay_ms is not None:
             outcome = EnqueueOutcome.DEBOUNCED
         return ReplaceResult(run_id, outcome, due if due >= 0 else None)
@@ -222,8 +227,8 @@ def discard(
     now_ms: int | None,
     dedupe_window_ms: int,
 ) -> Call[list[int]]:
-    """End held runs whose cancel was requested. pairs: (entry_id, run_id). Reply: OK or
-    FENCED per pair."""
+    """End held runs whose cancel was requested. pairs: (entry_id, run_id). Reply: a HoldCode
+    per pair."""
     return Call(
         "discard",
         [k.ready, k.runs, k.entries, k.cancelled, k.stats],

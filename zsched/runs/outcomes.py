@@ -13,9 +13,6 @@ from zsched.errors import ScriptError
 from zsched.protocol.keys import QueueKeys
 from zsched.store.scripts import Call, _now
 
-#: Largest return value kept (bytes, msgpack-encoded), unless a task says otherwise.
-DEFAULT_MAX_RESULT_BYTES = 16 * 1024
-
 
 @dataclass(frozen=True, slots=True)
 class Outcome:

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 def statuses(ctx: QueueContext) -> list[QueueStatus]:
     """The status of each partition; `queue` reads `<queue>#<i>`."""
     return [
-        replace(_status.queue_status(v.redis, v.keys), queue=f"{ctx.queue}#{v.partition}")
+        replace(
+            _status.queue_status(v.redis, v.scripts, v.keys), queue=f"{ctx.queue}#{v.partition}"
+        )
         for v in ctx.views()
     ]
 

@@ -9,23 +9,21 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
+from zsched.clock import ms_to_datetime, time_reply_ms
 from zsched.errors import PayloadError, RunNotFound
 from zsched.protocol.envelope import Envelope, decode
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.replies import ReplayCode
+from zsched.protocol.text import lossy_text
 from zsched.runs import outcomes as _outcomes
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
-from zsched.worker.tasks import ms_to_datetime
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
 
 #: How far back get_run looks through the dead-letter stream for a run id.
 DEAD_SCAN_LIMIT = 10_000
-
-
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
 
 
 @dataclass(frozen=True)
@@ -82,20 +80,66 @@ def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> 
     )
 
 
-def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
-    pipe = r.pipeline(transaction=False)
+def queue_run_reads(pipe: Any, k: QueueKeys, run_id: str) -> None:
+    """The first round trip of get_run (sync or asyncio pipeline): its record, its stream
+    entry, its completion and cancel times, its kept outcome."""
     pipe.hget(k.runs, run_id)
     pipe.hget(k.entries, run_id)
     pipe.zscore(k.done, run_id)
     pipe.zscore(k.cancelled, run_id)
     pipe.hget(k.outcomes, run_id)
+
+
+def scheduled(run_id: str, raw: bytes) -> RunStatus:
+    """A live run not on the stream: in the delayed set, due when its value's tag says."""
+    st = _from_envelope(run_id, "scheduled", raw)
+    due = untag(raw)[0]
+    return replace(st, run_at=ms_to_datetime(due)) if due is not None else st
+
+
+def running(run_id: str, raw: bytes, entry: Any, pending: dict[str, Any], asked: Any) -> RunStatus:
+    """A run read by a worker: its XPENDING row, and whether its cancel was asked
+    (`asked`: the cancel request key's value, the entry id it names)."""
+    return _from_envelope(
+        run_id, "running", raw, consumer=lossy_text(pending["consumer"]),
+        idle_ms=int(pending["time_since_delivered"]),
+        deliveries=int(pending["times_delivered"]),
+        cancel_requested=lossy_text(asked or b"") == lossy_text(entry),
+    )  # fmt: skip
+
+
+def ended(run_id: str, done_at: Any, cancelled_at: Any) -> RunStatus | None:
+    """A run done or cancelled within the dedupe window, else None (dead, or unknown)."""
+    if done_at is not None:
+        at = ms_to_datetime(int(float(done_at)))
+        return RunStatus(run_id, "done", done_at=at, finished_at=at)
+    if cancelled_at is not None:
+        at = ms_to_datetime(int(float(cancelled_at)))
+        return RunStatus(run_id, "cancelled", cancelled_at=at, finished_at=at)
+    return None
+
+
+def dead(run_id: str, fields: dict[bytes, Any]) -> RunStatus | None:
+    """The run's status from a dead letter's fields, if the letter is this run's."""
+    if lossy_text(fields.get(b"run_id", b"")) != run_id:
+        return None
+    dead_ms = fields.get(b"dead_at_ms")
+    return _from_envelope(
+        run_id, "dead", fields.get(b"envelope"), dead_reason=lossy_text(fields.get(b"reason", b"")),
+        finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
+    )  # fmt: skip
+
+
+def not_found(k: QueueKeys, run_id: str) -> RunNotFound:
+    return RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+
+
+def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
+    pipe = r.pipeline(transaction=False)
+    queue_run_reads(pipe, k, run_id)
     raw, entry, done_at, cancelled_at, outcome = pipe.execute()
     if raw is not None and entry is None:
-        # Live and not on the stream: in the delayed set, due when its value's tag says.
-        st = _from_envelope(run_id, "scheduled", raw)
-        due = untag(raw)[0]
-        if due is not None:
-            st = replace(st, run_at=ms_to_datetime(due))
+        st = scheduled(run_id, raw)
         if st.task and r.zscore(k.limit_waiting(st.task), run_id) is not None:
             st = replace(st, waiting_for_limit=st.task)
         return st
@@ -107,37 +151,14 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
                 raise
             pending = []  # no worker has joined yet
         if pending:
-            p = pending[0]
-            asked = _s(r.get(k.cancel_request(run_id)) or b"") == _s(entry)
-            return _from_envelope(
-                run_id, "running", raw, consumer=_s(p["consumer"]),
-                idle_ms=int(p["time_since_delivered"]), deliveries=int(p["times_delivered"]),
-                cancel_requested=asked,
-            )  # fmt: skip
+            return running(run_id, raw, entry, pending[0], r.get(k.cancel_request(run_id)))
         return _from_envelope(run_id, "ready", raw)
-    finished = _finished(r, k, run_id, done_at, cancelled_at)
+    finished = ended(run_id, done_at, cancelled_at) or next(
+        (found for _, f in _scan_dead(r, k) if (found := dead(run_id, f)) is not None), None
+    )
     if finished is None:
-        raise RunNotFound(f"no run {run_id!r} in queue {k.queue!r} (not live, done or dead)")
+        raise not_found(k, run_id)
     return _with_outcome(finished, outcome)
-
-
-def _finished(
-    r: Any, k: QueueKeys, run_id: str, done_at: Any, cancelled_at: Any
-) -> RunStatus | None:
-    if done_at is not None:
-        at = ms_to_datetime(int(float(done_at)))
-        return RunStatus(run_id, "done", done_at=at, finished_at=at)
-    if cancelled_at is not None:
-        at = ms_to_datetime(int(float(cancelled_at)))
-        return RunStatus(run_id, "cancelled", cancelled_at=at, finished_at=at)
-    for _entry_id, fields in _scan_dead(r, k):
-        if _s(fields.get(b"run_id", b"")) == run_id:
-            dead_ms = fields.get(b"dead_at_ms")
-            return _from_envelope(
-                run_id, "dead", fields.get(b"envelope"), dead_reason=_s(fields.get(b"reason", b"")),
-                finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
-            )  # fmt: skip
-    return None
 
 
 def _with_outcome(st: RunStatus, raw: bytes | None) -> RunStatus:
@@ -159,7 +180,7 @@ def _scan_dead(r: Any, k: QueueKeys) -> Iterable[tuple[bytes, dict[bytes, bytes]
         seen += len(batch)
         if len(batch) < 500:
             return
-        end = "(" + _s(batch[-1][0])
+        end = "(" + lossy_text(batch[-1][0])
 
 
 @dataclass(frozen=True)
@@ -186,37 +207,54 @@ class QueueStatus:
         return dict(vars(self))
 
 
-def queue_status(r: Any, k: QueueKeys) -> QueueStatus:
-    call = S.status(k, now_ms=None)
-    sec, usec, delayed, due, head, _exact = r.register_script(S.source("status"))(
-        keys=call.keys, args=call.args
-    )
-    pipe = r.pipeline(transaction=False)
+def queue_status_reads(pipe: Any, k: QueueKeys) -> None:
+    """queue_status's pipeline after status.lua (sync or asyncio): stream and dead-letter
+    lengths, completions, the counters and the pause."""
     pipe.xlen(k.ready)
     pipe.xlen(k.dead)
     pipe.zcard(k.done)
     pipe.hgetall(k.stats)
     pipe.hmget(k.control, "paused_ms", "pause_note")
-    xlen, dead, done, stats, (paused_ms, note) = pipe.execute()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
+
+
+def make_queue_status(k: QueueKeys, delayed_reply: list[Any], replies: list[Any],
+                      pending: tuple[int, int]) -> QueueStatus:  # fmt: skip
+    """The QueueStatus of status.lua's reply, queue_status_reads' replies and the pending
+    summary (pending entries, oldest idle ms)."""
+    sec, usec, delayed, due, head, _exact = delayed_reply
+    xlen, dead, done, stats, (paused_ms, note) = replies
+    now_ms = time_reply_ms((sec, usec))
     oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
-    pending, oldest_idle = 0, 0
-    if xlen:
-        try:
-            summary = r.xpending(k.ready, GROUP)
-            pending = int(summary["pending"])
-            if pending:
-                rows = r.xpending_range(k.ready, GROUP, "-", "+", 100)
-                oldest_idle = max((int(x["time_since_delivered"]) for x in rows), default=0)
-        except redis.exceptions.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
     return QueueStatus(
-        k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending, oldest_idle,
-        int(dead), int(done), {_s(a): int(b) for a, b in stats.items()},
+        k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending[0], pending[1],
+        int(dead), int(done), {lossy_text(a): int(b) for a, b in stats.items()},
         paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
-        _s(note) if note else None,
+        lossy_text(note) if note else None,
     )  # fmt: skip
+
+
+def queue_status(r: Any, scripts: S.Scripts, k: QueueKeys) -> QueueStatus:
+    delayed_reply = scripts.run(S.status(k, now_ms=None))
+    pipe = r.pipeline(transaction=False)
+    queue_status_reads(pipe, k)
+    replies = pipe.execute()
+    pending = _pending_summary(r, k) if replies[0] else (0, 0)
+    return make_queue_status(k, delayed_reply, replies, pending)
+
+
+def _pending_summary(r: Any, k: QueueKeys) -> tuple[int, int]:
+    """Pending entries of the group and the oldest one's idle ms (0, 0 with no group yet)."""
+    try:
+        summary = r.xpending(k.ready, GROUP)
+        pending = int(summary["pending"])
+        if not pending:
+            return 0, 0
+        rows = r.xpending_range(k.ready, GROUP, "-", "+", 100)
+        return pending, max((int(x["time_since_delivered"]) for x in rows), default=0)
+    except redis.exceptions.ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        return 0, 0
 
 
 @dataclass(frozen=True)
@@ -239,18 +277,22 @@ class DeadLetter:
 def _dead_letter(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
     raw = f.get(b"envelope", b"")
     try:
-        task: str | None = decode(raw, _s(f.get(b"run_id", b""))).task
+        task: str | None = decode(raw, lossy_text(f.get(b"run_id", b""))).task
     except PayloadError:
         task = None
     at = f.get(b"dead_at_ms")
     return DeadLetter(
-        _s(entry_id), _s(f.get(b"run_id", b"")), _s(f.get(b"reason", b"")),
+        lossy_text(entry_id), lossy_text(f.get(b"run_id", b"")), lossy_text(f.get(b"reason", b"")),
         ms_to_datetime(int(at)) if at else None, raw, task,
     )  # fmt: skip
 
 
 def dead_letters(r: Any, k: QueueKeys, count: int, start: str = "-") -> list[DeadLetter]:
     return [_dead_letter(i, f) for i, f in r.xrange(k.dead, start, "+", count=count)]
+
+
+_REPLAYED: dict[int, str] = {ReplayCode.REPLAYED: "replayed", ReplayCode.NOT_FOUND: "missing",
+             ReplayCode.LIVE: "live"}  # fmt: skip
 
 
 def replay_dead(ctx: QueueContext, entry_ids: Iterable[str] | None) -> dict[str, int]:
@@ -281,8 +323,7 @@ def replay_dead(ctx: QueueContext, entry_ids: Iterable[str] | None) -> dict[str,
     for i in range(0, len(groups), S.MAX_BATCH):
         codes = ctx.scripts.run(S.replay(k, groups[i : i + S.MAX_BATCH], now_ms=ctx.clock.now_ms()))
         for c in codes:
-            key = {S.REPLAYED: "replayed", S.NOT_FOUND: "missing", S.REPLAY_LIVE: "live"}[c]
-            counts[key] += 1
+            counts[_REPLAYED[c]] += 1
     return counts
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from zsched.protocol.keys import QueueKeys
+from zsched.protocol.text import text
 from zsched.store import scripts as S
 from zsched.store.state import StoreTarget
 
@@ -42,10 +43,6 @@ def untag(value: bytes) -> tuple[int | None, bytes]:
     return None, value
 
 
-def _s(b: Any) -> str:
-    return b.decode() if isinstance(b, bytes) else str(b)
-
-
 def leaf_number(member: bytes) -> str:
     """The leaf number at the end of an index member (after its bound, which ends in \\0\\0)."""
     return member[member.index(b"\0\0", 15) + 2 :].decode()
@@ -56,7 +53,7 @@ def runs(r: Any, k: QueueKeys) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for m in r.zrange(k.delayed_index, 0, -1):
         for rid, due in r.zrange(k.delayed_leaf(leaf_number(m)), 0, -1, withscores=True):
-            out.append((_s(rid), int(due)))
+            out.append((text(rid), int(due)))
     return out
 
 

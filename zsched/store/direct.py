@@ -31,6 +31,8 @@ import redis
 import redis.exceptions as rex
 from redis.sentinel import SentinelConnectionPool
 
+from zsched.errors import InvalidArgument
+
 try:  # redis-py's error-reply mapping (NOSCRIPT -> NoScriptError ...), shared by its parsers
     from redis._parsers import BaseParser
 
@@ -178,7 +180,7 @@ class DirectConnections:
 
     def __init__(self, pool: Any, spin_us: int = DEFAULT_SPIN_US) -> None:
         if spin_us < 0:
-            raise ValueError(f"spin_us must be >= 0, got {spin_us!r}")
+            raise InvalidArgument(f"spin_us must be >= 0, got {spin_us!r}", "spin_us")
         self._pool = pool
         # A Sentinel pool owns only connections to the current master: one to a master that
         # Sentinel replaced is dropped before use (zsched/store/sentinel_watch.py).

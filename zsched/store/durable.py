@@ -31,7 +31,7 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from zsched.errors import DurabilityUnsupported, NotReplicated
+from zsched.errors import DurabilityUnsupported, InvalidArgument, NotReplicated
 from zsched.store import scripts as S
 from zsched.store.connection import is_cluster
 from zsched.store.state import StoreTarget
@@ -57,8 +57,9 @@ def level_of(durable: bool | str | None) -> str | None:
         return "replica"
     if isinstance(durable, str) and durable in LEVELS:
         return durable
-    raise ValueError(
-        f"durable must be False, True or one of {', '.join(map(repr, LEVELS))}, got {durable!r}"
+    raise InvalidArgument(
+        f"durable must be False, True or one of {', '.join(map(repr, LEVELS))}, got {durable!r}",
+        "durable",
     )
 
 

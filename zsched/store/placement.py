@@ -24,6 +24,7 @@ import redis
 from redis.crc import key_slot
 
 from zsched.protocol.keys import QueueKeys
+from zsched.protocol.text import text
 from zsched.store.connection import parse
 
 #: Keys moved per MIGRATE call while a slot moves.
@@ -64,7 +65,7 @@ def slot_owners(r: Any) -> tuple[dict[int, Master], list[Master]]:
     owners: dict[int, Master] = {}
     masters: dict[str, Master] = {}
     for start, end, primary, *_replicas in r.execute_command("CLUSTER", "SLOTS"):
-        host, port, node_id = _s(primary[0]), int(primary[1]), _s(primary[2])
+        host, port, node_id = text(primary[0]), int(primary[1]), text(primary[2])
         m = masters.setdefault(node_id, Master(node_id, host or "127.0.0.1", port))
         for slot in range(int(start), int(end) + 1):
             owners[slot] = m
@@ -156,10 +157,6 @@ def report(queue: str, n: int, owners: dict[int, Master], masters: list[Master])
         parts = now.get(m, [])
         lines.append(f"{m.addr}  {len(parts):>3} partitions ({len(parts) / n:.0%})  {parts}")
     return "\n".join(lines)
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _auth(url: str) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import redis
 
 from zsched.errors import ScriptError
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.limits import MAX_BATCH as MAX_BATCH
+from zsched.protocol.text import text
 from zsched.store.direct import DEFAULT_SPIN_US, FALLBACK, DirectConnections
 
 T = TypeVar("T")
@@ -31,15 +33,7 @@ NAMES = (
 #: Former names of scripts, kept as files for clients that load them by name (Lua files are
 #: public API): the alias is the same script under its old name (a test keeps them equal).
 ALIASES = {"hold": "extend"}
-#: Hard bound of every batched script (runs per call).
-MAX_BATCH = 1000
-
-# Reply codes, named once.
-ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE = 1, 0, 2
-OK, FENCED = 1, 0
-CANCELLED, NOT_FOUND, NOT_CANCELLABLE = 1, 0, 2
-REPLAYED, REPLAY_LIVE = 1, 2
-SCHEDULE_UNCHANGED, SCHEDULE_CREATED, SCHEDULE_UPDATED, SCHEDULE_CHANGED = 0, 1, 2, 3
+# Reply codes are named once, in zsched/protocol/replies.py (an IntEnum per family).
 
 
 def lua_dir() -> Path:
@@ -110,7 +104,7 @@ def enqueue(
     dedupe_window_ms: int,
     max_envelope_bytes: int,
 ) -> Call[list[int]]:
-    """runs: (run_id, run_at_ms, task, envelope). Reply: one code per run."""
+    """runs: (run_id, run_at_ms, task, envelope). Reply: an EnqueueCode per run."""
     return Call(
         "enqueue",
         [k.delayed, k.runs, k.done, k.stats, k.wake],
@@ -160,7 +154,7 @@ def ack(
     dedupe_window_ms: int,
     trim_limit: int = 200,
 ) -> Call[list[int]]:
-    """pairs: (entry_id, run_id). Reply: OK or FENCED per pair."""
+    """pairs: (entry_id, run_id). Reply: a HoldCode per pair."""
     return Call(
         "ack",
         [k.ready, k.runs, k.entries, k.done, k.stats],
@@ -176,7 +170,7 @@ def retry(
     *,
     now_ms: int | None,
 ) -> Call[list[int]]:
-    """groups: (entry_id, run_id, delay_ms, next envelope). Reply: OK or FENCED each."""
+    """groups: (entry_id, run_id, delay_ms, next envelope). Reply: a HoldCode each."""
     return Call(
         "retry",
         [k.ready, k.runs, k.entries, k.delayed, k.stats, k.wake],
@@ -188,7 +182,7 @@ def retry(
 def release(
     k: QueueKeys, consumer: str, pairs: Sequence[tuple[str, str]], *, now_ms: int | None
 ) -> Call[list[int]]:
-    """pairs: (entry_id, run_id). Reply: OK or FENCED each."""
+    """pairs: (entry_id, run_id). Reply: a HoldCode each."""
     return Call(
         "release",
         [k.ready, k.runs, k.entries, k.delayed, k.wake],
@@ -204,7 +198,7 @@ def dead(
     *,
     now_ms: int | None,
 ) -> Call[list[int]]:
-    """groups: (entry_id, run_id, reason, envelope). Reply: OK or FENCED each."""
+    """groups: (entry_id, run_id, reason, envelope). Reply: a HoldCode each."""
     return Call(
         "dead",
         [k.ready, k.runs, k.entries, k.dead, k.stats],
@@ -229,17 +223,13 @@ class ReclaimResult:
     gone: int
 
 
-def _s(b: Any) -> str:
-    return b.decode() if isinstance(b, bytes) else str(b)
-
-
 def _decode_reclaim(reply: Any) -> ReclaimResult:
     cursor, flat, n_dead, n_gone = reply
     claimed = [
-        Claimed(_s(flat[i]), _s(flat[i + 1]), bytes(flat[i + 2]), int(flat[i + 3]))
+        Claimed(text(flat[i]), text(flat[i + 1]), bytes(flat[i + 2]), int(flat[i + 3]))
         for i in range(0, len(flat), 4)
     ]
-    return ReclaimResult(_s(cursor), claimed, int(n_dead), int(n_gone))
+    return ReclaimResult(text(cursor), claimed, int(n_dead), int(n_gone))
 
 
 def reclaim(
@@ -261,12 +251,12 @@ def reclaim(
 
 
 def renew(k: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Call[list[int]]:
-    """Reply: OK or FENCED per entry id."""
+    """Reply: a HoldCode per entry id."""
     return Call("renew", [k.ready, k.stats], [GROUP, consumer, *entry_ids], _int_list)
 
 
 def cancel(k: QueueKeys, run_id: str) -> Call[int]:
-    """Reply: CANCELLED, NOT_FOUND or NOT_CANCELLABLE."""
+    """Reply: a CancelCode."""
     return Call("cancel", [k.delayed, k.runs], [run_id], int)
 
 
@@ -283,7 +273,7 @@ def migrate(k: QueueKeys, batch: int = MAX_BATCH) -> Call[tuple[int, int]]:
 def replay(
     k: QueueKeys, groups: Sequence[tuple[str, str, bytes]], *, now_ms: int | None
 ) -> Call[list[int]]:
-    """groups: (dead entry id, run_id, new envelope). Reply: REPLAYED, NOT_FOUND or REPLAY_LIVE."""
+    """groups: (dead entry id, run_id, new envelope). Reply: a ReplayCode each."""
     return Call(
         "replay",
         [k.dead, k.runs, k.delayed, k.wake],
@@ -301,8 +291,8 @@ def schedule(
     catchup_head: int | None = None,
     expected: tuple[bytes, int | None, bytes] | None = None,
 ) -> Call[int]:
-    """Upsert a rule. Reply: SCHEDULE_CREATED, SCHEDULE_UPDATED, SCHEDULE_UNCHANGED, or
-    SCHEDULE_CHANGED when `expected` (spec, next fire, state as read; b"" / None = absent) no
+    """Upsert a rule. Reply: a ScheduleCode: CREATED, UPDATED, UNCHANGED, or CHANGED when
+    `expected` (spec, next fire, state as read; b"" / None = absent) no
     longer holds. `catchup_head`: with a state, its oldest waiting catch-up slot."""
     args: list[Any] = [schedule_id, spec, -1 if next_ms is None else next_ms, state,
                        -1 if catchup_head is None else catchup_head]  # fmt: skip
@@ -387,7 +377,7 @@ def unlease(
         "unlease",
         [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
         [_now(now_ms), schedule_id, run_id, lease_ms],
-        lambda r: (bool(int(r[0])), _s(r[1])),
+        lambda r: (bool(int(r[0])), text(r[1])),
     )
 
 
@@ -403,7 +393,7 @@ def backfill(
 ) -> Call[list[int]]:
     """slots: (run_id, slot_ms, envelope), enqueued due now with a ledger record each;
     `recorded`: slots left out because the ledger shows them run. Reply: one code per slot
-    (ENQUEUED, DUPLICATE_LIVE, DUPLICATE_DONE)."""
+    (an EnqueueCode)."""
     return Call(
         "backfill",
         [k.delayed, k.runs, k.done, k.stats, k.wake, k.ledger(schedule_id)],

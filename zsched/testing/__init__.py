@@ -17,14 +17,13 @@ from typing import Any
 
 from zsched.aio import AsyncApp
 from zsched.app import App
-from zsched.clock import FakeClock
+from zsched.clock import FakeClock, datetime_to_ms, ms_to_datetime
 from zsched.dispatch.simulate import fakeredis_module
-from zsched.errors import PayloadError, ZschedError
+from zsched.errors import InvalidArgument, PayloadError, ZschedError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, decode
 from zsched.runs.status import DeadLetter
 from zsched.store.delayed import leaf_number, untag
-from zsched.worker.tasks import ms_to_datetime
 
 __all__ = ["FakeClock", "Kit", "Outcome", "QueuedRun", "fakeredis_module"]
 
@@ -63,7 +62,7 @@ class Outcome:
 def _ms(value: timedelta | float) -> int:
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if seconds < 0:
-        raise ValueError(f"advance() moves time forward only, got {value!r}")
+        raise InvalidArgument(f"advance() moves time forward only, got {value!r}", "by")
     return int(round(seconds * 1000))
 
 
@@ -86,9 +85,9 @@ class Kit:
         queue: str | None = None,
     ) -> None:
         if start is not None and start.utcoffset() is None:
-            raise ValueError(f"start must be an aware datetime, got {start!r}")
+            raise InvalidArgument(f"start must be an aware datetime, got {start!r}", "start")
         moment = start or datetime.now(UTC)
-        self.clock = FakeClock(int(round(moment.timestamp() * 1000)))
+        self.clock = FakeClock(datetime_to_ms(moment))
         self._redis_url = redis_url
         self._server: Any = None
         sync = self._sync_client()
@@ -253,7 +252,7 @@ class Kit:
 
     async def _retry_due(self, run_ids: set[str]) -> int | None:
         dues = [q.run_at for q in self.enqueued() if q.run_id in run_ids and q.state == "scheduled"]
-        return int(min(dues).timestamp() * 1000) if dues else None
+        return datetime_to_ms(min(dues), floor=True) if dues else None
 
     def run_schedule_now(self, schedule_id: str, force: bool = False) -> str:
         """Fire the rule once now with the App's own `run_schedule_now` (a manual fire: run id

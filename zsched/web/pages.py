@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import zsched.web.reads as reads
+from zsched.clock import datetime_to_ms
 from zsched.errors import NotFound, ZschedError
 from zsched.store.connection import redact_text
 from zsched.web.auth import authenticated
@@ -144,8 +145,8 @@ async def rule(request: Request, st: Any) -> Response:
         try:
             lo, hi = _instant(qp["from"], "from"), _instant(qp["to"], "to")
             slow = float(qp["slow"]) if qp.get("slow") else None
-            sim = await st.console.call("simulate", q, sid, int(lo.timestamp() * 1000),
-                                        int(hi.timestamp() * 1000), slow)  # fmt: skip
+            sim = await st.console.call("simulate", q, sid, datetime_to_ms(lo, floor=True),
+                                        datetime_to_ms(hi, floor=True), slow)  # fmt: skip
         except (ValueError, ZschedError) as exc:
             sim_error = redact_text(str(exc))
     return page(request, "rule.html", queue=q, sid=sid, sim=sim, sim_error=sim_error,

@@ -19,6 +19,7 @@ import redis.exceptions
 from zsched.errors import PayloadError
 from zsched.protocol.envelope import Envelope, decode
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.text import lossy_text
 from zsched.rules.ops import load
 from zsched.rules.spec import ScheduleInfo, Spec, State, decode_spec, decode_state
 from zsched.store.delayed import leaf_number, untag
@@ -36,10 +37,6 @@ DEAD_BATCH = 500
 MATCH_STEPS = 10
 #: Consumers of the group shown (XINFO CONSUMERS lists every one; a group has few).
 CONSUMERS_MAX = 100
-
-
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
 
 
 # -- the delayed set, page by page -------------------------------------------------------------
@@ -114,7 +111,7 @@ def delayed_page(
         pipe = r.pipeline(transaction=False)
         for m in members:
             pipe.zrange(k.delayed_leaf(leaf_number(m)), 0, -1, withscores=True)
-        runs = [(int(due), _s(rid)) for leaf in pipe.execute() for rid, due in leaf]
+        runs = [(int(due), lossy_text(rid)) for leaf in pipe.execute() for rid, due in leaf]
         runs.sort(key=lambda x: tree_key(x[0], x[1]))
         if after is not None:
             bound = tree_key(*after)
@@ -178,12 +175,12 @@ def dead_hit(batch: list[Any], run_id: str, seen: int) -> tuple[bytes | None, st
     the batch holds it, where the next batch ends or None when the scan is over, letters
     seen)."""
     for _eid, f in batch:
-        if _s(f.get(b"run_id", b"")) == run_id:
+        if lossy_text(f.get(b"run_id", b"")) == run_id:
             return f.get(b"envelope") or b"", None, seen
     seen += len(batch)
     if len(batch) < DEAD_BATCH or seen >= DEAD_SCAN_MAX:
         return None, None, seen
-    return None, "(" + _s(batch[-1][0]), seen
+    return None, "(" + lossy_text(batch[-1][0]), seen
 
 
 # -- rules, page by page ------------------------------------------------------------------------
@@ -209,7 +206,7 @@ def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesP
         nxt, more = r.hscan(k.rules, nxt, match=pattern, count=PAGE_MAX)
         specs.update(more)
         steps += 1
-    ids = sorted(_s(m) for m in specs)
+    ids = sorted(lossy_text(m) for m in specs)
     pipe = r.pipeline(transaction=False)
     pipe.hlen(k.rules)
     if ids:
@@ -224,7 +221,7 @@ def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesP
     out = []
     for sid, raw_state, nx, last in zip(ids, states, nexts, lasts, strict=True):
         spec, state = decode_spec(specs[sid.encode()]), decode_state(raw_state)
-        outcome = _s(last[0][1].get(b"outcome", b"")) if last else None
+        outcome = lossy_text(last[0][1].get(b"outcome", b"")) if last else None
         info = ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             None if nx is None else int(nx), state.last_slot_ms, state.last_fire_ms, outcome,
@@ -319,20 +316,20 @@ def consumers(r: Any, k: QueueKeys) -> list[Consumer]:
         if "NOGROUP" in str(exc) or "no such key" in str(exc).lower():
             return []
         raise
-    out = [Consumer(_s(c["name"]), int(c["pending"]), int(c["idle"])) for c in rows]
+    out = [Consumer(lossy_text(c["name"]), int(c["pending"]), int(c["idle"])) for c in rows]
     return sorted(out, key=lambda c: c.idle_ms)[:CONSUMERS_MAX]
 
 
 def newest_ready(r: Any, k: QueueKeys, count: int = 5) -> list[tuple[str, str]]:
     """(entry id, run id) of the newest entries on the ready stream (XREVRANGE COUNT)."""
     rows = r.xrevrange(k.ready, "+", "-", count=count)
-    return [(_s(eid), _s(f.get(b"run_id", b""))) for eid, f in rows]
+    return [(lossy_text(eid), lossy_text(f.get(b"run_id", b""))) for eid, f in rows]
 
 
 def late_rule(r: Any, k: QueueKeys, before_ms: int) -> tuple[str, int] | None:
     """The active rule whose next fire is the oldest before `before_ms`, if any (one read)."""
     rows = r.zrangebyscore(k.rule_next, "-inf", before_ms, start=0, num=1, withscores=True)
-    return (_s(rows[0][0]), int(rows[0][1])) if rows else None
+    return (lossy_text(rows[0][0]), int(rows[0][1])) if rows else None
 
 
 # -- the fire-ledger audit, a few rules at a time -------------------------------------------------
@@ -355,12 +352,12 @@ def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]
     pipe = r.pipeline(transaction=False)
     pipe.hmget(k.rule_state, ids)
     for raw_id in ids:
-        pipe.xrevrange(k.ledger(_s(raw_id)), "+", "-", count=AUDIT_LEDGER_MAX)
+        pipe.xrevrange(k.ledger(lossy_text(raw_id)), "+", "-", count=AUDIT_LEDGER_MAX)
     states, *ledgers = pipe.execute()
     out: dict[str, int] = {}
     for raw_id, raw_state, ledger in zip(ids, states, ledgers, strict=True):
         spec, state = decode_spec(specs[raw_id]), decode_state(raw_state)
-        out[_s(raw_id)] = len(unaccounted(spec, state, ledger, now_ms))
+        out[lossy_text(raw_id)] = len(unaccounted(spec, state, ledger, now_ms))
     return int(nxt), out
 
 
@@ -371,21 +368,7 @@ def audit_rule(app: Any, schedule_id: str, spec: Spec, state: State, now_ms: int
 
 
 def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int) -> list[int]:
-    """zsched.rules.audit's rule: the expected slots (the newest MAX_AUDITED_SLOTS, since the rule
-    was last written) past grace + slack that the ledger has no outcome for."""
-    from zsched.dispatch.firer import LEDGER_MAX_AGE_MS
-    from zsched.rules.audit import MAX_AUDITED_SLOTS, SLACK_MS
-    from zsched.rules.spec import min_gap_ms
+    """zsched.rules.audit's check of one rule against the ledger entries read."""
+    from zsched.rules.audit import check
 
-    start = max(state.updated_ms or state.created_ms or now_ms, now_ms - LEDGER_MAX_AGE_MS)
-    if spec.start_ms is not None:
-        start = max(start, spec.start_ms - 1)
-    end = now_ms - spec.misfire_grace_ms - SLACK_MS
-    if spec.end_ms is not None:
-        end = min(end, spec.end_ms)
-    if spec.paused and state.paused_at_ms is not None:
-        end = min(end, state.paused_at_ms - 1)
-    start = max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
-    expected = spec.trigger.slots_between(start, end, MAX_AUDITED_SLOTS) if end > start else []
-    seen = {int(f[b"slot_ms"]) for _, f in ledger}
-    return [s for s in expected if s not in seen and s not in state.backlog]
+    return check(spec.schedule_id, spec, state, ledger, now_ms).unaccounted

@@ -9,16 +9,14 @@ from typing import Any
 
 import zsched.web.words as words
 from zsched.dispatch import heartbeat
-
-#: Longest pause note (pause_queue refuses more; a rule's note is held to the same).
-NOTE_MAX_BYTES = 500
+from zsched.runs.runinput import check_pause_note
 
 
 def checked_note(note: str | None) -> str | None:
-    """A pause note stripped (None when empty); ValueError over NOTE_MAX_BYTES."""
+    """A pause note stripped (None when empty); InvalidArgument (a ValueError) over
+    MAX_PAUSE_NOTE_BYTES, pause_queue's bound (a rule's note is held to it too)."""
     note = (note or "").strip() or None
-    if note is not None and len(note.encode()) > NOTE_MAX_BYTES:
-        raise ValueError(f"a pause note is at most {NOTE_MAX_BYTES} bytes")
+    check_pause_note(note)
     return note
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
+
+from zsched.clock import ms_to_datetime
 
 _SKIPPED = {
     "grace_passed": "skipped: it was later than the rule's misfire grace (misfire policy)",
@@ -53,14 +54,14 @@ def iso_utc(ms: int | None) -> str:
     """An instant as ISO-8601 UTC with seconds ('' for None)."""
     if ms is None:
         return ""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return ms_to_datetime(ms).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def in_zone(ms: int | None, tz: str | None) -> str:
     """An instant on the wall clock of `tz`, with its offset ('' for None or no zone)."""
     if ms is None or not tz:
         return ""
-    local = datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(ZoneInfo(tz))
+    local = ms_to_datetime(ms).astimezone(ZoneInfo(tz))
     return local.strftime("%Y-%m-%d %H:%M:%S %z ") + tz
 
 

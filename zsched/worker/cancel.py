@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zsched.worker.delivery import Delivery, _s
+from zsched.protocol.text import lossy_text
+from zsched.worker.delivery import Delivery
 
 if TYPE_CHECKING:
     from zsched.worker.context import WorkerContext
@@ -26,7 +27,7 @@ async def check_cancels(ctx: WorkerContext, executing: dict[str, Delivery]) -> i
     values = await ctx.redis.mget([k.cancel_request(d.run_id) for d in running])
     heard = 0
     for d, v in zip(running, values, strict=True):
-        if v is not None and _s(v) == d.entry_id:
+        if v is not None and lossy_text(v) == d.entry_id:
             request(d)
             heard += 1
     return heard

@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from zsched.protocol.text import lossy_text
 from zsched.worker.tasks import RunInfo
 
 
@@ -33,14 +34,10 @@ class Delivery:
     limited: bool = False
 
 
-def _s(b: Any) -> str:
-    return b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b)
-
-
 def from_entry(entry_id: Any, fields: dict[bytes, bytes]) -> Delivery:
     """The Delivery of one XREADGROUP entry (fields as the dispatch script wrote them)."""
     due = fields.get(b"due_ms")
     return Delivery(
-        _s(entry_id), _s(fields.get(b"run_id", b"")), fields.get(b"envelope", b""),
+        lossy_text(entry_id), lossy_text(fields.get(b"run_id", b"")), fields.get(b"envelope", b""),
         int(due) if due and due.isdigit() else None,
     )  # fmt: skip

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
-from zsched.errors import Fail, PayloadError, ZschedError
+from zsched.errors import Fail, InvalidArgument, PayloadError
 from zsched.runs.enqueue import EnqueuedId
 from zsched.worker.payloads import Codec
 
@@ -143,7 +143,9 @@ def register(app: Owner, fn: Callable[..., Any] | None, options: dict[str, Any])
         t = make_task(run, **options)
         old = app.tasks.get(t.name)
         if old is not None and getattr(old.fn, "_zsched_handler", old.fn) is not base:
-            raise ZschedError(f"task name {t.name!r} is already registered on {app.queue}")
+            raise InvalidArgument(
+                f"task name {t.name!r} is already registered on {app.queue}", "name"
+            )
         app.tasks[t.name] = t
         if codec is not None:
             app.payload_types[t.name] = codec

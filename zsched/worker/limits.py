@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from zsched.errors import ScriptError, ZschedError
+from zsched.errors import InvalidArgument, ScriptError
 from zsched.protocol.keys import QueueKeys
 from zsched.store.scripts import Call, _now
 
@@ -38,11 +38,11 @@ def parse_rate(rate: str | float) -> float:
     elif isinstance(rate, str) and (m := _RATE.match(rate.lower())) and m[3] in _UNITS:
         per_s = float(m[1]) / (int(m[2] or 1) * _UNITS[m[3]])
     else:
-        raise ZschedError(
-            f"rate {rate!r} must be like '10/s', '600/m', '5/10s', '100/h' or a number"
+        raise InvalidArgument(
+            f"rate {rate!r} must be like '10/s', '600/m', '5/10s', '100/h' or a number", "rate"
         )
     if not (math.isfinite(per_s) and per_s > 0):
-        raise ZschedError(f"rate {rate!r} must be above 0")
+        raise InvalidArgument(f"rate {rate!r} must be above 0", "rate")
     return per_s
 
 
@@ -67,16 +67,23 @@ def make_limits(task: str, max_concurrency: int | None, rate: str | float | None
     """The Limits of @app.task's options, checked; None without any limit."""
     if max_concurrency is None and rate is None:
         if burst is not None or limit_key is not None:
-            raise ZschedError(f"task {task}: burst and limit_key need max_concurrency or rate")
+            raise InvalidArgument(f"task {task}: burst and limit_key need max_concurrency or rate",
+                                  "burst" if burst is not None else "limit_key")  # fmt: skip
         return None
     whole = isinstance(max_concurrency, int) and not isinstance(max_concurrency, bool)
     if max_concurrency is not None and not (whole and max_concurrency >= 1):
-        raise ZschedError(f"task {task}: max_concurrency must be a whole number >= 1")
+        raise InvalidArgument(
+            f"task {task}: max_concurrency must be a whole number >= 1", "max_concurrency"
+        )
     per_s = parse_rate(rate) if rate is not None else 0.0
     if burst is not None and (rate is None or not isinstance(burst, int) or burst < 1):
-        raise ZschedError(f"task {task}: burst must be a whole number >= 1, with a rate")
+        raise InvalidArgument(
+            f"task {task}: burst must be a whole number >= 1, with a rate", "burst"
+        )
     if limit_key is not None and not callable(limit_key):
-        raise ZschedError(f"task {task}: limit_key must be a function of the payload")
+        raise InvalidArgument(
+            f"task {task}: limit_key must be a function of the payload", "limit_key"
+        )
     return Limits(max_concurrency or 0, per_s, burst or 1, limit_key)
 
 

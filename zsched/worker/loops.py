@@ -19,16 +19,16 @@ import redis.exceptions
 
 from zsched.errors import EvictionPolicyError
 from zsched.protocol.keys import GROUP
-from zsched.store.connection import redact_text
+from zsched.store.connection import RETRYABLE_ERRORS
 from zsched.store.eviction import EvictionWatch
-from zsched.store.retrying import Backoff
+from zsched.store.retrying import REFUSALS, PassFailures
 from zsched.worker import admission
 from zsched.worker import cancel as worker_cancel
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery, from_entry
 from zsched.worker.recovery import Holds, ensure_group
 from zsched.worker.runner import Runner
-from zsched.worker.writer import REDIS_ERRORS, REFUSALS, Writer
+from zsched.worker.writer import Writer
 
 log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
 _DEFAULT_SOCKET_TIMEOUT = getattr(redis.asyncio.connection, "DEFAULT_SOCKET_TIMEOUT", None)
@@ -186,7 +186,10 @@ class Guard:
 
     async def run(self, loop: Callable[[asyncio.Event], Awaitable[None]],
                   stop: asyncio.Event) -> None:  # fmt: skip
-        backoff = Backoff()
+        q, name = self.ctx.queue, getattr(loop, "__name__", loop)
+        counter = self.ctx.metrics.redis_errors.labels(q, "worker")
+        fails = PassFailures("worker", q, log, counter, self.ctx.outage,
+                             f"worker loop {name} failed; restarting it in %.1fs")  # fmt: skip
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -196,32 +199,15 @@ class Guard:
                 stop.set()
                 return
             except Exception as exc:  # noqa: BLE001 - a loop must never die silently
-                # A loop that ran well for a while starts over from a short backoff.
-                if isinstance(exc, REDIS_ERRORS) and time.monotonic() - started > 10:
-                    backoff.reset()
-                delay = backoff.next()
-                self._failed(exc, loop, delay)
+                if isinstance(exc, RETRYABLE_ERRORS) and time.monotonic() - started > 10:
+                    fails.backoff.reset()  # a loop that ran well for a while starts over short
+                if isinstance(exc, REFUSALS) and "NOGROUP" in str(exc):
+                    self.reader.group_ready = False  # the stream or group vanished: create it
+                delay = fails.failed(exc)
             else:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
-
-    def _failed(self, exc: Exception, loop: Any, delay: float) -> None:
-        q, m = self.ctx.queue, self.ctx.metrics
-        if isinstance(exc, REDIS_ERRORS):
-            m.redis_errors.labels(q, "worker").inc()
-            self.ctx.outage.failed(exc, delay)
-        elif isinstance(exc, REFUSALS):
-            m.redis_errors.labels(q, "worker").inc()
-            if "NOGROUP" in str(exc):  # the stream or group vanished: create it again
-                self.reader.group_ready = False
-            why = redact_text(str(exc))[:500]
-            log.error("worker: Redis refused a command: %s; retrying in %.1fs", why,
-                      delay, extra={"queue": q})  # fmt: skip
-        else:
-            log.exception("worker loop %s failed; restarting it in %.1fs",
-                          getattr(loop, "__name__", loop), delay, extra={"queue": q},
-                          exc_info=exc)  # fmt: skip
 
 
 def _max_block_ms(client: Any) -> int | None:

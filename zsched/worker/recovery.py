@@ -14,6 +14,7 @@ from typing import Any
 import redis.exceptions
 
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.replies import HoldCode
 from zsched.store import scripts as S
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
@@ -22,6 +23,8 @@ from zsched.worker.writer import Writer
 
 log = logging.getLogger(__name__)
 _worker_log = logging.getLogger("zsched.worker.worker")
+# Bound once: looking a member up on an Enum class costs ~0.3 us, paid per run otherwise.
+_FENCED = HoldCode.FENCED
 
 
 async def ensure_group(r: Any, k: QueueKeys) -> bool:
@@ -62,7 +65,7 @@ class Holds:
                 chunk = ids[i : i + S.MAX_BATCH]
                 codes = await ctx.scripts.run(S.renew(ctx.keys, ctx.consumer, chunk))
                 for entry_id, code in zip(chunk, codes, strict=True):
-                    if code == S.FENCED:
+                    if code == _FENCED:
                         lost += 1
                         self.writer.mark_lost(entry_id)
         if lost:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from zsched.errors import Fail, PayloadError, Retry
+from zsched.clock import ms_to_datetime
+from zsched.errors import Fail, PayloadError, Retry, UnknownTask
 from zsched.observability import tracing as _tracing
 from zsched.observability.metrics import TaskMetrics
 from zsched.protocol.envelope import Envelope, decode
@@ -25,7 +26,7 @@ from zsched.runs import outcomes as _outcomes
 from zsched.worker import admission
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
-from zsched.worker.tasks import RunInfo, Task, ms_to_datetime, set_current
+from zsched.worker.tasks import RunInfo, Task, set_current
 from zsched.worker.writer import OverlapLease, Writer
 
 log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
@@ -108,9 +109,7 @@ class Runner:
             self.writer.overlap_leases[d.entry_id] = lease
         task = self.ctx.tasks.get(env.task)
         if task is None:
-            self.writer.dead(
-                d, f"unknown task {env.task!r}: not registered with this worker", "unknown_task"
-            )
+            self.writer.dead(d, str(UnknownTask.named(env.task)), "unknown_task")
             return None
         stream_ms = d.entry_id.split("-", 1)[0]
         dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None

@@ -11,12 +11,13 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any, Protocol, TypedDict
 
-from zsched.errors import ZschedError
+from zsched.errors import InvalidArgument, ZschedError
 from zsched.observability.logs import CURRENT_RUN
 from zsched.protocol.envelope import Payload
+from zsched.protocol.limits import DEFAULT_MAX_RESULT_BYTES, MAX_TASK_BYTES
 from zsched.worker.limits import Limits, make_limits
 
 
@@ -43,7 +44,7 @@ class Task:
     #: Keep each run's outcome (attempts, duration, return value) for the dedupe window.
     keep_result: bool = False
     #: Largest return value kept (msgpack bytes); a larger one is recorded as an error.
-    max_result_bytes: int = 16 * 1024
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     #: Concurrency and rate limits shared by all workers (zsched/worker/limits.py); None = none.
     limits: Limits | None = None
 
@@ -57,6 +58,21 @@ class Task:
         return cap / 2 + random.uniform(0, cap / 2)
 
 
+class TaskOptions(TypedDict, total=False):
+    """@app.task's options, as make_task takes them (its defaults and checks)."""
+
+    name: str | None
+    max_attempts: int | None
+    backoff: Backoff
+    timeout: float | None
+    keep_result: bool
+    max_result_bytes: int
+    max_concurrency: int | None
+    rate: str | float | None
+    burst: int | None
+    limit_key: Callable[[Any], Any] | None
+
+
 def make_task(
     fn: Callable[..., Any],
     *,
@@ -65,23 +81,31 @@ def make_task(
     backoff: Backoff = 1.0,
     timeout: float | None = None,
     keep_result: bool = False,
-    max_result_bytes: int = 16 * 1024,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     max_concurrency: int | None = None,
     rate: str | float | None = None,
     burst: int | None = None,
     limit_key: Callable[[Any], Any] | None = None,
 ) -> Task:
     task_name = name or f"{fn.__module__}.{fn.__qualname__}"
-    if not task_name or len(task_name.encode()) > 256:
-        raise ZschedError(f"task name {task_name!r} must be 1..256 bytes")
+    if not task_name or len(task_name.encode()) > MAX_TASK_BYTES:
+        raise InvalidArgument(f"task name {task_name!r} must be 1..{MAX_TASK_BYTES} bytes", "name")
     if max_attempts is not None and max_attempts < 1:
-        raise ZschedError(f"task {task_name}: max_attempts must be >= 1, got {max_attempts}")
+        raise InvalidArgument(
+            f"task {task_name}: max_attempts must be >= 1, got {max_attempts}", "max_attempts"
+        )
     if timeout is not None and not timeout > 0:
-        raise ZschedError(f"task {task_name}: timeout must be > 0 seconds, got {timeout}")
+        raise InvalidArgument(
+            f"task {task_name}: timeout must be > 0 seconds, got {timeout}", "timeout"
+        )
     if not callable(backoff) and not float(backoff) >= 0:
-        raise ZschedError(f"task {task_name}: backoff must be >= 0 seconds, got {backoff}")
+        raise InvalidArgument(
+            f"task {task_name}: backoff must be >= 0 seconds, got {backoff}", "backoff"
+        )
     if not (isinstance(max_result_bytes, int) and max_result_bytes >= 0):
-        raise ZschedError(f"task {task_name}: max_result_bytes must be a whole number >= 0")
+        raise InvalidArgument(
+            f"task {task_name}: max_result_bytes must be a whole number >= 0", "max_result_bytes"
+        )
     is_async = inspect.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(fn)
     limits = make_limits(task_name, max_concurrency, rate, burst, limit_key)
     return Task(task_name, fn, is_async, max_attempts, backoff, timeout, bool(keep_result),
@@ -125,7 +149,3 @@ def current_run() -> RunInfo:
 
 def set_current(info: RunInfo | None) -> contextvars.Token[RunInfo | None]:
     return _current.set(info)
-
-
-def ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)

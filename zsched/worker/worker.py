@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from zsched.config import WorkerSettings, settings_from
 from zsched.store import scripts as S
+from zsched.store.connection import RETRYABLE_ERRORS
 from zsched.store.eviction import EvictionWatch
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
 from zsched.worker.loops import FlushLoop, Guard, HoldLoop, ReadLoop
 from zsched.worker.recovery import Holds
 from zsched.worker.runner import Runner
-from zsched.worker.writer import REDIS_ERRORS, Writer
+from zsched.worker.writer import Writer
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
@@ -130,7 +131,7 @@ class Worker:
             await self.flush()
             if self.reader.group_ready:  # never read (e.g. refused to start): nothing is held
                 await self.holds.hand_back()
-        except REDIS_ERRORS:
+        except RETRYABLE_ERRORS:
             log.error("Redis unreachable at shutdown: held runs will be reclaimed by other "
                       "workers after the visibility timeout", extra={"queue": self.ctx.queue})  # fmt: skip
         for t in list(tasks):

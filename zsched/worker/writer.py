@@ -12,14 +12,13 @@ import asyncio
 import logging
 from typing import Any, NamedTuple
 
-import redis.exceptions
-
-from zsched.errors import ScriptError
 from zsched.observability import tracing as _tracing
+from zsched.protocol.replies import HoldCode
 from zsched.runs import controls as C
 from zsched.runs import outcomes as _outcomes
 from zsched.store import scripts as S
 from zsched.store.connection import RETRYABLE_ERRORS
+from zsched.store.retrying import REFUSALS
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
 
@@ -28,12 +27,9 @@ log = logging.getLogger("zsched.worker.worker")  # one logger for the whole work
 #: 300,000-entry stream drains); 1000 (the scripts' bound) took ~6 ms, over the 5 ms a script
 #: may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
-# Lost connections and failovers (CLUSTERDOWN, READONLY from a demoted master ...).
-REDIS_ERRORS = RETRYABLE_ERRORS
-# Redis answered but refused (maxmemory, a key of the wrong type, NOPERM ...): logged as an
-# error and retried; a loop that died here would leave a live process that does nothing.
-REFUSALS = (redis.exceptions.ResponseError, ScriptError)
-_FLUSH_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, *REFUSALS)
+_FLUSH_ERRORS: tuple[type[Exception], ...] = (*RETRYABLE_ERRORS, *REFUSALS)
+# Bound once: looking a member up on an Enum class costs ~0.3 us, paid per run otherwise.
+_OK, _FENCED = HoldCode.OK, HoldCode.FENCED
 
 
 class OverlapLease(NamedTuple):
@@ -197,7 +193,7 @@ class Writer:
         pairs = []
         for it, code in zip(items, codes, strict=True):
             kept = self.kept.pop(it[0], None)
-            if kept is not None and code == S.OK:
+            if kept is not None and code == _OK:
                 pairs.append(kept)
         if pairs:
             ctx = self.ctx
@@ -210,7 +206,7 @@ class Writer:
         ctx = self.ctx
         for it, code in zip(items, codes, strict=True):
             lease = self.overlap_leases.pop(it[0], None)
-            if lease is None or code != S.OK:
+            if lease is None or code != _OK:
                 continue
             sid, run_id, lease_ms = lease
             await ctx.scripts.run(
@@ -222,13 +218,13 @@ class Writer:
         the wait and a lease beyond it (no worker renews it meanwhile)."""
         for it, code in zip(items, codes, strict=True):
             lease = self.overlap_leases.pop(it[0], None)
-            if lease is None or code != S.OK:
+            if lease is None or code != _OK:
                 continue
             sid, run_id, lease_ms = lease
             await self.ctx.scripts.run(S.extend(self.ctx.keys, sid, run_id, it[2] + lease_ms))
 
     def _fenced(self, what: str, items: list[Any], codes: list[int]) -> None:
-        lost = [it for it, c in zip(items, codes, strict=True) if c == S.FENCED]
+        lost = [it for it, c in zip(items, codes, strict=True) if c == _FENCED]
         q = self.ctx.queue
         for it in lost:
             self.lost.discard(it[0])
