@@ -50,7 +50,7 @@ async def test_the_overlap_lease_lasts_while_the_run_waits_for_its_retry(real, q
         if len(calls) == 1:
             raise zsched.Retry(delay=300)
 
-    # A lease of 2 s: shorter than the retry's 300 s wait (real seconds: the lease is a TTL).
+    # A lease option of 2 s, shorter than the retry's 300 s wait (it was the lease's TTL).
     app.schedule("sweep", "sweep", every=60, overlap="skip", lease=2)
     d = app.dispatcher(redis=real.async_client())
     w = app.worker(redis=real.async_client())
