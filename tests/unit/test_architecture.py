@@ -47,8 +47,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 #: Imports that break the rules today, each removed by the work named beside it (issue #17).
 #: The test fails when one of them is gone too, so this list only shrinks.
 KNOWN: dict[tuple[str, str], str] = {
-    # The ledger's constants get a home of their own ("homes": the ledger).
-    # ms -> datetime moves to zsched/clock.py ("homes": the server clock).
     # App.aio() makes the AsyncApp that wraps an App (the facade's one circle, see the doc).
     ("zsched.app", "zsched.aio"): "App.aio()",
 }
