@@ -234,9 +234,9 @@ Rule = Trigger
 def trigger_from_dict(d: object) -> Trigger:
     """Rebuild a trigger from `to_dict` output (as read back from msgpack), validating it."""
     if not isinstance(d, dict):
-        raise RuleError(f"a rule dict must be a dict, got {type(d).__name__}")
+        raise RuleError(f"a trigger dict must be a dict, got {type(d).__name__}")
     if d.get("v", _DICT_VERSION) != _DICT_VERSION:
-        raise RuleError(f"unknown rule dict version {d.get('v')!r}")
+        raise RuleError(f"unknown trigger dict version {d.get('v')!r}")
     kind = d.get("kind")
     try:
         if kind == "cron":
@@ -247,8 +247,8 @@ def trigger_from_dict(d: object) -> Trigger:
                 raise RuleError(f"interval_ms and start_ms must be integers in {d!r}")
             return Every.from_ms(interval_ms, start_ms)
     except KeyError as exc:
-        raise RuleError(f"{kind} rule dict lacks {exc}") from exc
-    raise RuleError(f"unknown rule kind {kind!r}; valid: 'cron', 'every'")
+        raise RuleError(f"{kind} trigger dict lacks {exc}") from exc
+    raise RuleError(f"unknown trigger kind {kind!r}; valid: 'cron', 'every'")
 
 
 #: Deprecated alias of trigger_from_dict (its name before issue #17).
