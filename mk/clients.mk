@@ -11,4 +11,4 @@ node-deps:
 
 test-clients: venv redis
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_cross_language.py \
-	  tests/scripts/test_foreign_bad_input.py tests/unit/test_protocol_doc.py $(PYTEST_ARGS)
+	  tests/scripts/test_foreign_bad_input.py tests/unit/protocol/test_protocol_doc.py $(PYTEST_ARGS)

@@ -3,9 +3,9 @@
 # installs it), on top of the whole suite on the system's Redis. Every server those tests start
 # (tests/redis_server.py) is then a valkey-server: ZSCHED_REDIS_SERVER points at it.
 # `make test-valkey` runs that subset alone. ~45 s here.
-VALKEY_TESTS ?= tests/scripts tests/unit/test_lua_headers.py \
-  tests/integration/test_core_flow.py tests/integration/test_schedules.py \
-  tests/integration/test_dispatch_pipeline.py tests/integration/test_reply_shapes.py \
+VALKEY_TESTS ?= tests/scripts tests/unit/store/test_lua_headers.py \
+  tests/integration/test_core_flow.py tests/integration/rules/test_schedules.py \
+  tests/integration/dispatch/test_dispatch_pipeline.py tests/integration/store/test_reply_shapes.py \
   tests/integration/test_cross_language.py tests/integration/test_processes.py \
   tests/security/test_acl.py tests/chaos/test_chaos_smoke.py \
   tests/pyuser/test_async_app.py tests/pyuser/test_testing_kit.py

@@ -6,12 +6,15 @@ import fcntl
 import hashlib
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "examples" / "node"
+# Test modules in the room folders below import procs.py from here.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="session")

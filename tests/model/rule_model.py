@@ -2,7 +2,7 @@
 
 Pure Python, no Redis, and it does not import the planner (zsched.dispatch.firer): it takes a rule's
 slot instants from its trigger (zsched.rules.triggers, whose calendar math is checked against a
-brute-force minute scan in tests/unit/test_rules_dst.py) and applies the policies as the
+brute-force minute scan in tests/unit/rules/test_dst.py) and applies the policies as the
 document states them:
 
 - a slot within `misfire_grace` of the pass that handles it is on time and fires (`ran`);

@@ -1,7 +1,7 @@
 """Bad input and wrong settings at the front doors (App, scripts, settings): each is refused
 with an error that names the problem, and nothing of it is written. What the worker does with
 bad runs it reads is in tests/integration/test_core_flow.py (unknown task, undecodable
-envelope) and tests/unit/test_envelope.py; WRONGTYPE per script in tests/scripts."""
+envelope) and tests/unit/protocol/test_envelope.py; WRONGTYPE per script in tests/scripts."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def observe_many(child: Any, amounts: Sequence[float]) -> None:
     prometheus_client has no batch observe, and observe() costs ~3-8 us (a linear bucket
     search, a lock per increment): at 500 runs per dispatch call that was most of the
     dispatcher's own time. This reads the child's bounds and values (prometheus_client's
-    layout, checked by tests/unit/test_metrics_batch.py) and falls back to observe() on
+    layout, checked by tests/unit/observability/test_metrics_batch.py) and falls back to observe() on
     any other layout. Observing a batch this way gives the very samples one observe() per
     amount would.
     """

@@ -16,7 +16,7 @@ from zsched.dispatch.simulate import ledger_rows
 from zsched.rules.triggers import slot_run_id
 
 T0 = 1_800_000_000_000
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_three_dispatcher_processes_fire_each_of_1000_slots_once(redis_url, queue) -> None:

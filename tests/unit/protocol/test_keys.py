@@ -7,7 +7,7 @@ import pytest
 
 from zsched.protocol.keys import QueueKeys, hash_tag
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_key_of_a_queue_carries_its_hash_tag() -> None:

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.test_schedules import T0, H, one_outcome_per_slot, setup
+from tests.integration.rules.test_schedules import T0, H, one_outcome_per_slot, setup
 from zsched.rules.triggers import slot_run_id
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_schedules import T0, H, M
+from tests.integration.rules.test_schedules import T0, H, M
 from zsched import FakeClock
 from zsched.dispatch.simulate import ledger_rows, simulate
 

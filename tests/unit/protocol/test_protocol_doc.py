@@ -16,7 +16,7 @@ from zsched.protocol import keys as K
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.store import scripts as S
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "protocol.md"
 REDIS_TYPES = ("ZSET", "HASH", "STREAM", "STRING", "SET", "LIST", "CHANNEL")
 #: Scripts a client in another language needs; each must have its own section.
