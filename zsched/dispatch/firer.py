@@ -20,8 +20,9 @@ from zsched.errors import RuleError
 from zsched.protocol.envelope import Envelope
 from zsched.protocol.text import text
 from zsched.rules import ledger
+from zsched.rules.policies import Misfire, Overlap
 from zsched.rules.spec import Spec, State, decode_spec, decode_state
-from zsched.rules.triggers import Cron, Misfire, Overlap, slot_run_id
+from zsched.rules.triggers import Cron, slot_run_id
 from zsched.store import scripts as S
 from zsched.store.connection import is_cluster
 

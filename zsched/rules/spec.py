@@ -18,7 +18,8 @@ from zsched.clock import datetime_to_ms
 from zsched.errors import RuleError
 from zsched.protocol.envelope import Payload, check_payload
 from zsched.protocol.limits import MAX_DURATION_MS, MAX_INSTANT_MS, MIN_INSTANT_MS
-from zsched.rules.triggers import Cron, Every, Misfire, Overlap, Trigger, trigger_from_dict
+from zsched.rules.policies import Misfire, Overlap
+from zsched.rules.triggers import Cron, Every, Trigger, trigger_from_dict
 
 #: The `lease` option's default (ms). Kept in specs and envelopes for compatibility; the overlap
 #: lease itself has no TTL now: it lasts while its run lives (docs/policies.md).
