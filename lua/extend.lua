@@ -1,7 +1,7 @@
--- extend: a rule's run waits for its retry in the delayed set, where no worker renews its
---   overlap lease: keep the lease for the wait and a lease beyond it.
+-- extend: a rule's run waits for its retry in the delayed set: keep its overlap lease, without a
+--   TTL, for the whole wait (a lease given a TTL by an older fire.lua loses it here).
 -- KEYS[1] lease (string of this rule)   KEYS[2] runs (hash)
--- ARGV[1] run_id (the run that waits)   ARGV[2] ttl_ms (the retry's delay + the rule's lease_ms)
+-- ARGV[1] run_id (the run that waits)   ARGV[2] ttl_ms (checked, unused: the lease has no TTL)
 -- Returns 1 extended, 0 not extended (no lease: the rule was removed or the lease lapsed; another
 --   run holds it; or this run is no longer live).
 -- Invariant: a lease names one live run of its rule; extend only lengthens this run's own lease
@@ -18,5 +18,5 @@ if run_id == '' or not ttl_ms or ttl_ms < 1 then
 end
 if redis.call('HEXISTS', runs, run_id) == 0 then return 0 end
 if redis.call('GET', lease) ~= run_id then return 0 end
-redis.call('PEXPIRE', lease, math.floor(ttl_ms))
+redis.call('PERSIST', lease)
 return 1

@@ -10,7 +10,8 @@
 -- ARGV[5] expected_state  (the stored state as read; "" = none)
 -- ARGV[6] new_next (-1 = remove from rule_next)   ARGV[7] new_state
 -- ARGV[8] catchup_head (-1 = no catch-up backlog)  ARGV[9] dedupe_window_ms
--- ARGV[10] overlap: allow | skip | queue          ARGV[11] lease_ms
+-- ARGV[10] overlap: allow | skip | queue
+-- ARGV[11] lease_ms (checked, unused: the lease has no TTL, it lasts while its run lives)
 -- ARGV[12] ledger_maxlen   ARGV[13] ledger_max_age_ms (older entries are trimmed, by the
 --   server's TIME, which stamps the entry ids; 0 = keep)
 -- ARGV[14] n_fires
@@ -335,7 +336,9 @@ end
 local function start(run_id, at, env)
   redis.call('HSET', runs, run_id, bt_tag(at, env))
   bt_add(delayed, {{run_id, at}})
-  if overlap ~= 'allow' then redis.call('SET', lease, run_id, 'PX', lease_ms) end
+  -- No TTL: the lease lasts for its run's whole life (delayed, ready, running, waiting for a
+  -- retry); unlease ends it, or a later fire that finds its run gone (stale).
+  if overlap ~= 'allow' then redis.call('SET', lease, run_id) end
 end
 
 -- A catch-up replay starts only while no run holds the lease (the caller read it free): if

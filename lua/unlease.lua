@@ -3,7 +3,7 @@
 -- KEYS[1] lease (string of this rule)   KEYS[2] rule_waiting (hash)   KEYS[3] runs (hash)
 -- KEYS[4] delayed (B-tree root)         KEYS[5] wake (channel)
 -- ARGV[1] now_ms "" = server TIME   ARGV[2] schedule_id   ARGV[3] run_id (the finished run)
--- ARGV[4] lease_ms (the started fire's lease)
+-- ARGV[4] lease_ms (unused, kept for callers: the started fire's lease has no TTL, as fire.lua's)
 -- Returns {released, started_run_id}: released 1 if this run held the lease; started_run_id
 --   is the waiting fire now due, or "" (none waited, or its run id was live again: dropped).
 -- Invariant: only the run holding a lease frees it; a waiting fire starts in the same call
@@ -276,7 +276,7 @@ if not now_ms then
   local t = redis.call('TIME')
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local sid, run_id, lease_ms = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local sid, run_id = ARGV[2], ARGV[3]
 local released = 0
 if redis.call('GET', lease) == run_id then
   redis.call('DEL', lease)
@@ -297,7 +297,7 @@ if redis.call('EXISTS', lease) == 0 then
     else
       redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
       bt_add(delayed, {{started, now_ms}})
-      redis.call('SET', lease, started, 'PX', lease_ms)
+      redis.call('SET', lease, started)  -- no TTL, as fire.lua's
       redis.call('PUBLISH', wake, now_ms)
     end
   end

@@ -17,8 +17,8 @@ export const handlers = {
   },
 
   /**
-   * Holds the run until a line arrives on stdin, then renews its lease once: shows a consumer
-   * keeping its lease, or finding that another consumer took the run over (fenced).
+   * Holds the run until a line arrives on stdin, then renews its hold once: shows a consumer
+   * keeping its hold, or finding that another consumer took the run over (fenced).
    */
   async hold(payload, info) {
     console.log(JSON.stringify({ event: 'started', run_id: info.runId }));

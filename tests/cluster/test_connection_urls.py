@@ -13,14 +13,8 @@ from sentinel_harness import SentinelGroup
 import zsched
 from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
-from zsched.store.connection import (
-    async_client,
-    async_from_sync,
-    parse,
-    redact,
-    redact_text,
-    sync_client,
-)
+from zsched.store.connection import async_client, async_from_sync, sync_client
+from zsched.store.urls import parse, redact, redact_text
 
 
 def test_a_cluster_url_names_its_nodes_credentials_and_options() -> None:

@@ -26,6 +26,16 @@ from zsched.store.delayed import untag
 STUCK_S = 15.0
 
 
+def _is_worker_loop(t: asyncio.Task[Any], w: Any) -> bool:
+    """Whether `t` is one of the loops `w.run()` started (each runs under `w.guard`)."""
+    frame = t.get_coro().cr_frame  # type: ignore[union-attr]
+    return frame is not None and frame.f_locals.get("self") is w.guard
+
+
+def _name(t: asyncio.Task[Any]) -> str:
+    return f"{t.get_coro().__qualname__}:{'done' if t.done() else 'pending'}"  # type: ignore[union-attr]
+
+
 class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
                  start_ms: int, dispatchers: int = 1) -> None:  # fmt: skip
@@ -48,8 +58,9 @@ class RealSystem:
 
     def _new_worker(self) -> Any:
         # A short visibility timeout (real time): a dead worker's runs are reclaimed at once.
+        # Reclaims do not count toward dead-lettering here: the model reclaims without limit.
         return self.app.worker(redis=self.real.async_client(), concurrency=64,
-                               visibility_timeout_ms=300)  # fmt: skip
+                               visibility_timeout_ms=300, max_deliveries=1000)  # fmt: skip
 
     async def _handler(self, payload: Any) -> None:
         info = zsched.current_run()
@@ -98,9 +109,14 @@ class RealSystem:
         self.app.schedule(self.sid, "t", paused=paused, **self._options())
         await self.settle()
 
-    async def edit(self, rule: RuleDef) -> None:
+    async def edit(self, rule: RuleDef, declared: bool = False) -> None:
+        """schedule() the new definition, or declare it and sync (as a dispatcher start does)."""
         self.rule = rule
-        self.app.schedule(self.sid, "t", **self._options())
+        if declared:
+            self.app.declare(self.sid, "t", **self._options())
+            self.app.sync_schedules()
+        else:
+            self.app.schedule(self.sid, "t", **self._options())
         await self.settle()
 
     async def pause(self) -> None:
@@ -115,6 +131,18 @@ class RealSystem:
         self.app.backfill(self.sid, lo / 1000, hi / 1000)
         await self.settle()
 
+    async def run_now(self, force: bool = False) -> None:
+        self.app.run_schedule_now(self.sid, force=force)
+        await self.settle()
+
+    async def pause_queue(self) -> None:
+        self.app.pause_queue()
+        await self.settle()
+
+    async def resume_queue(self) -> None:
+        self.app.resume_queue()
+        await self.settle()
+
     async def remove(self) -> None:
         self.app.unschedule(self.sid)
         await self.settle()
@@ -122,12 +150,16 @@ class RealSystem:
     async def kill_worker(self) -> None:
         """The worker dies mid-run (nothing handed back, no outcome written); a new one
         reclaims its runs after the visibility timeout and runs them again."""
-        me = asyncio.current_task()
-        doomed = [t for t in asyncio.all_tasks() if t is not me]
+        # Only the worker's own tasks (its run(), its three loops, its handlers): cancelling
+        # every task of the loop, as this once did, also cancelled the clients' own tasks.
+        old = self.worker
+        doomed = [t for t in asyncio.all_tasks()
+                  if t is self._loop or t in old.runner.tasks or _is_worker_loop(t, old)]  # fmt: skip
         for t in doomed:
             t.cancel()
-        await asyncio.gather(*doomed, return_exceptions=True)
-        await self.worker.close()
+        gone = asyncio.gather(*doomed, return_exceptions=True)
+        await self._bounded(gone, "the dead worker's tasks to end", doomed)
+        await self._bounded(old.close(), "the dead worker's clients to close")
         self.gates = {k: g for k, g in self.gates.items() if g[3]}  # those handlers died
         self.worker = self._new_worker()
         self._stop = asyncio.Event()
@@ -233,6 +265,13 @@ class RealSystem:
             return n == active
 
         await self._until(all_running, "the worker to start every ready run")
+
+    async def _bounded(self, aw: Any, what: str, tasks: Any = ()) -> None:
+        try:
+            await asyncio.wait_for(aw, STUCK_S)
+        except TimeoutError:
+            left = [_name(t) for t in tasks if not t.done()]
+            raise AssertionError(f"real system stuck waiting for {what} {left}") from None
 
     async def _until(self, cond: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + STUCK_S

@@ -17,6 +17,11 @@ document states them:
   `queued behind <holder>`; it starts when the holder ends), a further one is skipped;
 - the lease lasts for the run's whole life (ready, running, waiting for a retry) and ends at
   done or dead;
+- a backfill runs its slots now, without a lease; the rule never fires a backfilled slot
+  again (`duplicate`; a waiting replay of it is recorded so at the backfill);
+- a manual fire (`run_now`, `<id>@manual:<now>`, recorded `manual` at now) obeys overlap
+  like any fire unless forced, and moves no slot;
+- a paused queue starts nothing; rule slots are still fired and recorded on time;
 - pause: no slot fires; on resume the slots from the pause up to now are `skipped: paused`,
   the rule goes on from the first slot after now; catch-up replays waiting are kept;
 - a `dst_gap="skip"` cron rule records `skipped: dst_gap` at the instant a gap dropped a slot
@@ -83,6 +88,11 @@ def run_id(sid: str, slot: int) -> str:
     return f"{sid}@{dt.strftime('%Y-%m-%dT%H:%M:%S')}{frac}Z"
 
 
+def manual_run_id(sid: str, now: int) -> str:
+    """`<schedule_id>@manual:<now in UTC ISO-8601>` (docs: "Run a rule now")."""
+    return run_id(sid, now).replace("@", "@manual:", 1)
+
+
 @dataclass
 class Run:
     run_id: str
@@ -116,6 +126,9 @@ class Model:
     waiting: tuple[str, int] | None = None
     started: list[tuple[str, int, int]] = field(default_factory=list)  # run, attempt, at
     backfilled: set[str] = field(default_factory=set)
+    #: Manual fires made with force=True: they hold no lease and run beside the rule's run.
+    forced: set[str] = field(default_factory=set)
+    queue_paused: bool = False
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -132,6 +145,8 @@ class Model:
         next fire is recomputed from now; waiting replays are kept."""
         old = self.rule.trigger
         self.rule = replace(self.rule, **changes)
+        if self.rule.trigger != old:
+            self.gap_checked = self.now  # DST gaps from now on are the new trigger's
         nxt = self.next_slot
         if self.rule.trigger != old and not self.paused and (nxt is None or nxt > self.now):
             self.next_slot = self._first_after(self.now)
@@ -158,7 +173,9 @@ class Model:
     def backfill(self, lo: int, hi: int) -> None:
         """The rule's slots in [lo, hi] that the ledger does not show as run, due now with
         their usual run ids (none whose run is live or done), recorded `backfilled`. They
-        hold no lease: overlap does not apply to them."""
+        hold no lease: overlap does not apply to them. The rule never fires a backfilled
+        slot again: a replay of it still waiting is recorded `duplicate` now and leaves the
+        backlog; a later fire or replay of it is recorded `duplicate`."""
         done = {s for s, o, _, _ in self.ledger if o in ("ran", "ran_late", "backfilled")}
         for s in self.rule.trigger.slots_between(lo - 1, hi, 10_000):
             rid = run_id(self.rule.schedule_id, s)
@@ -167,6 +184,41 @@ class Model:
             self.runs[rid] = Run(rid, s, due=self.now)
             self.backfilled.add(rid)
             self._record(s, "backfilled", "backfill", rid)
+        self._drop_backfilled_replays()
+        self.settle()
+
+    def _drop_backfilled_replays(self) -> None:
+        sid = self.rule.schedule_id
+        for s in [s for s in self.backlog if run_id(sid, s) in self.backfilled]:
+            self._record(s, "duplicate", "run id already live or done", run_id(sid, s))
+            self.backlog.remove(s)
+
+    def run_now(self, force: bool = False) -> None:
+        """A manual fire (`run_schedule_now`): run id `<id>@manual:<now>`, recorded at `now`
+        as `manual`; the rule's slots, next fire and backlog stay as they were. Overlap holds
+        as for any fire (skip: `skipped: overlap`, queue: waits, `queued behind`) unless
+        `force`: then it neither waits for nor takes the lease. A paused rule runs too."""
+        rid = manual_run_id(self.rule.schedule_id, self.now)
+        if force:
+            if rid in self.runs and self.runs[rid].state != "dead":
+                self._record(self.now, "duplicate", "run id already live or done", rid)
+            else:
+                self.runs[rid] = Run(rid, self.now, due=self.now)
+                self.forced.add(rid)
+                self._record(self.now, "manual", "", rid)
+        else:
+            self._fire([(self.now, self.now, "manual")], rid)
+        self.settle()
+
+    def pause_queue(self) -> None:
+        """Nothing is dispatched (no run starts) until resume_queue; rule slots are still
+        materialised on time and recorded, their runs wait (grace does not apply: a slot
+        handled on time is not missed); runs already running go on."""
+        self.queue_paused = True
+        self.settle()
+
+    def resume_queue(self) -> None:
+        self.queue_paused = False
         self.settle()
 
     def kill_worker(self) -> None:
@@ -213,7 +265,7 @@ class Model:
 
     def next_event(self) -> int | None:
         cands = [r.finish for r in self.runs.values() if r.state == "running"]
-        if self.up:
+        if self.up and not self.queue_paused:
             cands += [r.due for r in self.runs.values() if r.state == "delayed"]
             if self.next_slot is not None and not self.removed:
                 cands.append(self.next_slot)
@@ -228,7 +280,7 @@ class Model:
             changed = self._finish_runs()
             if self.up and self.created and not self.removed:
                 changed |= self._pass()
-            if self.up:
+            if self.up and not self.queue_paused:
                 changed |= self._start_due()
             if not changed:
                 return
@@ -265,13 +317,17 @@ class Model:
         before = (len(self.ledger), len(self.runs), self.next_slot, list(self.backlog))
         slots: list[int] = []
         if not self.paused and self.next_slot is not None and self.next_slot <= now:
-            slots = self.rule.trigger.slots_between(self.next_slot - 1, now, 1000)
+            # The stored next fire first, even if an edit changed the trigger: "a slot that is
+            # already due fires under the new definition".
+            nxt = self.next_slot
+            slots = [nxt, *self.rule.trigger.slots_between(nxt, now, 999)]
             self.next_slot = self._first_after(now)
             self._dst_gaps()  # checked when the rule comes due
         on_time = [s for s in slots if now - s <= rule.grace()]
         late = [s for s in slots if now - s > rule.grace()]
         fires = [(s, s + self._jitter(s), "ran") for s in on_time]
         fires += self._misfire(on_time, late)
+        self._drop_backfilled_replays()
         room = self._replay_room(bool(fires))
         fires += [(s, now, "ran_late") for s in self.backlog[:room]]
         self.backlog = self.backlog[room:]
@@ -311,11 +367,12 @@ class Model:
         free = not self._lease_held() and self.waiting is None
         return 1 if free and not new_fires else 0
 
-    def _fire(self, fires: list[tuple[int, int, str]]) -> None:
+    def _fire(self, fires: list[tuple[int, int, str]], manual: str = "") -> None:
         sid = self.rule.schedule_id
         for slot, due, outcome in fires:
-            rid = run_id(sid, slot)
-            if rid in self.runs and self.runs[rid].state != "dead":  # live or done
+            rid = manual or run_id(sid, slot)
+            # Live or done, or backfilled (whatever became of that run): never again.
+            if rid in self.backfilled or (rid in self.runs and self.runs[rid].state != "dead"):
                 self._record(slot, "duplicate", "run id already live or done", rid)
             elif self.rule.overlap != "allow" and self._lease_held():
                 if self.rule.overlap == "queue" and self.waiting is None:

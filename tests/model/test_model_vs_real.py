@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.model.harness import Pair
-from tests.model.rule_model import Fate, RuleDef
+from tests.model.rule_model import Fate, RuleDef, manual_run_id, run_id
 from zsched.rules.triggers import Cron, Every
 
 M = 60_000
@@ -63,5 +63,147 @@ async def test_a_removed_rule_gets_no_lease_back_from_a_retrying_run(real, queue
         await p.do("advance_to", T0 + 40_000)  # attempt 1 retried: waits until T0 + 60 s
         assert p.system.lease() is None
         await p.do("advance_to", T0 + 5 * M)
+    finally:
+        await p.close()
+
+
+P30 = 30 * M
+
+
+@pytest.mark.parametrize("kind", ["ok", "fail"])
+@pytest.mark.parametrize("overlap", ["skip", "queue"])
+async def test_a_backfilled_slot_is_not_replayed_after_the_dedupe_window(real, queue, overlap,
+                                                                         kind) -> None:  # fmt: skip
+    """The divergence the state machine found (issue 18: real `ran_late`, model `duplicate`;
+    a Santiago rule, whose slots are far apart): replays waiting for a long run's lease, their
+    slots backfilled meanwhile; the backfilled runs end (done, or dead) and the long run ends
+    hours later, past the dedupe window (1 h), so `done` no longer knew the runs and the
+    replays ran the slots a second time. A backfilled slot is now never fired again by its
+    rule: its waiting replay is recorded `duplicate` at the backfill."""
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        return Fate(5 * H) if rid == run_id("r", T0) else Fate(0, kind)
+
+    rule = RuleDef("r", Every(1800), misfire="catch_up", overlap=overlap, max_catch_up=3)
+    p = Pair(real, queue, rule, fate_of, T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 1000)
+        await p.do("set_up", False)
+        await p.do("advance_to", T0 + 4 * P30 + 5)  # slots 1-3 missed, replays wait
+        await p.do("set_up", True)
+        await p.do("backfill", T0 + P30, T0 + 3 * P30)
+        dups = [s for s, o, _, _ in p.model.ledger if o == "duplicate"]
+        assert dups == [T0 + k * P30 for k in (1, 2, 3)]
+        await p.do("advance_to", T0 + 8 * H)  # Pair checks that no slot fired twice
+    finally:
+        await p.close()
+
+
+async def test_a_slot_backfilled_ahead_does_not_fire_again_when_it_comes_due(real, queue) -> None:
+    """A backfill of slots not due yet runs them now; hours later (past the dedupe window)
+    the rule reaches them: each is recorded `duplicate`, none runs twice."""
+    rule = RuleDef("r", Every(1800), misfire="coalesce", overlap="allow")
+    p = Pair(real, queue, rule, [Fate(0)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 1000)
+        await p.do("backfill", T0 + 3 * H, T0 + 4 * H)
+        await p.do("advance_to", T0 + 5 * H)
+        dups = sorted(s for s, o, _, _ in p.model.ledger if o == "duplicate")
+        assert dups == [T0 + 3 * H, T0 + 3 * H + P30, T0 + 4 * H]
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+async def test_a_manual_fire_beside_a_slow_run(real, queue, overlap, force) -> None:
+    """run_schedule_now while the rule's run (90 s) holds the lease: allow and force run it
+    beside; skip records `skipped: overlap`; queue makes it wait for the run to end. Its own
+    run id, recorded as manual; the rule's slots do not move."""
+    rule = RuleDef("r", Every(60), overlap=overlap)
+    p = Pair(real, queue, rule, [Fate(90_000)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 10_000)
+        await p.do("run_now", force)
+        manual = manual_run_id("r", T0 + 10_000)
+        (rec,) = [(o, r) for s, o, r, rid in p.model.ledger if s == T0 + 10_000]
+        if force or overlap == "allow":
+            assert rec == ("manual", "") and manual in p.system.live()
+        elif overlap == "skip":
+            assert rec == ("skipped", f"overlap: {run_id('r', T0)} still running")
+        else:
+            assert rec == ("manual", f"queued behind {run_id('r', T0)}")
+        assert p.model.next_slot == T0 + M
+        await p.do("advance_to", T0 + 5 * M)
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+async def test_slots_of_a_paused_queue_are_fired_on_time_and_run_after_the_resume(
+        real, queue, overlap) -> None:  # fmt: skip
+    """pause_queue over 3 slots: each slot is fired (recorded) on time into the delayed set,
+    grace does not apply; nothing starts until resume_queue; a fire waiting there holds the
+    lease, so under skip the later slots are skipped and under queue one waits."""
+    rule = RuleDef("r", Every(60), misfire="skip", overlap=overlap)
+    p = Pair(real, queue, rule, [Fate(10_000)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 30_000)
+        await p.do("pause_queue")
+        await p.do("advance_to", T0 + 3 * M + 30_000)
+        assert not [r for r, _, at in p.model.started if at > T0 + 30_000]
+        outcomes = [o for s, o, _, _ in sorted(p.model.ledger) if s > T0]
+        assert outcomes == {"allow": ["ran"] * 3, "skip": ["ran", "skipped", "skipped"],
+                            "queue": ["ran", "ran", "skipped"]}[overlap]  # fmt: skip
+        await p.do("resume_queue")
+        assert run_id("r", T0 + M) in {r for r, _, at in p.model.started if at == p.model.now}
+        await p.do("advance_to", T0 + 6 * M)
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+async def test_a_worker_dies_mid_run_and_its_runs_are_reclaimed(real, queue, overlap) -> None:
+    """The worker dies while two runs are running (nothing handed back); a new worker reclaims
+    them after the visibility timeout and runs them again, same attempt; a rule's lease stays
+    with its run, so the next slot obeys the overlap policy."""
+    rule = RuleDef("r", Every(60), overlap=overlap)
+    p = Pair(real, queue, rule, [Fate(90_000)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + M + 10_000)
+        await p.do("kill_worker")
+        assert p.system.reclaimed
+        await p.do("advance_to", T0 + 5 * M)
+        await p.do("kill_worker")
+        await p.do("advance_to", T0 + 8 * M)
+    finally:
+        await p.close()
+
+
+async def test_a_cron_edit_after_a_pause_over_a_gap_gives_each_slot_one_outcome(real, queue):
+    """Shrunk from the state machine: a `*/15` Berlin rule paused over the spring gap, resumed
+    (its slots `skipped: paused`, 03:00 CEST = 01:00Z among them), then edited to
+    `10,25,40,55 * * * *`, whose gap slots shift to 01:00Z: the new trigger judged the gap
+    before the edit and recorded `skipped: dst_gap` at 01:00Z too, two outcomes for one
+    instant. DST gaps are now judged by the trigger in force when they happen."""
+    start = 1_774_742_400_000 - H // 2
+    q15 = 900_000
+    rule = RuleDef("r", Cron("*/15 * * * *", "Europe/Berlin"), misfire="catch_up",
+                   max_catch_up=3)  # fmt: skip
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start(paused=True)
+        await p.do("set_up", False)
+        await p.do("advance_to", start + 20 * q15 + 5)
+        await p.do("set_up", True)
+        await p.do("resume")
+        await p.edit(trigger=Cron("10,25,40,55 * * * *", "Europe/Berlin"))
+        await p.do("advance_to", p.model.now + 12 * q15)  # Pair checks one outcome per slot
+        assert not [s for s, o, r, _ in p.model.ledger if r == "dst_gap"]
     finally:
         await p.close()

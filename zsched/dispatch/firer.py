@@ -20,8 +20,9 @@ from zsched.errors import RuleError
 from zsched.protocol.envelope import Envelope
 from zsched.protocol.text import text
 from zsched.rules import ledger
+from zsched.rules.policies import Misfire, Overlap
 from zsched.rules.spec import Spec, State, decode_spec, decode_state
-from zsched.rules.triggers import Cron, Misfire, Overlap, slot_run_id
+from zsched.rules.triggers import Cron, slot_run_id
 from zsched.store import scripts as S
 from zsched.store.connection import is_cluster
 
@@ -91,6 +92,8 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         backlog = _misfire(spec, p, backlog, on_time, late, now_ms, last_pass)
     for s in on_time:
         p.fires.append((s, s + jitter_ms(spec, s), ledger.Outcome.RAN))
+    seen = {*backlog, *(f[0] for f in p.fires)}
+    backlog = _backfilled_duplicates(spec, p, set(state.backfilled), backlog)
     # Catch-up replays drain under the budget, after the on-time fires. Under overlap skip or
     # queue they run one after another: one at a time, only while no run holds the lease,
     # so no replay is ever skipped or queued because of another (docs/policies.md).
@@ -102,6 +105,8 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
     gaps, gap_checked = dst_gap_skips(spec, state, next_ms, now_ms)
     p.records += [ledger.skipped(sid, g, "dst_gap") for g in gaps]
     fired_slots = [f[0] for f in p.fires]
+    # Backfilled slots handled in this pass (recorded duplicate, or by the policy) go.
+    kept = [s for s in state.backfilled if s not in seen and not (slots and s <= slots[-1])]
     p.state = replace(
         state,
         last_slot_ms=max([*fired_slots, state.last_slot_ms or 0]) or state.last_slot_ms,
@@ -110,8 +115,22 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         fired=state.fired + len(p.fires),
         backlog=backlog,
         gap_checked_ms=gap_checked,
+        backfilled=kept,
     )
     return p
+
+
+def _backfilled_duplicates(spec: Spec, p: Plan, backfilled: set[int], backlog: list[int]
+                           ) -> list[int]:  # fmt: skip
+    """A slot a backfill already ran is not fired again by its rule, however long after:
+    its fire, or its replay, is recorded `duplicate` (fire.lua sees a done run only within
+    the dedupe window). Returns the backlog without those replays."""
+    if not backfilled:
+        return backlog
+    dups = [f[0] for f in p.fires if f[0] in backfilled] + [s for s in backlog if s in backfilled]
+    p.records += [ledger.duplicate(spec.schedule_id, s) for s in dups]
+    p.fires = [f for f in p.fires if f[0] not in backfilled]
+    return [s for s in backlog if s not in backfilled]
 
 
 def _replay_room(spec: Spec, p: Plan, budget: int, lease_free: bool) -> int:

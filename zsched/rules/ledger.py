@@ -56,6 +56,15 @@ def skipped(schedule_id: str, slot_ms: int, reason: str) -> Record:
     return (slot_ms, Outcome.SKIPPED, reason, slot_run_id(schedule_id, slot_ms))
 
 
+#: The reason of a `duplicate` slot (fire.lua writes the same for a run id live or done).
+DUPLICATE_REASON = "run id already live or done"
+
+
+def duplicate(schedule_id: str, slot_ms: int) -> Record:
+    """The record of a slot a backfill already ran: its rule does not fire it again."""
+    return (slot_ms, Outcome.DUPLICATE, DUPLICATE_REASON, slot_run_id(schedule_id, slot_ms))
+
+
 def coalesced(slot_ms: int, reason: str, into: str) -> Record:
     """The record of a slot folded into the run `into` ("" when a later pass picks it)."""
     return (slot_ms, Outcome.COALESCED, reason, into)

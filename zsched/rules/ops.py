@@ -91,6 +91,10 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         raise RuleError(f"schedule {schedule_id}: use pause_schedule/resume_schedule to pause")
     # Catch-up replays still waiting stay (replayed under the new spec): none is lost.
     state = replace(decode_state(raw_state), updated_ms=now)
+    if old.trigger != spec.trigger:
+        # DST gaps are judged by the trigger in force when they happen: the new one only
+        # from now (else it could record a gap where the old one had a slot: two outcomes).
+        state = replace(state, gap_checked_ms=now)
     if spec.paused:
         nxt = None
     elif old_next is not None and old_next <= now:
@@ -192,7 +196,7 @@ def backfill(
     now = server_now_ms(ctx.clock, ctx.redis)
     todo = [s for s in slots if s not in ran]
     recorded = len(slots) - len(todo)  # counted by the script as backfill duplicates
-    added = 0
+    added: list[int] = []
     for i in range(0, max(1, len(todo)), S.MAX_BATCH):
         chunk = todo[i : i + S.MAX_BATCH]
         groups = []
@@ -204,8 +208,31 @@ def backfill(
             ctx.keys, schedule_id, groups, recorded=recorded if i == 0 else 0,
             now_ms=ctx.clock.now_ms(), dedupe_window_ms=ctx.settings.dedupe_window_ms,
         ))  # fmt: skip
-        added += sum(1 for c in codes if c == EnqueueCode.ENQUEUED)
-    return added
+        added += [s for s, c in zip(chunk, codes, strict=True) if c == EnqueueCode.ENQUEUED]
+    if added:
+        _with_cas(schedule_id, lambda: _mark_backfilled(ctx, schedule_id, added))
+    return len(added)
+
+
+def _mark_backfilled(ctx: QueueContext, schedule_id: str, slots: list[int]) -> int:
+    """The rule must not fire the backfilled slots again (the `done` record of their runs
+    lasts only the dedupe window): replays of them still waiting leave the backlog, recorded
+    `duplicate` now; slots not handled yet are kept in the state, for the planner."""
+    spec, state, raw_spec, raw_state, nxt = load(ctx, schedule_id)
+    ran = set(slots)
+    dups = [s for s in state.backlog if s in ran]
+    later = [s for s in slots if nxt is not None and s >= nxt and s not in state.backfilled]
+    if not dups and not later:
+        return ScheduleCode.UNCHANGED
+    backlog = [s for s in state.backlog if s not in ran]
+    new_state = replace(state, backlog=backlog, backfilled=sorted([*state.backfilled, *later]))
+    records = [ledger.duplicate(schedule_id, s) for s in dups]
+    head = None if spec.paused or not backlog else backlog[0]
+    args = S.FireArgs(schedule_id, raw_spec, nxt, raw_state, nxt, new_state.encode(), head,
+                      str(spec.overlap), spec.lease_ms, [], records)  # fmt: skip
+    r = ctx.scripts.run(ledger.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                                    dedupe_window_ms=ctx.settings.dedupe_window_ms, trim=False))  # fmt: skip
+    return ScheduleCode.UPDATED if r.ok else ScheduleCode.CHANGED
 
 
 def infos(ctx: QueueContext) -> list[ScheduleInfo]:

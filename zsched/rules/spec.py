@@ -18,9 +18,11 @@ from zsched.clock import datetime_to_ms
 from zsched.errors import RuleError
 from zsched.protocol.envelope import Payload, check_payload
 from zsched.protocol.limits import MAX_DURATION_MS, MAX_INSTANT_MS, MIN_INSTANT_MS
-from zsched.rules.triggers import Cron, Every, Misfire, Overlap, Trigger, trigger_from_dict
+from zsched.rules.policies import Misfire, Overlap
+from zsched.rules.triggers import Cron, Every, Trigger, trigger_from_dict
 
-#: Default lease of a rule's run when overlap is skip or queue (renewed while it runs).
+#: The `lease` option's default (ms). Kept in specs and envelopes for compatibility; the overlap
+#: lease itself has no TTL now: it lasts while its run lives (docs/policies.md).
 DEFAULT_LEASE_MS = 600_000
 DEFAULT_MAX_CATCH_UP = 100
 MAX_GRACE_DEFAULT_MS = 60_000
@@ -137,6 +139,10 @@ class State:
     paused_ms: int | None = None
     pause_note: str | None = None
     paused_by: str | None = None
+    #: Slots a backfill enqueued that the rule could still fire itself (a catch-up replay
+    #: waiting, or a slot not yet handled): the rule records them `duplicate` instead, however
+    #: long after the backfill, since `done` forgets a run after the dedupe window.
+    backfilled: list[int] = field(default_factory=list)
 
     @property
     def catchup_head(self) -> int | None:

@@ -1,4 +1,4 @@
-"""Triggers and policies of recurring rules: when a rule fires (pure calendar math, no I/O).
+"""Triggers of recurring rules: when a rule fires (pure calendar math, no I/O).
 
 `Cron` names local wall-clock times in an IANA zone; `Every` counts absolute time. Both give
 the next fire strictly after an instant, as epoch milliseconds (`next_after_ms`, the
@@ -14,8 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
@@ -23,6 +22,8 @@ from croniter import CroniterBadDateError, croniter
 from zsched.clock import ms_to_datetime
 from zsched.errors import RuleError
 from zsched.rules import dst
+from zsched.rules.policies import Misfire as Misfire  # re-exported (their home before)
+from zsched.rules.policies import Overlap as Overlap
 
 #: What `to_dict` returns and `trigger_from_dict` reads: msgpack-able scalars only.
 TriggerDict = dict[str, str | int | None]
@@ -233,9 +234,9 @@ Rule = Trigger
 def trigger_from_dict(d: object) -> Trigger:
     """Rebuild a trigger from `to_dict` output (as read back from msgpack), validating it."""
     if not isinstance(d, dict):
-        raise RuleError(f"a rule dict must be a dict, got {type(d).__name__}")
+        raise RuleError(f"a trigger dict must be a dict, got {type(d).__name__}")
     if d.get("v", _DICT_VERSION) != _DICT_VERSION:
-        raise RuleError(f"unknown rule dict version {d.get('v')!r}")
+        raise RuleError(f"unknown trigger dict version {d.get('v')!r}")
     kind = d.get("kind")
     try:
         if kind == "cron":
@@ -246,8 +247,8 @@ def trigger_from_dict(d: object) -> Trigger:
                 raise RuleError(f"interval_ms and start_ms must be integers in {d!r}")
             return Every.from_ms(interval_ms, start_ms)
     except KeyError as exc:
-        raise RuleError(f"{kind} rule dict lacks {exc}") from exc
-    raise RuleError(f"unknown rule kind {kind!r}; valid: 'cron', 'every'")
+        raise RuleError(f"{kind} trigger dict lacks {exc}") from exc
+    raise RuleError(f"unknown trigger kind {kind!r}; valid: 'cron', 'every'")
 
 
 #: Deprecated alias of trigger_from_dict (its name before issue #17).
@@ -260,42 +261,6 @@ def slot_run_id(schedule_id: str, slot_ms: int) -> str:
     E.g. `nightly@2026-03-29T01:00:00Z`; milliseconds appear only when non-zero.
     """
     return f"{schedule_id}@{dst.iso_utc(slot_ms)}"
-
-
-class _Documented(StrEnum):
-    """A str Enum whose members are declared as `NAME = value, docstring`."""
-
-    def __new__(cls, value: str, doc: str = "") -> Self:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.__doc__ = doc
-        return member
-
-    @classmethod
-    def parse(cls, text: str | _Documented) -> Self:
-        """The member named by `text` (its value, case-insensitive, `-` read as `_`)."""
-        key = str(text).strip().lower().replace("-", "_")
-        for member in cls:
-            if member.value == key:
-                return member
-        valid = ", ".join(member.value for member in cls)
-        raise RuleError(f"unknown {cls.__name__.lower()} policy {text!r}; valid: {valid}")
-
-
-class Misfire(_Documented):
-    """What to do with slots that passed while the dispatcher was down or behind."""
-
-    CATCH_UP = "catch_up", "Replay every missed slot, oldest first (bounded per dispatch call)."
-    COALESCE = "coalesce", "Run once for all the missed slots together."
-    SKIP = "skip", "Run none of the missed slots; count them and wait for the next one."
-
-
-class Overlap(_Documented):
-    """What to do when a rule fires while its previous run is still running."""
-
-    ALLOW = "allow", "Start the new run anyway; runs of the rule may overlap."
-    SKIP = "skip", "Drop the new fire and count it as an overlap skip."
-    QUEUE = "queue", "Hold the new fire until the previous run finishes; at most one waits."
 
 
 def _cron_fields(expr: object) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from redis.crc import key_slot
 
 from zsched.protocol.keys import QueueKeys
 from zsched.protocol.text import text
-from zsched.store.connection import parse
+from zsched.store.urls import parse
 
 #: Keys moved per MIGRATE call while a slot moves.
 MIGRATE_BATCH = 100

@@ -70,19 +70,9 @@ class Holds:
                         self.writer.mark_lost(entry_id)
         if lost:
             ctx.metrics.fenced.labels(ctx.queue, "renew").inc(lost)
-        await self.renew_overlap_leases()
+        # A rule's overlap lease is not renewed here: it has no TTL and lasts while its run
+        # lives, also while a dead worker's entry waits to be reclaimed (docs/policies.md).
         return lost
-
-    async def renew_overlap_leases(self) -> None:
-        """Keep the overlap leases of held rule runs alive; a crashed worker's lease expires."""
-        lost = self.writer.lost
-        leases = [v for eid, v in self.writer.overlap_leases.items() if eid not in lost]
-        if not leases:
-            return
-        pipe = self.ctx.redis.pipeline(transaction=False)
-        for sid, _run_id, lease_ms in leases:
-            pipe.pexpire(self.ctx.keys.lease(sid), lease_ms)
-        await pipe.execute()
 
     async def reclaimable(self) -> bool:
         """Whether any pending entry is idle past the visibility timeout: one XPENDING IDLE,

@@ -107,13 +107,10 @@ export class Worker {
     return out;
   }
 
-  /** Renew the hold on the given (default: every held) entry (and a rule fire's overlap lease); returns {entryId: true|false}. */
+  /** Renew the hold on the given (default: every held) entry; returns {entryId: true|false}. */
   async renewHolds(entryIds = [...this.held]) {
+    // A rule's overlap lease (this.leases) is not renewed: it has no TTL, it lasts while its run lives.
     const result = {};
-    for (const id of entryIds) {
-      const lease = this.leases.get(id);
-      if (lease) await this.redis.pexpire(this.keys.lease(lease[0]), lease[2]);
-    }
     for (let i = 0; i < entryIds.length; i += MAX_BATCH) {
       const chunk = entryIds.slice(i, i + MAX_BATCH);
       const codes = await runScript(this.redis, 'renew', [this.keys.ready, this.keys.stats], [GROUP, this.consumer, ...chunk]);
@@ -132,8 +129,8 @@ export class Worker {
     } catch (err) {
       return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}` };
     }
-    // A rule's fire that holds the rule's overlap lease: kept alive while it runs (renewHolds)
-    // and freed with unlease.lua once it is done or dead (flush).
+    // A rule's fire that holds the rule's overlap lease (no TTL: it lasts while the run lives):
+    // freed with unlease.lua once it is done or dead (flush).
     const lease = env.lease_ms && env.schedule_id ? [env.schedule_id, env.run_id, env.lease_ms] : null;
     const base = { ...d, task: env.task, attempt: env.attempt, payload: env.payload, lease };
     const handler = Object.hasOwn(this.handlers, env.task) ? this.handlers[env.task] : null;

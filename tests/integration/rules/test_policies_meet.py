@@ -50,7 +50,7 @@ async def test_the_overlap_lease_lasts_while_the_run_waits_for_its_retry(real, q
         if len(calls) == 1:
             raise zsched.Retry(delay=300)
 
-    # A lease of 2 s: shorter than the retry's 300 s wait (real seconds: the lease is a TTL).
+    # A lease option of 2 s, shorter than the retry's 300 s wait (it was the lease's TTL).
     app.schedule("sweep", "sweep", every=60, overlap="skip", lease=2)
     d = app.dispatcher(redis=real.async_client())
     w = app.worker(redis=real.async_client())
@@ -61,12 +61,58 @@ async def test_the_overlap_lease_lasts_while_the_run_waits_for_its_retry(real, q
     assert calls == [first]
     lease = app.keys.lease("sweep")
     assert real.sync.get(lease) == first.encode()
-    # Held for the wait and a lease beyond it, not for the 2 s lease alone.
-    assert real.sync.pttl(lease) > 300_000
+    # Held for the whole wait: no TTL (not the 2 s lease, which would lapse in the wait).
+    assert real.sync.pttl(lease) == -1
     clock.set(T0 + 60_000)  # the next slot, while the run waits for its retry
     await d.tick()
     rows = one_outcome_per_slot(app, "sweep")
     assert (rows[1].outcome, rows[1].reason) == ("skipped", f"overlap: {first} still running")
+    await d.close()
+    await w.close()
+
+
+@pytest.mark.parametrize("where", ["ready", "delayed"])
+async def test_the_overlap_lease_lasts_while_the_run_waits_to_be_read(real, queue, where):
+    """Defect 3's other half: a fire that waits unread on the ready stream (every worker
+    busy) or in the delayed set (the queue paused) is renewed by nobody. Its lease had the
+    rule's `lease` TTL (real seconds), so after it the next slot fired beside the waiting
+    run under overlap=skip. The lease now has no TTL while its run lives: it ends at done,
+    dead or cancel, or when a fire finds its run gone (stale)."""
+    import zsched
+    from zsched import FakeClock
+
+    clock = FakeClock(T0)
+    app = real.app(queue, clock=clock)
+    ran = []
+
+    @app.task(name="sweep")
+    def sweep(payload):
+        ran.append(zsched.current_run().run_id)
+
+    app.schedule("sweep", "sweep", every=60, overlap="skip", lease=1)
+    if where == "delayed":
+        app.pause_queue()
+    d = app.dispatcher(redis=real.async_client())
+    await d.tick()
+    first = slot_run_id("sweep", T0)
+    assert real.sync.xlen(app.keys.ready) == (1 if where == "ready" else 0)
+    lease = app.keys.lease("sweep")
+    assert real.sync.get(lease) == first.encode()
+    assert real.sync.pttl(lease) == -1  # was 1000: lapsed before any worker read the run
+    clock.set(T0 + 3_600_000)  # an hour on the clock (the lease's TTL was 1 s), run unread
+    await d.tick()
+    rows = one_outcome_per_slot(app, "sweep")
+    assert rows[-1].outcome == "skipped" and rows[-1].reason.startswith(f"overlap: {first}")
+    if where == "delayed":
+        app.resume_queue()
+        await d.tick()
+    w = app.worker(redis=real.async_client())
+    await w.tick()
+    await w.flush()
+    assert ran == [first] and not real.sync.exists(lease)  # done: the lease ended with it
+    clock.set(T0 + 3_660_000)
+    await d.tick()
+    assert one_outcome_per_slot(app, "sweep")[-1].outcome == "ran"
     await d.close()
     await w.close()
 

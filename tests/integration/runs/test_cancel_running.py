@@ -17,7 +17,7 @@ from zsched import CancelOutcome, current_run
 from zsched.observability.metrics import Metrics
 from zsched.protocol.keys import GROUP
 
-#: Lease renewal (and so the cancel check) every 200 ms.
+#: Hold renewal (and so the cancel check) every 200 ms.
 FAST = {"visibility_timeout_ms": 600, "block_ms": 100}
 
 

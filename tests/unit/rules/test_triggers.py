@@ -328,8 +328,8 @@ def test_to_dict_round_trips_through_msgpack(rule: Cron | Every) -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"v": 1, "kind": "sometimes"}, "unknown rule kind 'sometimes'"),
-        ({"v": 2, "kind": "cron"}, "unknown rule dict version 2"),
+        ({"v": 1, "kind": "sometimes"}, "unknown trigger kind 'sometimes'"),
+        ({"v": 2, "kind": "cron"}, "unknown trigger dict version 2"),
         ({"v": 1, "kind": "cron", "expr": "0 0 * * *"}, "lacks 'tz'"),
         ({"v": 1, "kind": "every", "interval_ms": "5", "start_ms": 0}, "must be integers"),
         (

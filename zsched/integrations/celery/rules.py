@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsched.errors import RuleError
+from zsched.rules.policies import Overlap
 from zsched.rules.spec import build_spec
-from zsched.rules.triggers import Overlap
 
 #: The zsched task name of every Celery fire; only the bridge registers it.
 BRIDGE_TASK = "zsched.celery.send"
