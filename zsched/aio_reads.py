@@ -66,28 +66,12 @@ async def _dead(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus | None:
     return None
 
 
-async def _pending_summary(r: Any, k: QueueKeys) -> tuple[int, int]:
-    try:
-        summary = await r.xpending(k.ready, GROUP)
-        pending = int(summary["pending"])
-        if not pending:
-            return 0, 0
-        rows = await r.xpending_range(k.ready, GROUP, "-", "+", 100)
-        return pending, max((int(x["time_since_delivered"]) for x in rows), default=0)
-    except redis.exceptions.ResponseError as exc:
-        if "NOGROUP" not in str(exc):
-            raise
-        return 0, 0
-
-
 async def queue_status(r: Any, scripts: S.AsyncScripts, k: QueueKeys) -> _inspect.QueueStatus:
     """inspect.queue_status, awaited."""
     delayed_reply = await scripts.run(S.status(k, now_ms=None))
     pipe = r.pipeline(transaction=False)
     _inspect.queue_status_reads(pipe, k)
-    replies = await pipe.execute()
-    pending = await _pending_summary(r, k) if replies[0] else (0, 0)
-    return _inspect.make_queue_status(k, delayed_reply, replies, pending)
+    return _inspect.make_queue_status(k, delayed_reply, await pipe.execute(raise_on_error=False))
 
 
 async def dead_letters(r: Any, k: QueueKeys, count: int, start: str) -> list[_inspect.DeadLetter]:

@@ -17,7 +17,7 @@ zsched_pending_oldest_idle_seconds              XPENDING ready GROUP - + 100 -> 
 zsched_dead_letters                             XLEN dead
 zsched_rule_next_fire_timestamp_seconds         ZRANGE rule_next 0 -1 WITHSCORES  (+ schedule)
 zsched_rule_last_fire_timestamp_seconds         HGETALL rule_state -> last_fire_ms  (+ schedule)
-zsched_queue_paused                             HEXISTS control paused_ms (pause_queue): 1 or 0
+zsched_queue_paused                             HMGET control paused_ms (pause_queue): 1 or 0
 zsched_collector_up                             1 if the queue was read, 0 on a Redis error
 zsched_queue_*_total (counters, + partition)    HGETALL stats (zsched/observability/queue_counters.py)
 =============================================== ==============================================
@@ -67,7 +67,8 @@ from prometheus_client.registry import Collector
 
 from zsched.clock import Clock, time_reply_us
 from zsched.observability import queue_counters
-from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.keys import QueueKeys
+from zsched.store import counts as _counts
 from zsched.store import scripts as S
 from zsched.store.partitions import stored_count
 
@@ -92,7 +93,7 @@ COLLECTED_METRICS: tuple[str, ...] = (
 COLLECTED_COUNTERS = queue_counters.COLLECTED_COUNTERS
 
 #: How many pending entries are read to find the oldest idle one.
-PENDING_SAMPLE = 100
+PENDING_SAMPLE = _counts.PENDING_SAMPLE
 
 _HELP: dict[str, str] = {
     "zsched_delayed_runs": "Runs in the delayed set (due or not).",
@@ -124,26 +125,6 @@ def _oldest_age(lowest: Any, now: float) -> float:
         return 0.0
     lowest_s = float(lowest) / 1000.0
     return now - lowest_s if lowest_s <= now else 0.0
-
-
-def _group_lag(groups_r: Any, stream_length: int, pending: int) -> int:
-    """Entries the consumer group has not read yet (Redis 7's `lag`, else an estimate)."""
-    group: Mapping[str, Any] | None = None
-    if not isinstance(groups_r, Exception):
-        group = next((g for g in groups_r if _text(g.get("name")) == GROUP), None)
-    if group is None:
-        return stream_length
-    if group.get("lag") is not None:
-        return int(group["lag"])
-    return max(0, stream_length - pending)
-
-
-def _is_missing(exc: BaseException) -> bool:
-    """Whether a reply error only says that a stream or its group does not exist yet."""
-    if not isinstance(exc, redis.ResponseError):
-        return False
-    text = str(exc)
-    return text.startswith("NOGROUP") or "no such key" in text.lower()
 
 
 def _text(value: Any) -> str:
@@ -212,63 +193,51 @@ class QueueCollector(Collector):
     def _read_keys(self, keys: QueueKeys) -> QueueSnapshot:
         """One queue partition in one pipeline (on a cluster: the script, then a pipeline)."""
         replies = self._fetch(keys)
-        (delayed_r, xlen_r, groups_r, pend_r, pend_range_r, dead_r, next_r, state_r, stats_r,
-         paused_r) = replies  # fmt: skip
-        sec, usec, size, due, lowest, _exact = delayed_r
-        now = time_reply_us((sec, usec)) / 1_000_000
-        stream_length = int(xlen_r)
-        pending = 0 if isinstance(pend_r, Exception) else int(pend_r["pending"])
-        oldest_idle = 0.0
-        if not isinstance(pend_range_r, Exception) and pend_range_r:
-            oldest_idle = max(int(e["time_since_delivered"]) for e in pend_range_r) / 1000.0
+        c = _counts.decode(replies[0], replies[1 : 1 + _counts.REPLIES])
+        next_r, state_r = replies[1 + _counts.REPLIES :]
+        now = time_reply_us(c.time) / 1_000_000
         return QueueSnapshot(
             queue=keys.queue,
             now=now,
-            delayed=int(size),
-            due_backlog=int(due),
-            due_backlog_oldest_age=_oldest_age(lowest, now),
-            stream_length=stream_length,
-            group_lag=_group_lag(groups_r, stream_length, pending),
-            pending=pending,
-            pending_oldest_idle=oldest_idle,
-            dead_letters=int(dead_r),
+            delayed=c.delayed,
+            due_backlog=c.due,
+            due_backlog_oldest_age=_oldest_age(c.head_ms, now),
+            stream_length=c.stream_length,
+            group_lag=c.group_lag,
+            pending=c.pending,
+            pending_oldest_idle=c.oldest_pending_idle_ms / 1000.0,
+            dead_letters=c.dead,
             rule_next_fire={_text(m): float(s) / 1000.0 for m, s in next_r},
             rule_last_fire=dict(_last_fires(keys.queue, state_r)),
             counters={
                 _partition(keys): queue_counters.decode(
-                    stats_r, rules={_text(m) for m, _ in next_r} | {_text(k) for k in state_r}
+                    c.stats, rules={_text(m) for m, _ in next_r} | {_text(k) for k in state_r}
                 )
             },
-            paused=bool(paused_r),
+            paused=c.paused_ms is not None,
         )
 
     def _fetch(self, keys: QueueKeys) -> list[Any]:
-        """The replies of one partition's reads, in `_read_keys`'s order. Only "this
-        stream/group does not exist yet" is left in the list as an exception; any other error
-        is raised."""
+        """status.lua's reply, the shared counts' replies (zsched/store/counts.py, the reader
+        App.status() uses) and the rules' reads, in `_read_keys`'s order. Errors are left in
+        the list for `_counts.decode`; the rules' reads raise."""
         pinned = self._clock.now_ms() if self._clock is not None else None
-        now_arg = "" if pinned is None else str(int(pinned))
-        delayed_args = (S.source("status"), 1, keys.delayed, now_arg, STATUS_MAX_LEAVES)
+        call = S.status(keys, now_ms=pinned, max_leaves=STATUS_MAX_LEAVES)
+        delayed_args = (S.source(call.name), len(call.keys), *call.keys, *call.args)
         pipe = self._redis.pipeline(transaction=False)
         cluster = isinstance(self._redis, redis.cluster.RedisCluster)
         if cluster:  # cluster pipelines refuse scripts
             delayed_first = self._redis.eval(*delayed_args)
         else:
             pipe.eval(*delayed_args)
-        pipe.xlen(keys.ready)
-        pipe.xinfo_groups(keys.ready)
-        pipe.xpending(keys.ready, GROUP)
-        pipe.xpending_range(keys.ready, GROUP, "-", "+", PENDING_SAMPLE)
-        pipe.xlen(keys.dead)
+        _counts.queue(pipe, keys)
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
-        pipe.hgetall(keys.stats)
-        pipe.hexists(keys.control, "paused_ms")
         replies: list[Any] = pipe.execute(raise_on_error=False)
         if cluster:
             replies = [delayed_first, *replies]
         for i, reply in enumerate(replies):
-            if isinstance(reply, Exception) and not (i in (2, 3, 4) and _is_missing(reply)):
+            if isinstance(reply, Exception) and not 0 < i <= _counts.REPLIES:
                 raise reply
         return replies
 

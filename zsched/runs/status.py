@@ -16,6 +16,7 @@ from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.replies import ReplayCode
 from zsched.protocol.text import lossy_text
 from zsched.runs import outcomes as _outcomes
+from zsched.store import counts as _counts
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
 
@@ -208,28 +209,25 @@ class QueueStatus:
 
 
 def queue_status_reads(pipe: Any, k: QueueKeys) -> None:
-    """queue_status's pipeline after status.lua (sync or asyncio): stream and dead-letter
-    lengths, completions, the counters and the pause."""
-    pipe.xlen(k.ready)
-    pipe.xlen(k.dead)
-    pipe.zcard(k.done)
-    pipe.hgetall(k.stats)
-    pipe.hmget(k.control, "paused_ms", "pause_note")
+    """queue_status's pipeline after status.lua (sync or asyncio): the one reader of a
+    queue's counts (zsched/store/counts.py), which the collector shares."""
+    _counts.queue(pipe, k)
 
 
-def make_queue_status(k: QueueKeys, delayed_reply: list[Any], replies: list[Any],
-                      pending: tuple[int, int]) -> QueueStatus:  # fmt: skip
-    """The QueueStatus of status.lua's reply, queue_status_reads' replies and the pending
-    summary (pending entries, oldest idle ms)."""
-    sec, usec, delayed, due, head, _exact = delayed_reply
-    xlen, dead, done, stats, (paused_ms, note) = replies
-    now_ms = time_reply_ms((sec, usec))
-    oldest_due = max(0, now_ms - int(head)) if head is not None and int(head) <= now_ms else 0
+def make_queue_status(k: QueueKeys, delayed_reply: list[Any], replies: list[Any]) -> QueueStatus:
+    """The QueueStatus of status.lua's reply and queue_status_reads' replies (executed with
+    raise_on_error=False)."""
+    c = _counts.decode(delayed_reply, replies)
+    now_ms = time_reply_ms(c.time)
+    head = c.head_ms
+    oldest_due = max(0, now_ms - head) if head is not None and head <= now_ms else 0
+    # An empty stream has no pending entry status reports (entries are deleted once acked).
+    pending = (c.pending, c.oldest_pending_idle_ms) if c.stream_length else (0, 0)
     return QueueStatus(
-        k.queue, now_ms, int(delayed), int(due), oldest_due, int(xlen), pending[0], pending[1],
-        int(dead), int(done), {lossy_text(a): int(b) for a, b in stats.items()},
-        paused_ms is not None, int(paused_ms) if paused_ms is not None else None,
-        lossy_text(note) if note else None,
+        k.queue, now_ms, c.delayed, c.due, oldest_due, c.stream_length, pending[0], pending[1],
+        c.dead, c.done, {lossy_text(a): int(b) for a, b in c.stats.items()},
+        c.paused_ms is not None, c.paused_ms,
+        lossy_text(c.pause_note) if c.pause_note else None,
     )  # fmt: skip
 
 
@@ -237,24 +235,7 @@ def queue_status(r: Any, scripts: S.Scripts, k: QueueKeys) -> QueueStatus:
     delayed_reply = scripts.run(S.status(k, now_ms=None))
     pipe = r.pipeline(transaction=False)
     queue_status_reads(pipe, k)
-    replies = pipe.execute()
-    pending = _pending_summary(r, k) if replies[0] else (0, 0)
-    return make_queue_status(k, delayed_reply, replies, pending)
-
-
-def _pending_summary(r: Any, k: QueueKeys) -> tuple[int, int]:
-    """Pending entries of the group and the oldest one's idle ms (0, 0 with no group yet)."""
-    try:
-        summary = r.xpending(k.ready, GROUP)
-        pending = int(summary["pending"])
-        if not pending:
-            return 0, 0
-        rows = r.xpending_range(k.ready, GROUP, "-", "+", 100)
-        return pending, max((int(x["time_since_delivered"]) for x in rows), default=0)
-    except redis.exceptions.ResponseError as exc:
-        if "NOGROUP" not in str(exc):
-            raise
-        return 0, 0
+    return make_queue_status(k, delayed_reply, pipe.execute(raise_on_error=False))
 
 
 @dataclass(frozen=True)
