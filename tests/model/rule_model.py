@@ -1,6 +1,6 @@
 """An executable reference model of one recurring rule, written from docs/policies.md.
 
-Pure Python, no Redis, and it does not import the planner (zsched.dispatch.firer): it takes a rule's
+Pure Python, no Redis, and it does not import the planner (zsched.rules.plan): it takes a rule's
 slot instants from its trigger (zsched.rules.triggers, whose calendar math is checked against a
 brute-force minute scan in tests/unit/rules/test_dst.py) and applies the policies as the
 document states them:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from zsched.dispatch.firer import plan
 from zsched.rules import ledger
 from zsched.rules.ledger import Outcome
+from zsched.rules.plan import plan
 from zsched.rules.spec import State, build_spec
 from zsched.store.scripts import lua_dir
 

@@ -1,28 +1,19 @@
-"""Turning recurring rules into runs: the slot plan (pure) and the dispatcher's RuleFirer.
-
-`plan()` decides, for one rule at one instant, which slots fire, which are coalesced or
-skipped and why (misfire policy, catch-up budget); the `fire` script then applies it with a
-compare-and-set and decides overlap and duplicates. The simulator runs this same code.
-"""
+"""The dispatcher's RuleFirer: reads the due rules each pass, plans each one
+(zsched/rules/plan.py) and applies the plan with the `fire` script's compare-and-set."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-import zlib
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
-from zsched.clock import ms_to_datetime, time_reply_ms
+from zsched.clock import time_reply_ms
 from zsched.errors import RuleError
-from zsched.protocol.envelope import Envelope
 from zsched.protocol.text import text
 from zsched.rules import ledger
-from zsched.rules.policies import Misfire, Overlap
-from zsched.rules.spec import Spec, State, decode_spec, decode_state
-from zsched.rules.triggers import Cron, slot_run_id
+from zsched.rules.plan import CATCH_UP_BLOCKED_MS, CATCH_UP_PAUSE_MS, Plan, fire_args, plan
+from zsched.rules.spec import Spec, decode_spec, decode_state
 from zsched.store import scripts as S
 from zsched.store.connection import is_cluster
 
@@ -30,215 +21,6 @@ if TYPE_CHECKING:
     from zsched.context import QueueContext
 
 log = logging.getLogger(__name__)
-
-#: Slots examined per rule per pass; a longer outage is counted without listing every slot.
-MAX_SLOTS_PER_PASS = 1000
-#: How soon a dispatcher comes back to drain catch-up fires the budget left for later.
-CATCH_UP_PAUSE_MS = 20
-#: How soon a dispatcher looks again at replays that wait for a run of their rule to end
-#: (unlease publishes on `wake` when it does; this bounds the wait if nobody publishes).
-CATCH_UP_BLOCKED_MS = 1000
-
-
-@dataclass
-class Plan:
-    """What one rule does at one instant."""
-
-    fires: list[tuple[int, int, str]] = field(default_factory=list)  # (slot, run_at, outcome)
-    records: list[ledger.Record] = field(default_factory=list)
-    new_next: int | None = None
-    state: State = field(default_factory=State)
-    missed: int = 0
-    budget_used: int = 0
-
-
-def jitter_ms(spec: Spec, slot_ms: int) -> int:
-    """A deterministic spread in [0, jitter): the same slot always gets the same delay."""
-    if not spec.jitter_ms:
-        return 0
-    return zlib.crc32(f"{spec.schedule_id}@{slot_ms}".encode()) % spec.jitter_ms
-
-
-def due_slots(spec: Spec, next_ms: int, now_ms: int) -> tuple[list[int], int | None]:
-    """Slots from `next_ms` up to `now_ms` (bounded), and the first slot after them."""
-    slots: list[int] = []
-    slot: int | None = next_ms
-    while slot is not None and slot <= now_ms and len(slots) < MAX_SLOTS_PER_PASS:
-        if spec.end_ms is not None and slot > spec.end_ms:
-            return slots, None
-        slots.append(slot)
-        slot = spec.first_slot_after(slot)
-    if slot is not None and slot <= now_ms:
-        # Too many to list in one pass: the next pass goes on from here.
-        return slots, slot
-    return slots, slot
-
-
-def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int,
-         lease_free: bool = True) -> Plan:  # fmt: skip
-    """Decide the fires and outcomes of one rule at `now_ms`. Pure: no I/O, no clock.
-    `next_ms` is the rule's stored next fire if it is due, else None (catch-up only).
-    `lease_free`: no live run holds the rule's overlap lease (read by the caller)."""
-    slots, new_next = due_slots(spec, next_ms, now_ms) if next_ms is not None else ([], None)
-    # An outage longer than one pass lists stays due (new_next <= now): the next pass goes on.
-    p = Plan(new_next=new_next)
-    on_time = [s for s in slots if now_ms - s <= spec.misfire_grace_ms]
-    late = [s for s in slots if now_ms - s > spec.misfire_grace_ms]
-    p.missed = len(late)
-    sid = spec.schedule_id
-    backlog = list(state.backlog)
-    if late:
-        last_pass = new_next is None or new_next > now_ms
-        backlog = _misfire(spec, p, backlog, on_time, late, now_ms, last_pass)
-    for s in on_time:
-        p.fires.append((s, s + jitter_ms(spec, s), ledger.Outcome.RAN))
-    seen = {*backlog, *(f[0] for f in p.fires)}
-    backlog = _backfilled_duplicates(spec, p, set(state.backfilled), backlog)
-    # Catch-up replays drain under the budget, after the on-time fires. Under overlap skip or
-    # queue they run one after another: one at a time, only while no run holds the lease,
-    # so no replay is ever skipped or queued because of another (docs/policies.md).
-    take = backlog[: max(0, _replay_room(spec, p, budget, lease_free))]
-    for s in take:
-        p.fires.append((s, now_ms, ledger.REPLAY))
-    p.budget_used = len(take)
-    backlog = backlog[len(take) :]
-    gaps, gap_checked = dst_gap_skips(spec, state, next_ms, now_ms)
-    p.records += [ledger.skipped(sid, g, "dst_gap") for g in gaps]
-    fired_slots = [f[0] for f in p.fires]
-    # Backfilled slots handled in this pass (recorded duplicate, or by the policy) go.
-    kept = [s for s in state.backfilled if s not in seen and not (slots and s <= slots[-1])]
-    p.state = replace(
-        state,
-        last_slot_ms=max([*fired_slots, state.last_slot_ms or 0]) or state.last_slot_ms,
-        last_fire_ms=now_ms if fired_slots else state.last_fire_ms,
-        missed=state.missed + p.missed,
-        fired=state.fired + len(p.fires),
-        backlog=backlog,
-        gap_checked_ms=gap_checked,
-        backfilled=kept,
-    )
-    return p
-
-
-def _backfilled_duplicates(spec: Spec, p: Plan, backfilled: set[int], backlog: list[int]
-                           ) -> list[int]:  # fmt: skip
-    """A slot a backfill already ran is not fired again by its rule, however long after:
-    its fire, or its replay, is recorded `duplicate` (fire.lua sees a done run only within
-    the dedupe window). Returns the backlog without those replays."""
-    if not backfilled:
-        return backlog
-    dups = [f[0] for f in p.fires if f[0] in backfilled] + [s for s in backlog if s in backfilled]
-    p.records += [ledger.duplicate(spec.schedule_id, s) for s in dups]
-    p.fires = [f for f in p.fires if f[0] not in backfilled]
-    return [s for s in backlog if s not in backfilled]
-
-
-def _replay_room(spec: Spec, p: Plan, budget: int, lease_free: bool) -> int:
-    """How many catch-up replays may start in this pass."""
-    if spec.overlap is Overlap.ALLOW:
-        return budget
-    return min(budget, 1) if lease_free and not p.fires else 0
-
-
-def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: list[int],
-             now_ms: int, last_pass: bool) -> list[int]:  # fmt: skip
-    """Apply the rule's misfire policy to its `late` slots: records and fires go into `p`; the
-    catch-up backlog (capped at max_catch_up) is returned. `last_pass`: no more missed slots
-    wait for the next pass (an outage of over MAX_SLOTS_PER_PASS slots takes several)."""
-    sid = spec.schedule_id
-    if spec.misfire is Misfire.CATCH_UP:
-        backlog += late
-        if len(backlog) > spec.max_catch_up:
-            cut = len(backlog) - spec.max_catch_up
-            for s in backlog[:cut]:
-                p.records.append(ledger.skipped(sid, s, "catch_up_cap"))
-            backlog = backlog[cut:]
-    elif spec.misfire is Misfire.COALESCE:
-        _coalesce(spec, p, on_time, late, now_ms, last_pass)
-    else:
-        for s in late:
-            p.records.append(ledger.skipped(sid, s, "grace_passed"))
-    return backlog
-
-
-def _coalesce(spec: Spec, p: Plan, on_time: list[int], late: list[int], now_ms: int,
-              last_pass: bool) -> None:  # fmt: skip
-    """One run stands for all missed slots: the on-time fire, else the newest missed slot."""
-    if not last_pass:  # that slot is listed by a later pass
-        for s in late:
-            p.records.append(ledger.coalesced(s, "into a later slot's run", ""))
-        return
-    target = on_time[0] if on_time else late[-1]
-    into = slot_run_id(spec.schedule_id, target)
-    for s in late:
-        if s != target:
-            p.records.append(ledger.coalesced(s, f"into {into}", into))
-    if not on_time:
-        p.fires.append((target, now_ms + jitter_ms(spec, target), ledger.Outcome.RAN_LATE))
-
-
-_OFFSET_STEP_MS = 7 * 86_400_000
-
-
-def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
-                  ) -> tuple[list[int], int | None]:  # fmt: skip
-    """Fires a `dst_gap="skip"` cron rule dropped because their wall time did not exist.
-
-    They are the fires the same rule would make with `dst_gap="shift"` (moved to the end of the
-    gap) that are not fires of the rule itself; each is recorded at that instant, so the
-    ledger says why the day had no run. A wildcard rule's dropped slots merge into a real
-    slot at the gap's end and are not listed: they simply do not exist (docs/policies.md).
-    """
-    trig = spec.trigger
-    if not isinstance(trig, Cron) or trig.dst_gap != "skip" or next_ms is None:
-        return [], state.gap_checked_ms
-    # Never checked yet: from the rule's creation, so a gap before its first fire is listed.
-    first = state.created_ms if state.created_ms is not None else next_ms
-    lo = state.gap_checked_ms if state.gap_checked_ms is not None else first - 1
-    lo = max(lo, (state.created_ms or lo) - 1)
-    if now_ms <= lo:
-        return [], state.gap_checked_ms
-    zone = ZoneInfo(trig.tz)
-
-    def offset(ms: int) -> object:
-        return zone.utcoffset(ms_to_datetime(ms).astimezone(zone))
-
-    # No transition in between: the common case, cheap. Sampled weekly, not only at the ends:
-    # a spring and an autumn transition cancel out over a long window (a yearly rule, an
-    # outage); two transitions less than a week apart would still be missed.
-    samples = [*range(lo, now_ms, _OFFSET_STEP_MS), now_ms]
-    if len({offset(t) for t in samples}) == 1:
-        return [], now_ms
-    shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
-    own = set(trig.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS))
-    gaps = [s for s in shifted.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS) if s not in own]
-    return gaps, now_ms
-
-
-def fire_args(spec: Spec, raw_spec: bytes, raw_state: bytes, next_ms: int | None,
-              new_next: int | None, p: Plan, now_ms: int) -> S.FireArgs:  # fmt: skip
-    """The fire script's arguments: what was read (`*_raw`, `next_ms`) and what to write."""
-    sid = spec.schedule_id
-    lease = spec.lease_ms if spec.overlap is not Overlap.ALLOW else None
-    fires = []
-    for slot, run_at, outcome in p.fires:
-        rid = slot_run_id(sid, slot)
-        env = Envelope(rid, spec.task, spec.payload, run_at, slot, now_ms, schedule_id=sid,
-                       lease_ms=lease).encode()  # fmt: skip
-        fires.append((rid, run_at, slot, env, outcome))
-    return S.FireArgs(
-        schedule_id=sid,
-        expected_spec=raw_spec,
-        expected_next=next_ms,
-        expected_state=raw_state,
-        new_next=new_next,
-        new_state=p.state.encode(),
-        catchup_head=p.state.catchup_head,
-        overlap=str(spec.overlap),
-        lease_ms=spec.lease_ms,
-        fires=fires,
-        records=p.records,
-    )
 
 
 #: A pass reads the rules at least this often even with no change announced on `wake`

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from zsched.dispatch.firer import plan
 from zsched.errors import RuleError
 from zsched.rules import dst
+from zsched.rules.plan import plan
 from zsched.rules.spec import State, build_spec
 from zsched.rules.triggers import slot_run_id
 

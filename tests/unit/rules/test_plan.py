@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zsched.dispatch.firer import jitter_ms, plan
+from zsched.rules.plan import jitter_ms, plan
 from zsched.rules.spec import State, build_spec, default_grace_ms
 from zsched.rules.triggers import Every, slot_run_id
 
