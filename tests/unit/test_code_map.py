@@ -195,6 +195,17 @@ def test_the_wrapper_builds_the_call_of_its_script(script: str) -> None:
     assert names == [script], f"{path}::{func} builds {names}, not Call({script!r}, ...)"
 
 
+def test_reply_codes_are_named_in_protocol_replies() -> None:
+    """One IntEnum per family of reply codes, all in one module (BullMQ's reply-code enum)."""
+    home = ROOT / "zsched" / "protocol" / "replies.py"
+    elsewhere = [f"{path.relative_to(ROOT)}::{node.name}"
+                 for path in sorted((ROOT / "zsched").rglob("*.py")) if path != home
+                 for node in ast.walk(parsed(path)) if isinstance(node, ast.ClassDef)
+                 and any(ast.unparse(b).endswith("IntEnum") for b in node.bases)]  # fmt: skip
+    assert not elsewhere, f"reply-code enums outside protocol/replies.py: {elsewhere}"
+    assert any(isinstance(n, ast.ClassDef) for n in parsed(home).body)
+
+
 def test_named_files_and_functions_exist() -> None:
     cells = [c for row in code_map().values() for c in row[1:]]
     cells += [c for row in folder_map().values() for c in row[:1]]
