@@ -235,6 +235,8 @@ def run(cfg: Config, out: Path, echo: Any = print, target: Any = None) -> Observ
         load.join(cfg.drain_timeout_s)
         if load.error:
             raise load.error
+        if use_rules:  # the end is judged once the faulted dispatchers are back (see below)
+            _wait_rules_resumed(target.ctl(), rules_app, cfg)
         obs.t_end_ms = int(time.time() * 1000)
         if use_rules:  # a finite set of slots to check: nothing fires after this
             retrying(lambda: chaos_rules.pause_all(rules_app))
@@ -275,6 +277,29 @@ def _wait_ready(ctl: redis.Redis, cfg: Config) -> None:
         f"dispatchers and workers did not come up within 30 s: {subs} "
         f"dispatchers subscribed, {consumers} consumers"
     )
+
+
+def _wait_rules_resumed(ctl: redis.Redis, app: zsched.App, cfg: Config) -> None:
+    """Until every dispatcher is up again and every rule has recorded a slot due after that.
+    The last faults (a redis-server restart, dispatchers SIGKILLed and respawned, each waiting
+    out Redis with backoff) can end moments before the workload does; on a loaded host the
+    run then ended before any dispatcher was back, and the ledgers looked stopped although
+    nothing was wrong (9d0edb7 failed so too). Judging from here still fails a dispatcher
+    that comes back but does not fire: this raises after 30 s."""
+    retrying(lambda: _wait_ready(ctl, cfg), seconds=30)
+    back_ms = int(ctl.time()[0]) * 1000
+    deadline = time.monotonic() + 30
+    late: list[str] = []
+    while time.monotonic() < deadline:
+        late = [
+            spec["id"]
+            for spec in chaos_rules.rule_specs()
+            if not any(h["slot_ms"] >= back_ms for h in app.schedule_history(spec["id"], 1))
+        ]
+        if not late:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"rules {late} recorded no slot within 30 s of the dispatchers' return")
 
 
 def _wait_drained(ctl: redis.Redis, obs: Observed, timeout: float, procs: Procs) -> bool:
