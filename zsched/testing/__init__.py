@@ -138,7 +138,10 @@ class Kit:
         procs = self._procs.get(id(loop))
         if procs is None:
             d = self.app.dispatcher(redis=self._async_client())
-            w = self.app.worker(redis=self._async_client(), consumer=self.consumer)
+            # One run at a time, in stream order: a test sees the same order on every run
+            # (a pool of threads ran a drain's sync handlers in any order under load).
+            w = self.app.worker(redis=self._async_client(), consumer=self.consumer,
+                                concurrency=1)  # fmt: skip
             procs = self._procs[id(loop)] = (d, w)
         return procs
 
