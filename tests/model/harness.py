@@ -63,10 +63,10 @@ class Pair:
     """One model and one real system of the same rule."""
 
     def __init__(self, real: Any, queue: str, rule: RuleDef, table: Sequence[Fate], start: int,
-                 dispatchers: int = 1) -> None:  # fmt: skip
+                 dispatchers: int = 1, workers: int = 1) -> None:  # fmt: skip
         self.fate_of = table if callable(table) else fate_table(table)
         self.model = Model(rule, self.fate_of, now=start)
-        self.system = RealSystem(real, queue, rule, self.fate_of, start, dispatchers)
+        self.system = RealSystem(real, queue, rule, self.fate_of, start, dispatchers, workers)
         self.steps: list[str] = []
         #: Instants of manual fires (their ledger records are not a slot's outcome).
         self.manual_at: list[int] = []
@@ -88,6 +88,14 @@ class Pair:
             self.manual_at.append(self.model.now)
         getattr(self.model, op)(*args)
         await getattr(self.system, op)(*args)
+        self.check()
+
+    async def kill_worker(self, index: int = 0) -> None:
+        """Worker `index` dies mid-run: the model restarts the attempts it was running (which
+        worker runs what is the real system's scheduling, not a rule's semantics)."""
+        self.steps.append(f"kill_worker({index})")
+        self.model.kill_worker(self.system.held_by(index))
+        await self.system.kill_worker(index)
         self.check()
 
     async def edit(self, declared: bool = False, **changes: Any) -> None:

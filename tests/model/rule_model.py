@@ -221,11 +221,12 @@ class Model:
         self.queue_paused = False
         self.settle()
 
-    def kill_worker(self) -> None:
-        """The worker dies: each running attempt starts again now (reclaimed by another
-        worker, same attempt, its duration again); the lease stays with its run."""
+    def kill_worker(self, held: set[str] | None = None) -> None:
+        """A worker dies: each attempt it was running (`held`; None: every running one)
+        starts again now (reclaimed by another worker, same attempt, its duration again); the
+        lease stays with its run."""
         for r in self.runs.values():
-            if r.state == "running":
+            if r.state == "running" and (held is None or r.run_id in held):
                 r.finish = self.now + r.fate.duration_ms
         self.settle()
 

@@ -3,8 +3,6 @@ test_rule_machine.py explores random ones; its shrunk counterexamples are kept h
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.model.harness import Pair
@@ -168,9 +166,6 @@ async def test_slots_of_a_paused_queue_are_fired_on_time_and_run_after_the_resum
         await p.close()
 
 
-@pytest.mark.skipif(os.environ.get("ZSCHED_MODEL_WORKER_DIES") != "1",
-                    reason="an in-process worker killed by cancellation does not always end "
-                    "in time under load (docs/reliability.md); ZSCHED_MODEL_WORKER_DIES=1")  # fmt: skip
 @pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
 async def test_a_worker_dies_mid_run_and_its_runs_are_reclaimed(real, queue, overlap) -> None:
     """The worker dies while two runs are running (nothing handed back); a new worker reclaims
@@ -181,10 +176,10 @@ async def test_a_worker_dies_mid_run_and_its_runs_are_reclaimed(real, queue, ove
     try:
         await p.start()
         await p.do("advance_to", T0 + M + 10_000)
-        await p.do("kill_worker")
+        await p.kill_worker()
         assert p.system.reclaimed
         await p.do("advance_to", T0 + 5 * M)
-        await p.do("kill_worker")
+        await p.kill_worker()
         await p.do("advance_to", T0 + 8 * M)
     finally:
         await p.close()
