@@ -37,6 +37,7 @@ or fails (dead letter).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -74,6 +75,7 @@ class RuleDef:
         return min(60_000, shortest_period(self.trigger) // 2)
 
 
+@functools.lru_cache(maxsize=256)
 def shortest_period(trigger: Trigger) -> int:
     if isinstance(trigger, Every):
         return trigger.interval_ms
