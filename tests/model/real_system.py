@@ -77,13 +77,17 @@ class RealSystem:
         return w
 
     async def start(self) -> None:
-        for _ in range(self.n_workers):
-            self.workers.append(await self._new_worker())
+        """Start the workers (in parallel: each child answers on its own)."""
+        self.workers = list(await asyncio.gather(*(self._new_worker()
+                                                   for _ in range(self.n_workers))))  # fmt: skip
 
     async def close(self) -> None:
         try:
-            for w in self.workers:
-                await w.stop()
+            stopped = await asyncio.gather(*(w.stop() for w in self.workers),
+                                           return_exceptions=True)  # fmt: skip
+            for outcome in stopped:
+                if isinstance(outcome, BaseException):
+                    raise outcome
         finally:
             for d in self.dispatchers:
                 await d.close()

@@ -1,14 +1,17 @@
 """A real zsched Worker in a child process, for the model's harness (tests/model/workers.py):
 the worker whose death is modelled is killed with SIGKILL, so nothing of it goes on.
 
-`python -m tests.model.worker_child` reads one JSON command a line on stdin and writes one
-JSON event a line on stdout. It serves one worker at a time and many in turn (a pool reuses
-it across examples: starting Python and importing zsched costs ~0.5 s of CPU).
+`python -m tests.model.worker_child SOCKET` is a zygote: it imports zsched once (~0.5 s of
+CPU), then forks a child for each `fork` line on its stdin (a few milliseconds). Each child
+connects to the parent's Unix socket SOCKET, reads one JSON command a line and writes one JSON
+event a line. A child serves one worker at a time and many in turn (a pool reuses it across
+examples). The zygote runs no event loop and no thread, so a fork copies nothing running; it
+ignores SIGCHLD, so a killed child is reaped at once.
 
 Commands: `start` {url, queue, clock, visibility_timeout_ms} runs a worker of task "t" on that
 queue; `release` {run_id, attempt, kind, retry_delay_ms} lets a held attempt end (ok, retry,
 fail); `reclaim` takes over idle entries of dead consumers now (the harness has aged them);
-`stop` stops the worker. Events: `ready` (once), `started` {consumer}, `run` {run_id,
+`stop` stops the worker. Events: `ready` {pid} (once), `started` {consumer}, `run` {run_id,
 attempt, deliveries, now} when a handler starts, `reclaimed` {n}, `stopped`.
 
 The clock: the parent's FakeClock writes its instant into an 8-byte file (`clock`, mapped
@@ -21,8 +24,12 @@ from __future__ import annotations
 import asyncio
 import json
 import mmap
+import os
+import signal
+import socket
 import struct
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -47,9 +54,12 @@ class MappedClock:
         self._map.close()
 
 
+#: Writes one event to the parent (set when the child connected).
+_write: Callable[[bytes], None] = sys.stdout.buffer.write
+
+
 def send(**event: Any) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
+    _write((json.dumps(event) + "\n").encode())
 
 
 class Served:
@@ -108,11 +118,11 @@ class Served:
         self.clock.close()
 
 
-async def serve() -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    send(ev="ready")
+async def serve(sock: socket.socket) -> None:
+    global _write
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    _write = writer.write
+    send(ev="ready", pid=os.getpid())
     served: Served | None = None
     while line := await reader.readline():
         cmd = json.loads(line)
@@ -130,5 +140,22 @@ async def serve() -> None:
             send(ev="stopped")
 
 
+def zygote(path: str) -> None:
+    """Fork a served child per `fork` line on stdin, until stdin ends."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    for line in sys.stdin:
+        if line.strip() != "fork":
+            continue
+        if os.fork() == 0:
+            sys.stdin.close()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            try:
+                asyncio.run(serve(sock))
+            finally:
+                os._exit(0)
+
+
 if __name__ == "__main__":
-    asyncio.run(serve())
+    zygote(sys.argv[1])
