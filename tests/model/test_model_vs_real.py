@@ -207,3 +207,25 @@ async def test_a_cron_edit_after_a_pause_over_a_gap_gives_each_slot_one_outcome(
         assert not [s for s, o, r, _ in p.model.ledger if r == "dst_gap"]
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "queue"])
+async def test_one_of_three_workers_dies_and_only_its_runs_are_reclaimed(real, queue,
+                                                                         overlap) -> None:  # fmt: skip
+    """Three workers (child processes) share the runs of slow fires; one is killed with
+    SIGKILL: its attempts, and only those, start again in its replacement (same attempt);
+    the others' go on; every slot keeps one outcome."""
+    rule = RuleDef("r", Every(60), overlap=overlap)
+    p = Pair(real, queue, rule, [Fate(150_000)], T0 - 1, dispatchers=2, workers=3)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 2 * M + 10_000)
+        for index in range(3):
+            held = p.system.held_by(index)
+            before = len(p.system.reclaimed)
+            await p.kill_worker(index)
+            assert {rid for rid, _, _ in p.system.reclaimed[before:]} == held
+        assert p.system.reclaimed  # some worker held a run
+        await p.do("advance_to", T0 + 10 * M)
+    finally:
+        await p.close()
