@@ -308,7 +308,9 @@ class Model:
         if self.lease is None and self.waiting is not None:
             wid, slot = self.waiting
             self.waiting = None
-            if wid not in self.runs or self.runs[wid].state in ("done", "dead"):
+            # Live or done under its id (a forced manual fire of the same instant): dropped,
+            # as any fire of a run id live or done (invariant 2).
+            if wid not in self.runs or self.runs[wid].state == "dead":
                 self.runs[wid] = Run(wid, slot, due=self.now)
                 self.lease = wid
 

@@ -229,3 +229,28 @@ async def test_one_of_three_workers_dies_and_only_its_runs_are_reclaimed(real, q
         await p.do("advance_to", T0 + 10 * M)
     finally:
         await p.close()
+
+
+async def test_a_queued_manual_fire_run_forced_meanwhile_does_not_run_again(real, queue) -> None:
+    """Shrunk from make model (Lord Howe */15, catch_up x queue, 2 dispatchers, 2 workers): a
+    manual fire waits behind the rule's run (overlap queue), a forced manual fire of the same
+    instant runs the same run id, and both runs end at one instant. Depending on which
+    outcome was written first, unlease started the waiting fire again (a second run of an id
+    just done; the harness waited for its lease). Now a waiting fire whose id is live or done
+    within the dedupe window is dropped, by unlease.lua as by fire.lua."""
+    rule = RuleDef("r", Cron("*/15 * * * *", "Australia/Lord_Howe"), misfire="catch_up",
+                   max_catch_up=3, overlap="queue")  # fmt: skip
+    start = 1_791_039_600_000  # a slot: the rule's run starts at once
+    p = Pair(real, queue, rule, [Fate(450_000, "fail"), Fate(1_350_000, "retry", 0)], start,
+             dispatchers=2, workers=2)  # fmt: skip
+    try:
+        await p.start()
+        await p.do("run_now", False)  # waits behind the rule's run
+        await p.do("pause")
+        await p.do("run_now", True)  # the same run id, forced: runs beside
+        assert manual_run_id("r", start) in p.system.live()
+        await p.quiet(900_000)
+        manual = [rid for rid, attempt, _ in p.system.started if rid == manual_run_id("r", start)]
+        assert manual == [manual_run_id("r", start)] * 2  # attempt 1 (retried) and 2, once each
+    finally:
+        await p.close()
