@@ -7,7 +7,7 @@ by schedule() or a declared rule's sync), backfill, removal, run_schedule_now (f
 not), queue pause/resume, a worker dying mid-run (SIGKILL of its child process; a new
 worker reclaims its runs after the visibility timeout). 1 to 3 dispatchers, 1 to 3 workers.
 
-`make test` runs a bounded, derandomised profile (ZSCHED_MODEL_EXAMPLES, default 25);
+`make test` runs a bounded, derandomised profile (ZSCHED_MODEL_EXAMPLES, default 12);
 `make model` a long exploration (mk/model.mk). A divergence is a bug in one of the two: keep
 each shrunk counterexample as a plain test in test_model_vs_real.py.
 """
