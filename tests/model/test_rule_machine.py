@@ -246,12 +246,15 @@ class RuleMachine(RuleBasedStateMachine):
         assert self.pair
         self.run(self.pair.do("resume_queue"))
 
-    @precondition(lambda self: self.pair is not None
-                  and any(r.state == "running" for r in self.pair.model.runs.values()))  # fmt: skip
+    # No precondition on what runs: which worker holds which run is the real system's
+    # scheduling, so the model's state after a death differs between replays, and a
+    # precondition reading it made Hypothesis's draws differ too (FlakyStrategyDefinition).
+    @precondition(lambda self: self.pair is not None)
     @rule(index=st.integers(0, 2))
     def worker_dies(self, index: int) -> None:
-        """A worker dies mid-run (SIGKILL: nothing handed back); a new one reclaims its runs
-        after the visibility timeout and runs them again, same attempt; the leases stay."""
+        """A worker dies (SIGKILL: nothing handed back), mid-run if it held runs; a new one
+        reclaims them after the visibility timeout and runs them again, same attempt; the
+        leases stay."""
         assert self.pair
         held = self.pair.system.held_by(index)
         self.run(self.pair.kill_worker(index))
