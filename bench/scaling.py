@@ -58,15 +58,32 @@ async def noop(payload: object) -> None:
     """The handler: nothing, so the figures measure zsched and Redis."""
 
 
-def _proc(*args: str, url: str) -> subprocess.Popen[bytes]:
+def _proc(*args: str, url: str, favour: bool = False) -> subprocess.Popen[bytes]:
+    """A zsched process; `favour`: at nice -10 (every thread it starts inherits it), so that
+    on this shared host the other tenants' load, not the capped masters, cannot set the pace."""
     env = {**os.environ, "ZSCHED_REDIS_URL": url, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "zsched", *args, "--redis", url],
+    nice = ["nice", "-n", "-10"] if favour else []
+    return subprocess.Popen([*nice, sys.executable, "-m", "zsched", *args, "--redis", url],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)  # fmt: skip
 
 
 def _acked(a: zsched.App) -> int:
     return sum(int(a.redis.hget(v.keys.stats, "acked") or 0) for v in a.partition_views())
+
+
+def _blocked_readers(c: Cluster) -> int:
+    """Clients blocked in a read on the masters: a started worker blocks in one XREADGROUP per
+    partition while the streams are empty (Redis 7.0 adds the consumer to the group only once
+    a read returns an entry, so XINFO CONSUMERS cannot tell)."""
+    total = 0
+    for port in c.master_ports():
+        r = redis.Redis(port=port)
+        try:
+            total += int(r.info("clients")["blocked_clients"])
+        finally:
+            r.close()
+    return total
 
 
 def _ack_times_s(a: zsched.App) -> list[float]:
@@ -127,12 +144,20 @@ def _measure(c: Cluster, masters: int, n: int, partitions: int, workers: int, co
         a.enqueue_many(items[i : i + 10_000])
     enqueue_s = time.perf_counter() - t0
     before, t_before = _load(c), time.perf_counter()
-    procs = [_proc("dispatcher", "--queue", q, url=c.url)]
-    procs += [_proc("worker", "bench.scaling:app", "--queue", q,
-                    "--concurrency", str(concurrency), url=c.url)
-              for _ in range(workers)]  # fmt: skip
+    fav = cap is not None  # capped masters run at nice -10; their clients do too
+    procs = [_proc("worker", "bench.scaling:app", "--queue", q,
+                   "--concurrency", str(concurrency), url=c.url, favour=fav)
+             for _ in range(workers)]  # fmt: skip
     try:
         deadline = time.perf_counter() + timeout
+        # The workers first, reading every partition, then the dispatcher: started together,
+        # the dispatcher moved runs for the seconds the workers took to start (more on a
+        # loaded host), and that work fell outside the first-to-last-ack window.
+        while _blocked_readers(c) < workers * partitions:
+            if time.perf_counter() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"{masters} masters: the workers did not start")
+            time.sleep(0.05)
+        procs.append(_proc("dispatcher", "--queue", q, url=c.url, favour=fav))
         cpu0, t_cpu = None, 0.0
         while (done := _acked(a)) < n:
             if cpu0 is None and done:
@@ -153,8 +178,8 @@ def _measure(c: Cluster, masters: int, n: int, partitions: int, workers: int, co
             p.communicate(timeout=30)
     acks = _ack_times_s(a)
     e2e_s = acks[-1] - acks[0]
-    # The middle 80 % of the acks: the steady rate, without the processes' ramp-up (each
-    # partition's loops start in turn) and the tail (the last partitions to finish).
+    # The middle 80 % of the acks: the steady rate, without the ramp-up (the dispatcher's
+    # partitions start in turn) and the tail (the last partitions to finish).
     mid_s = acks[int(0.9 * (len(acks) - 1))] - acks[int(0.1 * (len(acks) - 1))]
     spread = sorted(after[p][0] - before[p][0] for p in after)
     cpu = sorted(after[p][1] - before[p][1] for p in after)
