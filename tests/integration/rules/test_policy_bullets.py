@@ -141,3 +141,32 @@ async def test_under_queue_a_retrying_run_keeps_its_lease_and_a_new_slot_waits_f
                                          ("skipped", f"overlap: {first} still running")]  # fmt: skip
     await d.close()
     await w.close()
+
+
+async def test_the_lease_ends_when_the_run_is_dead_lettered(real: Any, queue: str) -> None:
+    """policies.md: the lease ends when the run is done or dead (after its last attempt):
+    under overlap=skip the next slot after the dead letter runs, not `skipped: overlap`."""
+    clock = FakeClock(T0)
+    app = real.app(queue, clock=clock)
+
+    @app.task(name="sweep", max_attempts=2, backoff=0)
+    def sweep(payload: Any) -> None:
+        raise RuntimeError("broken")
+
+    app.schedule("s", "sweep", every=60, overlap="skip")
+    d = app.dispatcher(redis=real.async_client())
+    w = app.worker(redis=real.async_client())
+    first = slot_run_id("s", T0)
+    lease = app.keys.lease("s")
+    await d.tick()
+    await w.tick()  # attempt 1 fails: retried, the lease kept
+    assert real.sync.get(lease) == first.encode()
+    await d.tick()
+    await w.tick()  # attempt 2 fails: dead
+    assert [x.run_id for x in app.dead_letters()] == [first]
+    assert not real.sync.exists(lease)
+    clock.set(T0 + M)
+    await d.tick()
+    assert _outcomes(app, "s")[1] == (T0 + M, "ran", "")
+    await d.close()
+    await w.close()
