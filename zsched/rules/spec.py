@@ -7,6 +7,7 @@ catch-up backlog) are msgpack maps in per-queue hashes. Every change goes throug
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
@@ -65,8 +66,10 @@ def _instant_ms(value: datetime | float | None, name: str) -> int | None:
 _REFERENCE_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 
 
+@functools.lru_cache(maxsize=1024)
 def min_gap_ms(trigger: Trigger) -> int:
-    """The shortest gap between the rule's fires, measured from a fixed instant."""
+    """The shortest gap between the rule's fires, measured from a fixed instant (cached: a
+    trigger is a frozen value, and 12 cron fires cost ~0.3 ms; the audit asks per rule)."""
     slots = trigger.slots_between(_REFERENCE_MS, 2**53, 12)
     return min((b - a for a, b in zip(slots, slots[1:], strict=False)), default=120_000)
 

@@ -243,8 +243,8 @@ export class Worker {
   async unlease(finished) {
     const k = this.keys;
     for (const { lease: [scheduleId, runId, leaseMs] } of finished) {
-      await runScript(this.redis, 'unlease', [k.lease(scheduleId), k.rule_waiting, k.runs, k.delayed, k.wake],
-        ['', scheduleId, runId, leaseMs]);
+      await runScript(this.redis, 'unlease', [k.lease(scheduleId), k.rule_waiting, k.runs, k.delayed, k.wake, k.done],
+        ['', scheduleId, runId, leaseMs, this.dedupeWindowMs]);
     }
   }
 }
