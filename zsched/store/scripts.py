@@ -22,6 +22,7 @@ from zsched.store.loader import AsyncScripts as AsyncScripts
 from zsched.store.loader import Call as Call
 from zsched.store.loader import Scripts as Scripts
 from zsched.store.loader import lua_dir as lua_dir
+from zsched.store.loader import sha as sha
 from zsched.store.loader import source as source
 
 T = TypeVar("T")
@@ -70,7 +71,7 @@ class DispatchResult:
     next_due_ms: int | None
     now_ms: int
     #: Nothing moved because the stream holds max_backlog entries or more (or the queue is
-    #: paused): the dispatcher polls again after held_poll_ms.
+    #: paused): the dispatcher polls again after backlog_poll_ms.
     backlogged: bool
     run_at_ms: list[int]
     #: How long the call ran in Redis (us); 0 on the idle pass.
@@ -321,13 +322,15 @@ def fire(
 
 
 def unlease(
-    k: QueueKeys, schedule_id: str, run_id: str, lease_ms: int, *, now_ms: int | None
-) -> Call[tuple[bool, str]]:
-    """Reply: (released, run id of the waiting fire started now or "")."""
+    k: QueueKeys, schedule_id: str, run_id: str, lease_ms: int, *, now_ms: int | None,
+    dedupe_window_ms: int,
+) -> Call[tuple[bool, str]]:  # fmt: skip
+    """Reply: (released, run id of the waiting fire started now or ""; a waiting fire whose
+    run is live, or done within the dedupe window, is dropped)."""
     return Call(
         "unlease",
-        [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
-        [_now(now_ms), schedule_id, run_id, lease_ms],
+        [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake, k.done],
+        [_now(now_ms), schedule_id, run_id, lease_ms, dedupe_window_ms],
         lambda r: (bool(int(r[0])), text(r[1])),
     )
 
