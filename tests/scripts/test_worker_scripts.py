@@ -146,3 +146,24 @@ def test_worker_scripts_refuse_wrong_types_before_writing(backend, queue, name) 
         app.scripts.run(calls[name])
     pend = backend.sync.xpending(app.keys.ready, GROUP)
     assert pend["pending"] == 1
+
+
+def test_ack_in_any_order_finishes_every_owned_run_and_fences_the_others(backend, queue) -> None:
+    """ack.lua reads the pending range between the first and the last pair; pairs out of
+    stream order (a foreign client) or not owned are checked one by one, never wrongly."""
+    ids = [f"r{i}" for i in range(6)]
+    app, ent = seed_ready(backend, queue, ids)
+    backend.sync.xclaim(app.keys.ready, GROUP, "c2", 0, [ent["r2"]], justid=True)
+    pairs = [ent["r5"], "r5", ent["r0"], "r0", ent["r3"], "r3", ent["r2"], "r2", ent["r1"], "r1"]
+    k = app.keys
+    sha = backend.sync.script_load(S.source("ack"))
+    codes = backend.sync.evalsha(sha, 5, k.ready, k.runs, k.entries, k.done, k.stats, NOW, GROUP,
+                                 "c1", 60_000, 200, *pairs)  # fmt: skip
+    assert codes == [1, 1, 1, 0, 1]
+    # Through the wrapper, which sorts the pairs: the codes come back in the order given.
+    got = app.scripts.run(S.ack(k, "c2", [(ent["r4"], "r4"), (ent["r2"], "r2")], now_ms=NOW,
+                                dedupe_window_ms=60_000))  # fmt: skip
+    assert got == [HoldCode.FENCED, HoldCode.OK]
+    st = snapshot(backend.sync, k)
+    assert set(st["done"]) == {"r0", "r1", "r2", "r3", "r5"} and set(st["runs"]) == {"r4"}
+    assert st["stats"]["acked"] == 5 and st["stats"]["fenced"] == 2
