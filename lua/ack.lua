@@ -7,12 +7,16 @@
 -- ARGV[6..] pairs: entry_id, run_id (at most 1000), best in stream order (ascending ids)
 -- Returns {code, ...} one per pair: 1 acked, 0 refused because `consumer` does not own the
 --   entry (fenced: it was reclaimed by another consumer, or already acked).
--- Invariant: only the consumer that owns a pending entry can finish it; a run leaves `runs`
---   in the same call that records it in `done`. `done` expires dedupe_window_ms after the
+-- Invariant: only the consumer that owns a pending entry can finish it; an entry leaves the
+--   stream in the call that acknowledges it; a run leaves `runs` in the same call that
+--   records it in `done`. `done` expires dedupe_window_ms after the
 --   last completion (every record in it is then older than the window).
 -- Bound: 1000 pairs and trim_limit records per call; the ownership check reads at most
 --   2 * pairs + 1000 pending entries between the first and the last pair's entry, then
---   checks the rest one by one (pairs in stream order are the fast case).
+--   checks the rest one by one (pairs in stream order are the fast case); the trim of the
+--   acknowledged prefix reads XINFO GROUPS and one XPENDING summary per group (at most 4
+--   groups of 256 consumers, else no trim) and frees whole stream nodes only (XTRIM ~: Redis's
+--   default LIMIT, 100 nodes).
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [done] = 'zset', [stats] = 'hash'}) do
@@ -72,8 +76,46 @@ for i = 1, n do
   end
 end
 
+-- The oldest entry some consumer group still needs: the lowest of each group's oldest pending
+-- entry and the entry after its last delivered one. Every entry before it is acknowledged (or
+-- deleted) by every group. nil (trim nothing) when unsure: an id it cannot read, more than
+-- MAX_GROUPS groups or MAX_CONSUMERS consumers in one (XPENDING's summary lists them all).
+local MAX_GROUPS, MAX_CONSUMERS = 4, 256
+local function id_parts(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if ms and #ms < 16 and #seq < 16 then return tonumber(ms), tonumber(seq) end
+end
+local function keep_from()
+  local keep_ms, keep_seq
+  local function lower(id, after)
+    local ms, seq = id_parts(id)
+    if not ms then return false end
+    if after then seq = seq + 1 end
+    if not keep_ms or ms < keep_ms or (ms == keep_ms and seq < keep_seq) then keep_ms, keep_seq = ms, seq end
+    return true
+  end
+  local groups = redis.call('XINFO', 'GROUPS', ready)
+  if #groups > MAX_GROUPS then return nil end
+  for _, g in ipairs(groups) do
+    local f = {}
+    for j = 1, #g, 2 do f[g[j]] = g[j + 1] end
+    local waiting, consumers = tonumber(f['pending']), tonumber(f['consumers'])
+    if not (f['name'] and waiting and consumers and consumers <= MAX_CONSUMERS) then return nil end
+    if not (f['last-delivered-id'] and lower(f['last-delivered-id'], true)) then return nil end
+    if waiting > 0 and not lower(redis.call('XPENDING', ready, f['name'])[2] or '', false) then return nil end
+  end
+  if keep_ms then return string.format('%d-%d', keep_ms, keep_seq) end
+end
+
 if #owned > 0 then
   redis.call('XACK', ready, group, unpack(owned))
+  -- Delete the acknowledged entries. First the stream nodes that hold only entries no group
+  -- needs any more (XTRIM MINID ~ frees whole nodes, an entry costs it nothing), then XDEL
+  -- the owned ones: an entry already gone costs XDEL one lookup, one still there a walk of
+  -- its node from the start (up to stream-node-max-entries, 100). The stream keeps exactly
+  -- the entries it kept before (no acknowledged entry stays), so XLEN and memory are as before.
+  local keep = keep_from()
+  if keep then redis.call('XTRIM', ready, 'MINID', '~', keep) end
   redis.call('XDEL', ready, unpack(owned))
   -- A run finishes only through its current entry (a stale entry of a run that moved on
   -- is acked and deleted, nothing more).

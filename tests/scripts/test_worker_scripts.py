@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import NOW, env, seed_ready
+from helpers import NOW, env, seed_delayed, seed_ready
 from state import snapshot
 
 from zsched.protocol.keys import GROUP
@@ -167,3 +167,24 @@ def test_ack_in_any_order_finishes_every_owned_run_and_fences_the_others(backend
     st = snapshot(backend.sync, k)
     assert set(st["done"]) == {"r0", "r1", "r2", "r3", "r5"} and set(st["runs"]) == {"r4"}
     assert st["stats"]["acked"] == 5 and st["stats"]["fenced"] == 2
+
+
+def test_ack_deletes_exactly_the_acked_entries_when_it_trims_whole_stream_nodes(backend, queue):
+    """ack.lua frees whole stream nodes below the oldest entry a group still needs (XTRIM
+    MINID ~) before its XDEL: a pending entry pins what follows, undelivered entries stay."""
+    ids = [f"r{i:03d}" for i in range(250)]
+    app = seed_delayed(backend, queue, dict.fromkeys(ids, NOW - 1))
+    r, k = backend.sync, app.keys
+    r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    app.scripts.run(S.dispatch(k, now_ms=NOW, limit=1000, max_backlog=0))
+    rows = r.xreadgroup(GROUP, "c1", {k.ready: ">"}, count=200)[0][1]  # r200.. not read
+    ent = {f[b"run_id"].decode(): e.decode() for e, f in rows}
+    first = [(ent[i], i) for i in ids[:150] if i != "r007"]
+    assert app.scripts.run(S.ack(k, "c1", first, now_ms=NOW, dedupe_window_ms=60_000)) == [1] * 149
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ["r007", *ids[150:]]
+    rest = [(ent[i], i) for i in ["r007", *ids[150:200]]]
+    assert app.scripts.run(S.ack(k, "c1", rest, now_ms=NOW, dedupe_window_ms=60_000)) == [1] * 51
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ids[200:]
+    assert r.xpending(k.ready, GROUP)["pending"] == 0 and r.xlen(k.ready) == 50
+    later = r.xreadgroup(GROUP, "c1", {k.ready: ">"}, count=100)[0][1]
+    assert [f[b"run_id"].decode() for _e, f in later] == ids[200:]
