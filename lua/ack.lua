@@ -12,17 +12,26 @@
 --   records it in `done`. `done` expires dedupe_window_ms after the
 --   last completion (every record in it is then older than the window).
 -- Bound: 1000 pairs and trim_limit records per call; the ownership check reads at most
---   2 * pairs + 1000 pending entries between the first and the last pair's entry, then
---   checks the rest one by one (pairs in stream order are the fast case); the trim of the
+--   2 * pairs + 1000 pending entries between the first and the last pair's entry, then checks
+--   the rest one by one (pairs in stream order are the fast case); the trim of the
 --   acknowledged prefix (calls of 16 entries or more) reads XINFO GROUPS and one XPENDING
---   summary per group (at most 4
---   groups of 256 consumers, else no trim) and frees whole stream nodes only (XTRIM ~: Redis's
---   default LIMIT, 100 nodes).
+--   summary per group (at most 4 groups of 256 consumers, else no trim) and frees whole
+--   stream nodes only (XTRIM ~, Redis's default LIMIT: 100 nodes).
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- Check types before any write: a script is atomic but not transactional.
-for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [done] = 'zset', [stats] = 'hash'}) do
+-- Check types before any write: a script is atomic but not transactional. `ready` and
+-- `entries` are checked by their first reads (pcall), both before the first write.
+local function wrong_type(key, want)
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched ack: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
+local function read(key, want, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply['err'] then return nil, wrong_type(key, want) or reply end
+  return reply
+end
+for key, want in pairs({[runs] = 'hash', [done] = 'zset', [stats] = 'hash'}) do
+  local err = wrong_type(key, want)
+  if err then return err end
 end
 local now_ms = tonumber(ARGV[1])
 local group, consumer = ARGV[2], ARGV[3]
@@ -51,7 +60,8 @@ local pending = {}
 if n > 0 then
   local start, budget = ids[1], 2 * n + 1000
   while budget > 0 do
-    local page = redis.call('XPENDING', ready, group, start, ids[n], 1000, consumer)
+    local page, err = read(ready, 'stream', 'XPENDING', ready, group, start, ids[n], 1000, consumer)
+    if err then return err end
     for _, p in ipairs(page) do pending[p[1]] = true end
     budget = budget - #page
     if #page < 1000 then break end
@@ -108,6 +118,11 @@ local function keep_from()
   if keep_ms then return string.format('%d-%d', keep_ms, keep_seq) end
 end
 
+-- A run finishes only through its current entry (a stale entry of a run that moved on is
+-- acked and deleted, nothing more).
+local current, err = {}, nil
+if #owned > 0 then current, err = read(entries, 'hash', 'HMGET', entries, unpack(owned_runs)) end
+if err then return err end
 if #owned > 0 then
   redis.call('XACK', ready, group, unpack(owned))
   -- Delete the acknowledged entries. First the stream nodes that hold only entries no group
@@ -120,9 +135,6 @@ if #owned > 0 then
   local keep = #owned >= TRIM_FROM and keep_from()
   if keep then redis.call('XTRIM', ready, 'MINID', '~', keep) end
   redis.call('XDEL', ready, unpack(owned))
-  -- A run finishes only through its current entry (a stale entry of a run that moved on
-  -- is acked and deleted, nothing more).
-  local current = redis.call('HMGET', entries, unpack(owned_runs))
   -- The score as a string once: a number is formatted again for every argument it is in.
   local finished, records, f, at = {}, {}, 0, string.format('%d', now_ms)
   for i = 1, #owned do

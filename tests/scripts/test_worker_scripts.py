@@ -188,3 +188,19 @@ def test_ack_deletes_exactly_the_acked_entries_when_it_trims_whole_stream_nodes(
     assert r.xpending(k.ready, GROUP)["pending"] == 0 and r.xlen(k.ready) == 50
     later = r.xreadgroup(GROUP, "c1", {k.ready: ">"}, count=100)[0][1]
     assert [f[b"run_id"].decode() for _e, f in later] == ids[200:]
+
+
+@pytest.mark.parametrize("key", ["ready", "runs", "entries", "done", "stats"])
+def test_ack_names_a_key_of_the_wrong_type_before_writing(backend, queue, key) -> None:
+    """ready and entries are checked by ack.lua's first reads of them, the others by TYPE."""
+    app, ent = seed_ready(backend, queue, ["a"])
+    name = getattr(app.keys, key)
+    dump = {k: backend.sync.dump(getattr(app.keys, k)) for k in ("runs", "entries", "stats")}
+    backend.sync.delete(name)
+    backend.sync.set(name, "oops")
+    with pytest.raises(Exception, match=f"WRONGTYPE zsched ack: key {name} is a string"):
+        app.scripts.run(S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW, dedupe_window_ms=1))
+    for k, v in dump.items():
+        assert k == key or backend.sync.dump(getattr(app.keys, k)) == v
+    if key != "ready":
+        assert backend.sync.xpending(app.keys.ready, GROUP)["pending"] == 1
