@@ -1,5 +1,5 @@
--- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
---   into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
+--   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
 -- one skiplist ZSET (docs/architecture.md, "The delayed set"). `d` is the delayed key name:
 --   d:index     ZSET, every score 0: a member per leaf, its bound then its number, so lex
