@@ -206,8 +206,9 @@ local function bt_check(d, script, index_too)
 end
 -- END btree
 local delayed, runs, done, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- Check types before any write: a script is atomic but not transactional. `stats` and `delayed`
--- are checked here; `runs`, `done` and the index by their first reads (pcall), before a write.
+-- Check types before any write: a script is atomic but not transactional. `runs`, `done` and
+-- the index are checked by their first reads (pcall), `stats` by the first write (pcall), and
+-- `delayed` by bt_add's first write, both taken back when the other refuses.
 -- (Each redis.call is a fixed cost of thousands of instructions: one enqueue() into a leaf that
 -- is not the first runs 11 commands, the EVALSHA included.)
 local function wrong_type(key, want)
@@ -221,9 +222,7 @@ local function read(want, ...)
   end
   return reply
 end
--- (`delayed` itself: bt_add's first write, under pcall, before any other write.)
-local err = wrong_type(stats, 'hash')
-if err then return err end
+local err
 local now_ms = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local max_bytes = tonumber(ARGV[3])
@@ -345,17 +344,30 @@ for i = 1, n do
 end
 -- The tree first: its first command reads the index, so a wrong type there is refused before
 -- any write. bt_add tells whether the earliest new run is the new head (wake dispatchers).
+-- The first write is a count in `stats` (a wrong type refused there, before anything else).
+local function count(field, by)
+  local got = redis.pcall('HINCRBY', stats, field, by)
+  if type(got) == 'table' and got['err'] then return nil, wrong_type(stats, 'hash') or redis.error_reply(got['err']) end
+  return got
+end
 local new_head = false
 if added > 0 then
+  local counted
+  counted, err = count('enqueued', added)
+  if err then return err end
   local ok, res = pcall(bt_add, delayed, items, true)
   if not ok then
+    -- Taken back: the counters only grow, so a field that now holds `added` was not there.
+    if counted == added then redis.call('HDEL', stats, 'enqueued') else redis.call('HINCRBY', stats, 'enqueued', -added) end
     return bt_check(delayed, 'enqueue', true) or redis.error_reply(type(res) == 'table' and res['err'] or tostring(res))
   end
   new_head = res
   redis.call('HSET', runs, unpack(envs))
-  redis.call('HINCRBY', stats, 'enqueued', added)
 end
-if dups > 0 then redis.call('HINCRBY', stats, 'duplicate', dups) end
+if dups > 0 then
+  local _, refused = count('duplicate', dups)
+  if refused then return refused end
+end
 -- By kind, for the collector (docs/operations.md): of a live run, of one done in the window.
 if dups > dups_done then redis.call('HINCRBY', stats, 'duplicate:live', dups - dups_done) end
 if dups_done > 0 then redis.call('HINCRBY', stats, 'duplicate:done', dups_done) end
