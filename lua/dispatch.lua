@@ -40,22 +40,21 @@ local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true))
 -- f); where it is not byte order, bt_less compares byte by byte. Probed on first use: most
 -- calls compare no strings.
 local BT_NATIVE
--- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}, n.
+-- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, n. Their dues are
+-- in their values in `runs` (bt_untag): scores read back would cost a formatted number each.
 local function bt_take(d, now_ms, limit)
   local index = d .. ':index'
   local now = string.format('%d', now_ms)
-  local ids, dues, n = {}, {}, 0
+  local ids, n = {}, 0
   while n < limit do
     local m = redis.call('ZRANGE', index, 0, 0)[1]
     if not m then break end
     local leaf = d .. ':leaf:' .. bt_num(m)
-    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - n)
-    local got = #due / 2
+    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'LIMIT', 0, limit - n)
+    local got = #due
     if got == 0 then break end
-    for j = 1, #due, 2 do
-      n = n + 1
-      ids[n], dues[n] = due[j], due[j + 1]
-    end
+    for j = 1, got do ids[n + j] = due[j] end
+    n = n + got
     if got == redis.call('ZCARD', leaf) then
       redis.call('DEL', leaf)
       redis.call('ZREM', index, m)
@@ -65,7 +64,7 @@ local function bt_take(d, now_ms, limit)
     end
   end
   if n > 0 then redis.call('HINCRBY', d, 'n', -n) end
-  return ids, dues, n
+  return ids, n
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
@@ -150,7 +149,7 @@ if limit > 0 then
   -- Take the due runs off the front leaves, then fetch/record their envelopes and entries with
   -- one call each, so the per-run work inside Redis is a single XADD. The due tag stays on the
   -- value in `runs` (stale once the run is on the stream; cancel checks the tree).
-  local ids, dues, n = bt_take(delayed, now_ms, limit)
+  local ids, n = bt_take(delayed, now_ms, limit)
   if n > 0 then
     local envs = redis.call('HMGET', runs, unpack(ids))
     -- Counters, not #t: the length operator is a search on every append.
@@ -158,11 +157,19 @@ if limit > 0 then
     for i = 1, n do
       local env = envs[i]
       if env then
-        if string.byte(env, 1) == 0 then env = string.sub(env, 8) end -- the due tag
-        local entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', dues[i])
+        -- The due tag (bt_tag), read inline: one C call for its 7 bytes. A value without one
+        -- (impossible through the scripts) is sent as due now.
+        local z, b1, b2, b3, b4, b5, b6 = string.byte(env, 1, 7)
+        local due = now_ms
+        if z == 0 and b6 then
+          due = ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
+          env = string.sub(env, 8)
+        end
+        -- A number goes to Redis as %.17g: exact and without an exponent below 10^17 ms.
+        local entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', due)
         recorded[r + 1], recorded[r + 2], r = ids[i], entry, r + 2
         o = o + 1
-        out[o] = tonumber(dues[i])
+        out[o] = due
       else
         orphans = orphans + 1
       end

@@ -78,3 +78,15 @@ def test_wrong_type_key_fails_before_anything_moves(backend, queue, key) -> None
     with pytest.raises(redis.ResponseError, match=f"WRONGTYPE zsched dispatch: key .*{key}"):
         dispatch(app)
     assert delayed_due(backend.sync, app.keys, "a") == NOW
+
+
+def test_dispatch_sends_each_due_exactly_from_its_tag_up_to_year_9999(backend, queue) -> None:
+    """dispatch.lua reads a run's due from the tag of its value in `runs`, not from the leaf's
+    score: the stream's due_ms and the reply carry it digit for digit."""
+    last = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the latest due enqueue takes
+    dues = {"zero": 0, "now": NOW, "odd": 2**40 + 255, "last": last}
+    app = seed_delayed(backend, queue, dues)
+    r = dispatch(app, now=last)
+    assert sorted(r.run_at_ms) == sorted(dues.values())
+    st = snapshot(backend.sync, app.keys)
+    assert {e["run_id"]: e["due_ms"] for e in st["ready"]} == {k: str(v) for k, v in dues.items()}
