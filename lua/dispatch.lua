@@ -97,6 +97,7 @@ local function wrong_type(key, want)
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
 local err
+local BIG_CALL, NOT_A_RUN_ID = 64, '\255'
 local now_ms = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local max_backlog = tonumber(ARGV[3])
@@ -153,7 +154,7 @@ if limit > 0 then
   if n > 0 then
     local envs = redis.call('HMGET', runs, unpack(ids))
     -- Counters, not #t: the length operator is a search on every append.
-    local recorded, r, o, orphans = {}, 0, #out, 0
+    local recorded, r, o, orphans, seen_odd = {}, 0, #out, 0, false
     for i = 1, n do
       local env = envs[i]
       if env then
@@ -168,13 +169,28 @@ if limit > 0 then
         -- A number goes to Redis as %.17g: exact and without an exponent below 10^17 ms.
         local entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', due)
         recorded[r + 1], recorded[r + 2], r = ids[i], entry, r + 2
+        if ids[i] == NOT_A_RUN_ID then seen_odd = true end
         o = o + 1
         out[o] = due
       else
         orphans = orphans + 1
       end
     end
-    if r > 0 then redis.call('HSET', entries, unpack(recorded)) end
+    -- `entries` holds the runs on the stream. Below hash-max-listpack-entries fields (512 by
+    -- default) Redis keeps it as a listpack, where every field set, read or deleted scans
+    -- them all: a first call of 500 set ~30 k instructions a field (~4 ms). A call that adds
+    -- BIG_CALL fields or more makes it a hash table first, the way Redis itself converts a
+    -- hash: a value longer than hash-max-listpack-value (64 by default) in the same HSET,
+    -- under a field no run id can be (not UTF-8: enqueue refuses it; checked anyway),
+    -- deleted at once. Only an `entries` that
+    -- holds that many runs is converted; it goes away when the stream empties.
+    if r >= 2 * BIG_CALL and not seen_odd and redis.pcall('OBJECT', 'ENCODING', entries) ~= 'hashtable' then
+      recorded[r + 1], recorded[r + 2] = NOT_A_RUN_ID, string.rep('-', 1025)
+      redis.call('HSET', entries, unpack(recorded))
+      redis.call('HDEL', entries, NOT_A_RUN_ID)
+    elseif r > 0 then
+      redis.call('HSET', entries, unpack(recorded))
+    end
     if orphans > 0 then redis.call('HINCRBY', stats, 'orphan', orphans) end
     out[1] = #out - 5
     if out[1] > 0 then redis.call('HINCRBY', stats, 'dispatched', out[1]) end
