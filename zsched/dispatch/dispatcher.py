@@ -96,9 +96,12 @@ class Dispatcher:
         self.watch = DataWatch(redis, ctx.keys, ctx.queue)
         self.eviction = EvictionWatch(redis, ctx.keys.ready, ctx.queue, "dispatcher",
                                       ctx.metrics, allow_eviction)  # fmt: skip
-        # Runs per dispatch call: batch_size, less while full calls take longer than
+        # Runs per dispatch call: up to batch_size, less while full calls take longer than
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
-        self._limit = self.settings.batch_size
+        # It starts at the floor and doubles while calls are fast: the first call of a burst
+        # is the slowest (a fresh `entries` hash, cold caches), and a full batch_size there
+        # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail).
+        self._limit = min(50, self.settings.batch_size)
         #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
         self.heartbeat = Heartbeat(ctx.keys, process_name())
 
