@@ -168,3 +168,17 @@ async def test_the_first_call_is_small_and_calls_grow_while_redis_runs_them_fast
     assert (await d.tick()).moved == 1_000
     assert limits[0] == 50 and max(limits) == 400 and limits == sorted(limits)
     await d.close()
+
+
+async def test_a_call_between_half_and_the_whole_target_still_grows_the_next(backend, queue):
+    """A size that started small grows towards the size that takes CALL_TARGET_S (at most
+    doubling), so it settles where a shrinking size would, not wherever it stopped doubling."""
+    app = backend.app(queue, clock=FakeClock(NOW))
+    d = app.dispatcher(redis=backend.async_client(), batch_size=500)
+    d._adapt(100, 0.8 * D.CALL_TARGET_S)
+    assert d._limit == 125
+    d._adapt(400, 0.1 * D.CALL_TARGET_S)
+    assert d._limit == 500  # never over batch_size
+    d._adapt(60, 0.0)  # Valkey: TIME frozen in a script, the call reports 0
+    assert d._limit == 120
+    await d.close()
