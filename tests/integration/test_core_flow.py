@@ -144,14 +144,14 @@ async def test_a_fault_of_the_worker_itself_dead_letters_the_run_and_the_worker_
     def t(payload):
         ran.append(payload)
 
-    real = zsched.worker.runner.RunInfo
+    real = zsched.worker.runner.run_info
 
     def broken(run_id, *args):
         if run_id == "bad":
             raise RuntimeError("simulated worker bug")
         return real(run_id, *args)
 
-    monkeypatch.setattr(zsched.worker.runner, "RunInfo", broken)
+    monkeypatch.setattr(zsched.worker.runner, "run_info", broken)
     app.enqueue("t", 1, run_id="bad")
     app.enqueue("t", 2, run_id="good")
     d, w = app.dispatcher(redis=backend.async_client()), app.worker(redis=backend.async_client())
