@@ -15,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from zsched.clock import ms_to_datetime
@@ -63,6 +64,9 @@ class Runner:
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.
         self._task_metrics: dict[str, TaskMetrics] = {}
+        # The datetimes of RunInfo, remembered for the last instant: the runs of one dispatch
+        # call share their stream time, a rule's fires and a batch enqueue often their times.
+        self._dispatched, self._scheduled = _LastDatetime(), _LastDatetime()
 
     def start(self, d: Delivery) -> None:
         """Execute `d` now, up to its first wait, in a context of its own (as a task would):
@@ -128,8 +132,8 @@ class Runner:
             self.writer.dead(d, str(UnknownTask.named(env.task)), "unknown_task")
             return None
         stream_ms = d.entry_id.partition("-")[0]
-        dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
-        info = run_info(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms),
+        dispatched = self._dispatched(int(stream_ms)) if stream_ms.isdigit() else None
+        info = run_info(env.run_id, env.task, env.attempt, self._scheduled(env.scheduled_ms),
                         self.ctx.queue, env.schedule_id, d.deliveries, dispatched)  # fmt: skip
         d.info, d.is_async, d.task_name = info, task.is_async, task.name
         return env, task, info
@@ -177,7 +181,7 @@ class Runner:
                 self.writer.discard(d, task.name)
             else:
                 self.writer.acks.append((d.entry_id, d.run_id))
-                tm.succeeded.inc()
+                tm.ok += 1
         finally:
             tm.durations.append(time.perf_counter() - t0)
             if task.keep_result:  # written with the run's outcome, dropped for a retry
@@ -285,6 +289,20 @@ def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -
         return fn(payload)
     finally:
         set_current(None)
+
+
+class _LastDatetime:
+    """ms_to_datetime, remembering the last instant (datetimes are immutable: shared)."""
+
+    __slots__ = ("ms", "dt")
+
+    def __init__(self) -> None:
+        self.ms, self.dt = 0, ms_to_datetime(0)
+
+    def __call__(self, ms: int) -> datetime:
+        if ms != self.ms:
+            self.ms, self.dt = ms, ms_to_datetime(ms)
+        return self.dt
 
 
 class _Resumed(Coroutine[Any, Any, None]):
