@@ -52,6 +52,8 @@ class ReadLoop:
         self.reclaim_every = every
         #: When the next reclaim is due (time.monotonic()).
         self.next_reclaim = 0.0
+        #: Mean envelope size of the last read (0: none yet), for the read-ahead budget.
+        self.envelope_bytes = 0
 
     async def setup(self) -> None:
         if not self.group_ready:
@@ -90,11 +92,29 @@ class ReadLoop:
         heavy = len(w.retries) + len(w.deads) + len(w.discards)
         return int(s.concurrency) - len(self.runner.running) - heavy - over
 
+    def read_ahead(self) -> int:
+        """Entries a read may take beyond the free slots: `read_ahead`, fewer when the last
+        read's envelopes were large (`max_read_ahead_bytes` over their mean size)."""
+        s = self.ctx.settings
+        if self.envelope_bytes <= 0:
+            return int(s.read_ahead)
+        return min(int(s.read_ahead), int(s.max_read_ahead_bytes) // self.envelope_bytes)
+
+    def start_waiting(self) -> int:
+        """Start entries read ahead, in stream order, while slots are free; how many."""
+        waiting, started = self.runner.waiting, 0
+        while waiting and self.free_slots() > 0:
+            self.runner.start(waiting.popleft())
+            started += 1
+        return started
+
     async def tick(self, block: bool = False) -> int:
-        """One pass while slots are free: reclaim idle entries when a reclaim is due, then
-        read new ones and start them all (`block`: wait for some until the next reclaim is
-        due, at most `block_ms`). Returns how many it started."""
-        ctx, s, started = self.ctx, self.ctx.settings, 0
+        """One pass while slots are free: start entries read ahead; reclaim idle entries when
+        a reclaim is due; then, with none waiting, read up to the free slots plus the read
+        ahead and start what the slots take (`block`: wait for some until the next reclaim
+        is due, at most `block_ms`). Returns how many it started."""
+        ctx, s = self.ctx, self.ctx.settings
+        started = self.start_waiting()
         free = self.free_slots()
         if free > 0 and time.monotonic() >= self.next_reclaim:
             if await self.holds.reclaimable():
@@ -103,13 +123,15 @@ class ReadLoop:
                     started += 1
             self.next_reclaim = time.monotonic() + self.reclaim_every
             free = self.free_slots()
-        if free <= 0:
+        if free <= 0 or self.runner.waiting:
             return started
         left_ms = (self.next_reclaim - time.monotonic()) * 1000
         wait_ms = int(min(s.block_ms, max(1.0, left_ms))) if block else None
-        for d in await self.read(min(free, s.read_batch), wait_ms):
-            self.runner.start(d)
-            started += 1
+        batch = await self.read(min(free + self.read_ahead(), s.read_batch), wait_ms)
+        if batch:
+            self.envelope_bytes = sum(len(d.raw) for d in batch) // len(batch) or 1
+            self.runner.waiting.extend(batch)
+            started += self.start_waiting()
         ctx.metrics.heartbeat.labels(ctx.queue, "worker").set(time.time())
         ctx.outage.ok()
         await self.eviction.check()
@@ -162,7 +184,8 @@ class HoldLoop:
         """One renewal pass; returns how many holds were found lost."""
         self.runner.observe_metrics()  # also while every slot holds a long handler
         lost = await self.holds.renew()
-        await worker_cancel.check_cancels(self.ctx, self.runner.running)
+        waiting = {d.entry_id: d for d in self.runner.waiting}  # a cancel starts none of them
+        await worker_cancel.check_cancels(self.ctx, {**self.runner.running, **waiting})
         await admission.renew(self.ctx, self.runner.running)
         return lost
 

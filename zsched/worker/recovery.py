@@ -53,8 +53,9 @@ class Holds:
         self.reclaim_cursor = "0-0"
 
     def entry_ids(self) -> list[str]:
-        """Every entry this worker holds: running, or its outcome not written yet."""
-        return list(self.runner.running) + self.writer.unwritten_ids()
+        """Every entry this worker holds: read ahead, running, or its outcome not written."""
+        waiting = [d.entry_id for d in self.runner.waiting]
+        return waiting + list(self.runner.running) + self.writer.unwritten_ids()
 
     async def renew(self) -> int:
         """Reset the idle time of every entry held; returns how many were lost."""

@@ -13,6 +13,7 @@ import logging
 import os
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -58,6 +59,9 @@ class Runner:
         self.running: dict[str, Delivery] = {}
         #: The asyncio tasks executing them.
         self.tasks: set[asyncio.Task[None]] = set()
+        #: Deliveries read ahead of the free slots, in stream order: held by this worker
+        #: (renewed with the others), started by the read loop as slots free.
+        self.waiting: deque[Delivery] = deque()
         self.executor = ThreadPoolExecutor(
             max_workers=ctx.settings.concurrency, thread_name_prefix="zsched"
         )
