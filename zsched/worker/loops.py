@@ -54,6 +54,11 @@ class ReadLoop:
         self.next_reclaim = 0.0
         #: Mean envelope size of the last read (0: none yet), for the read-ahead budget.
         self.envelope_bytes = 0
+        #: The next read, sent while the runs of the last one execute (run() only, not a
+        #: tick driven alone), None when none is in flight.
+        self.prefetch: asyncio.Task[list[Delivery]] | None = None
+        self.prefetch_count = 0
+        self.prefetching = False
 
     async def setup(self) -> None:
         if not self.group_ready:
@@ -108,6 +113,38 @@ class ReadLoop:
             started += 1
         return started
 
+    def _prefetch(self) -> None:
+        """Send the next read (no blocking) before the runs just read start, so Redis answers
+        it while they execute: as many as fit under concurrency + read_ahead held, none when
+        every slot is busy."""
+        n = min(self.ctx.settings.read_batch,
+                self.free_slots() + self.read_ahead() - len(self.runner.waiting))  # fmt: skip
+        if n > 0:
+            self.prefetch = asyncio.get_running_loop().create_task(self.read(n, None))
+            self.prefetch_count = n
+
+    async def _next_batch(self, count: int, wait_ms: int | None) -> tuple[list[Delivery], int]:
+        """The prefetched read's entries, else (none, or it found none) a read of `count`;
+        and how many the read asked for."""
+        p, self.prefetch = self.prefetch, None
+        if p is not None:
+            batch = await p
+            if batch:
+                return batch, self.prefetch_count
+        return await self.read(count, wait_ms), count
+
+    def _drop_prefetch(self) -> None:
+        """The loop ends: what a finished prefetch read waits like the rest (held, handed back
+        at shutdown); one still in flight is cancelled (what Redis delivered to it stays
+        pending for this consumer: handed back at shutdown, else reclaimed)."""
+        p, self.prefetch = self.prefetch, None
+        if p is None:
+            return
+        if p.done() and not p.cancelled() and p.exception() is None:
+            self.runner.waiting.extend(p.result())
+        else:
+            p.cancel()
+
     async def tick(self, block: bool = False) -> int:
         """One pass while slots are free: start entries read ahead; reclaim idle entries when
         a reclaim is due; then, with none waiting, read up to the free slots plus the read
@@ -127,10 +164,13 @@ class ReadLoop:
             return started
         left_ms = (self.next_reclaim - time.monotonic()) * 1000
         wait_ms = int(min(s.block_ms, max(1.0, left_ms))) if block else None
-        batch = await self.read(min(free + self.read_ahead(), s.read_batch), wait_ms)
+        count = min(free + self.read_ahead(), s.read_batch)
+        batch, asked = await self._next_batch(count, wait_ms)
         if batch:
             self.envelope_bytes = sum(len(d.raw) for d in batch) // len(batch) or 1
             self.runner.waiting.extend(batch)
+            if self.prefetching and len(batch) >= asked:  # likely more ready: ask now
+                self._prefetch()
             started += self.start_waiting()
         ctx.metrics.heartbeat.labels(ctx.queue, "worker").set(time.time())
         ctx.outage.ok()
@@ -143,12 +183,17 @@ class ReadLoop:
         await self.setup()
         self.next_reclaim = 0.0
         slot_free = self.runner.slot_free
-        while not stop.is_set():
-            if self.free_slots() <= 0:
-                slot_free.clear()
-                await slot_free.wait()
-                continue
-            await self.tick(block=True)
+        self.prefetching = True
+        try:
+            while not stop.is_set():
+                if self.free_slots() <= 0:
+                    slot_free.clear()
+                    await slot_free.wait()
+                    continue
+                await self.tick(block=True)
+        finally:
+            self.prefetching = False
+            self._drop_prefetch()
 
 
 class FlushLoop:

@@ -131,3 +131,34 @@ async def test_shutdown_hands_back_the_runs_read_ahead(real, queue) -> None:
     assert [app.get_run(r).state for r in ids[1:]] == ["scheduled"] * 3  # back, due now
     await d.close()
     await w.close()
+
+
+async def test_the_loop_sends_the_next_read_before_the_runs_of_the_last_start(real, queue) -> None:
+    ran: list = []
+    release = asyncio.Event()
+    release.set()  # handlers that never wait
+    app = _app(real, queue, ran, release)
+    for i in range(12):
+        app.enqueue("t", i)
+    d = app.dispatcher(redis=real.async_client())
+    w = app.worker(redis=real.async_client(), concurrency=4, read_ahead=4, read_batch=5)
+    await w.setup()
+    await d.tick()
+    r = w.reader
+    r.prefetching = True  # as in run()
+    assert await r.tick() == 5  # a full read of 5: the next one (4 + 4 - 5 waiting) was sent
+    assert r.prefetch is not None
+    assert await r.tick() == 3 and ran == list(range(8))  # the prefetched 3, in stream order
+    assert r.prefetch is not None
+    await asyncio.wait([r.prefetch])
+    r._drop_prefetch()  # the loop ends: a finished prefetch's entries wait, held
+    assert [x.run_id for x in w.runner.waiting] and r.prefetch is None
+    assert set(x.entry_id for x in w.runner.waiting) <= set(w.holds.entry_ids())
+    r.prefetching = False
+    while len(ran) < 12:
+        assert await r.tick() > 0
+    assert ran == list(range(12))  # each once, in stream order
+    await w.flush()
+    assert _pending(app, w) == 0
+    await d.close()
+    await w.close()
