@@ -51,7 +51,7 @@ def hooks(app: App, env: Envelope) -> dict[str, float]:
 def enqueue_round_trip(url: str) -> None:
     """App.enqueue on a real Redis, with the hooks as shipped and with them cut out (the code
     before tracing): the hooks' share of one enqueue."""
-    import zsched.app as app_module
+    import zsched.app_core as app_module
 
     app = App(url, queue="bench-tracing")
     n = 5_000

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from zsched._version import __version__
-from zsched.aio import AsyncApp
-from zsched.app import App, EnqueuedId
+from zsched.app import App, AsyncApp, EnqueuedId
 from zsched.clock import Clock, FakeClock, SystemClock
 from zsched.config import DispatcherSettings, QueueSettings, WorkerSettings
 from zsched.errors import (

@@ -35,7 +35,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar, Unpack
+from typing import Any, Self, TypeVar
 
 import redis as _redis
 import redis.asyncio as aioredis
@@ -44,7 +44,7 @@ import redis.asyncio.cluster as aiocluster
 import zsched.aio_reads as _reads
 from zsched.aio_controls import BUILD_SLICE as BUILD_SLICE
 from zsched.aio_controls import AsyncControls, AsyncEnqueue
-from zsched.app import App, AppOptions
+from zsched.app_core import AppCore
 from zsched.config import QueueSettings
 from zsched.errors import ConfigError
 from zsched.observability.metrics import Metrics
@@ -61,33 +61,20 @@ T = TypeVar("T")
 CALLS_PER_TRIP = 10
 
 
-class AsyncApp(AsyncEnqueue, AsyncControls):
-    """One queue, for asyncio code: the App's constructor, its Redis methods as coroutines."""
-
-    def __init__(
-        self, redis: Any = None, queue: str = "default", **options: Unpack[AppOptions]
-    ) -> None:
-        """The arguments of App (`options`: settings, clock, metrics, partitions, durable,
-        durable_timeout, spin_us, as App takes them). `redis` is a URL, None
-        (ZSCHED_REDIS_URL), a sync redis-py client, or a redis.asyncio client of one server
-        (its sync twin, for the operations run in a thread, is made from the same connection
-        settings; for Cluster or Sentinel pass the URL). `partitions="auto"` reads the
-        recorded count here, with a blocking call."""
-        given_async = None
-        if isinstance(redis, aioredis.Redis | aiocluster.RedisCluster):
-            given_async, redis = redis, _sync_twin(redis)
-        app = App(redis, queue, **options)
-        self._init(app, owns_app=True, redis=given_async)
+class AsyncAppCore(AsyncEnqueue, AsyncControls):
+    """The body of AsyncApp (zsched/app.py: its constructor, which makes an App): the App's
+    Redis methods as coroutines over an AppCore, so that this module needs zsched.app_core and
+    not zsched.app (no import circle; docs/architecture.md)."""
 
     @classmethod
-    def from_app(cls, app: App, redis: Any = None) -> AsyncApp:
+    def from_app(cls, app: AppCore, redis: Any = None) -> Self:
         """An AsyncApp sharing `app` (its tasks, rules declared in code, settings, metrics);
         `redis`: an asyncio client to use (default: one for the App's URL or client)."""
         self = cls.__new__(cls)
         self._init(app, owns_app=False, redis=redis)
         return self
 
-    def _init(self, app: App, owns_app: bool, redis: Any = None) -> None:
+    def _init(self, app: AppCore, owns_app: bool, redis: Any = None) -> None:
         self.app = app
         self._owns_app = owns_app
         self._owns_client = redis is None  # a client the caller gave stays theirs to close
@@ -299,7 +286,7 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
         if self._owns_app:
             await self.in_thread(self.app.close)
 
-    async def __aenter__(self) -> AsyncApp:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -307,6 +294,14 @@ class AsyncApp(AsyncEnqueue, AsyncControls):
 
 
 _SYNC_KEYS = frozenset(inspect.signature(_redis.Redis.__init__).parameters) - {"self"}
+
+
+def split_client(redis: Any) -> tuple[Any, Any]:
+    """AsyncApp's `redis` argument as (the asyncio client given, or None; what App takes: a
+    URL, None or a sync client, the given asyncio client's sync twin)."""
+    if isinstance(redis, aioredis.Redis | aiocluster.RedisCluster):
+        return redis, _sync_twin(redis)
+    return None, redis
 
 
 def _sync_twin(client: Any) -> Any:

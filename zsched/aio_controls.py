@@ -30,7 +30,7 @@ from zsched.store.retrying import ride_through_async
 from zsched.worker.handles import TaskHandle
 
 if TYPE_CHECKING:
-    from zsched.app import App
+    from zsched.app_core import AppCore
     from zsched.config import QueueSettings
     from zsched.rules.controls import ManualFire
     from zsched.runs.status import QueueStatus
@@ -47,7 +47,7 @@ log = logging.getLogger("zsched.app")  # the App's logger: one outage reads the 
 class _Host:
     """What the mixins below use of the AsyncApp they are mixed into (aio.py defines each)."""
 
-    app: App
+    app: AppCore
 
     if TYPE_CHECKING:
 

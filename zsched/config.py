@@ -7,9 +7,11 @@ An unknown setting name is an error, not ignored: `settings_from(Cls, {...})` an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -48,8 +50,14 @@ class DispatcherSettings:
     max_backlog: int = 50_000
     #: Longest sleep without hearing from Redis (ms); a safety net for lost wake-ups.
     max_idle_ms: int = 30_000
-    #: Sleep while the backlog limit stops dispatch (ms).
-    held_poll_ms: int = 20
+    #: Sleep while the backlog limit stops dispatch (ms). Was `held_poll_ms` (deprecated
+    #: alias: the keyword, the attribute, ZSCHED_DISPATCHER_HELD_POLL_MS and --held-poll).
+    backlog_poll_ms: int = 20
+
+    @property
+    def held_poll_ms(self) -> int:
+        """Deprecated: `backlog_poll_ms` ("held" now means a worker's hold on an entry)."""
+        return self.backlog_poll_ms
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,39 @@ class WorkerSettings:
     max_backoff_ms: int = 3_600_000
 
 
+#: Old setting names kept working, with a DeprecationWarning: {class: {old: new}}.
+RENAMED: dict[type, dict[str, str]] = {DispatcherSettings: {"held_poll_ms": "backlog_poll_ms"}}
+
+
+def renamed(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with the deprecated names of `cls`'s settings replaced by the new ones; giving
+    both is a ConfigError."""
+    for old, new in RENAMED.get(cls, {}).items():
+        if old in values:
+            if new in values:
+                raise ConfigError(f"setting {old} is the deprecated name of {new}: give one")
+            warnings.warn(f"setting {old} is deprecated: use {new}", DeprecationWarning, 3)
+            values[new] = values.pop(old)
+    return values
+
+
+def _dispatcher_init(init: Callable[..., None]) -> Callable[..., None]:
+    """DispatcherSettings(held_poll_ms=...) keeps working (the dataclass's own __init__ takes
+    the new names only)."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **renamed(DispatcherSettings, kwargs))
+
+    return __init__
+
+
+DispatcherSettings.__init__ = _dispatcher_init(DispatcherSettings.__init__)  # type: ignore[method-assign]
+
+
 def settings_from(cls: type[T], values: Mapping[str, Any]) -> T:
     """Build settings from a mapping; unknown names and bad values raise ConfigError."""
+    values = renamed(cls, dict(values))
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(fields))
     if unknown:

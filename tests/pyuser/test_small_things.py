@@ -80,6 +80,23 @@ def test_a_flag_beats_its_environment_variable_which_beats_the_default() -> None
     }  # fmt: skip
 
 
+def test_the_old_name_of_backlog_poll_still_works_everywhere_with_a_warning(capsys) -> None:
+    # held_poll_ms was renamed ("held" is a worker's hold on an entry); users' settings keep working.
+    with pytest.warns(DeprecationWarning, match="held_poll_ms is deprecated: use backlog_poll_ms"):
+        old = DispatcherSettings(held_poll_ms=7)
+    assert old.backlog_poll_ms == 7 and old.held_poll_ms == 7
+    assert dataclasses.replace(old, max_idle_ms=5).backlog_poll_ms == 7
+    with pytest.warns(DeprecationWarning):
+        env = dispatcher_values(_parse("dispatcher"), {"ZSCHED_DISPATCHER_HELD_POLL_MS": "9"})
+    assert env == {"backlog_poll_ms": 9}
+    assert dispatcher_values(_parse("dispatcher", "--held-poll", "0.05"), {}) == {
+        "backlog_poll_ms": 50
+    }
+    assert "--held-poll is deprecated, use --backlog-poll" in capsys.readouterr().err
+    with pytest.raises(zsched.ConfigError, match="held_poll_ms is the deprecated name of"):
+        DispatcherSettings(held_poll_ms=1, backlog_poll_ms=2)
+
+
 def test_an_unknown_worker_variable_is_refused_naming_it() -> None:
     with pytest.raises(zsched.ConfigError, match="readbatch"):
         worker_values(_parse("worker", "m:app"), {"ZSCHED_WORKER_READBATCH": "5"})

@@ -12,7 +12,7 @@ from console_seed import Seeded
 from test_console_http import AUTH, console, post
 
 import zsched
-from zsched.aio import AsyncApp
+from zsched.app import AsyncApp
 from zsched.web import backend as backend_module
 from zsched.web.aio_backend import THREAD_PATH
 

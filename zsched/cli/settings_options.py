@@ -12,12 +12,13 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from zsched.cli.common import UsageError
-from zsched.config import DispatcherSettings, WorkerSettings, from_env
+from zsched.config import RENAMED, DispatcherSettings, WorkerSettings, from_env
 
 WORKER_ENV = "ZSCHED_WORKER_"
 DISPATCHER_ENV = "ZSCHED_DISPATCHER_"
@@ -66,7 +67,7 @@ DISPATCHER_OPTIONS = (
     Option("max_backlog", "--max-backlog",
            "dispatch nothing while the stream holds this many entries (0 = no limit)"),
     Option("max_idle_ms", "--max-idle", "longest sleep without hearing from Redis"),
-    Option("held_poll_ms", "--held-poll", "sleep while the backlog limit stops dispatch"),
+    Option("backlog_poll_ms", "--backlog-poll", "sleep while the backlog limit stops dispatch"),
 )  # fmt: skip
 
 
@@ -94,8 +95,9 @@ def values(args: argparse.Namespace, options: tuple[Option, ...], cls: type[Any]
     """The settings the environment and the flags give (a flag wins); ConfigError names a
     bad variable, UsageError a bad flag."""
     env = os.environ if environ is None else environ
+    old = {new: o for o, new in RENAMED.get(cls, {}).items()}
     out = {k: v for k, v in dataclasses.asdict(from_env(cls, prefix, env)).items()
-           if o_env_given(k, prefix, env)}  # fmt: skip
+           if o_env_given(k, prefix, env) or (k in old and o_env_given(old[k], prefix, env))}  # fmt: skip
     for o in options:
         given = getattr(args, o.flag[2:].replace("-", "_"))
         if given is None:
@@ -123,8 +125,19 @@ def worker_values(
     return values(args, WORKER_OPTIONS, WorkerSettings, WORKER_ENV, environ)
 
 
+class _Deprecated(argparse.Action):
+    """A flag's old spelling: stores into the new flag's place and says so on stderr."""
+
+    def __call__(self, parser: Any, ns: argparse.Namespace, value: Any, flag: Any = None) -> None:
+        print(f"zsched: {flag} is deprecated, use {self.metavar}", file=sys.stderr)
+        setattr(ns, self.dest, value)
+
+
 def add_dispatcher_options(p: argparse.ArgumentParser) -> None:
     add_options(p, DISPATCHER_OPTIONS, DispatcherSettings, DISPATCHER_ENV)
+    # The old name of --backlog-poll ("held" is a worker's hold on an entry now).
+    p.add_argument("--held-poll", dest="backlog_poll", type=float, default=None,
+                   action=_Deprecated, metavar="--backlog-poll", help=argparse.SUPPRESS)  # fmt: skip
 
 
 def dispatcher_values(

@@ -194,7 +194,7 @@ class Dispatcher:
         if t.more:
             return 0.0
         if t.backlogged:
-            return s.held_poll_ms / 1000
+            return s.backlog_poll_ms / 1000
         if t.next_due_ms is None:
             return s.max_idle_ms / 1000
         wait_ms = min(max(0, t.next_due_ms - t.now_ms), s.max_idle_ms)

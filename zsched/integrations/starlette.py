@@ -22,8 +22,7 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from zsched.aio import AsyncApp
-from zsched.app import App
+from zsched.app import App, AsyncApp
 
 #: Where the lifespan puts the async app: request.state.<key> and app.state.<key>.
 STATE_KEY = "zsched"

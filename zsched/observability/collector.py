@@ -223,23 +223,37 @@ class QueueCollector(Collector):
         the list for `_counts.decode`; the rules' reads raise."""
         pinned = self._clock.now_ms() if self._clock is not None else None
         call = S.status(keys, now_ms=pinned, max_leaves=STATUS_MAX_LEAVES)
-        delayed_args = (S.source(call.name), len(call.keys), *call.keys, *call.args)
+        # EVALSHA: the source (kilobytes) goes only when the server's script cache lacks it.
+        delayed_args = (len(call.keys), *call.keys, *call.args)
         pipe = self._redis.pipeline(transaction=False)
         cluster = isinstance(self._redis, redis.cluster.RedisCluster)
         if cluster:  # cluster pipelines refuse scripts
-            delayed_first = self._redis.eval(*delayed_args)
+            delayed_first = self._status(call.name, delayed_args)
         else:
-            pipe.eval(*delayed_args)
+            pipe.evalsha(S.sha(call.name), *delayed_args)
         _counts.queue(pipe, keys)
         pipe.zrange(keys.rule_next, 0, -1, withscores=True)
         pipe.hgetall(keys.rule_state)
         replies: list[Any] = pipe.execute(raise_on_error=False)
         if cluster:
             replies = [delayed_first, *replies]
+        elif isinstance(replies[0], redis.exceptions.NoScriptError):  # a fresh or flushed cache
+            replies[0] = self._status(call.name, delayed_args)
         for i, reply in enumerate(replies):
             if isinstance(reply, Exception) and not 0 < i <= _counts.REPLIES:
                 raise reply
         return replies
+
+    def _status(self, name: str, args: tuple[Any, ...]) -> Any:
+        """status.lua by EVALSHA, loaded by EVAL when the cache lacks it; an error is returned
+        as the pipeline's would be."""
+        try:
+            try:
+                return self._redis.evalsha(S.sha(name), *args)
+            except redis.exceptions.NoScriptError:
+                return self._redis.eval(S.source(name), *args)
+        except redis.exceptions.ResponseError as exc:
+            return exc
 
     # -- prometheus_client interface ----------------------------------------------------------
 

@@ -5,6 +5,7 @@ pipeline-safe) and run a `Call` (zsched/store/scripts.py builds one per script).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -59,6 +60,12 @@ def source(name: str) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScriptError(f"cannot read Lua script {name!r}: {exc}") from exc
+
+
+@cache
+def sha(name: str) -> str:
+    """The SHA1 Redis caches one script's source under (for EVALSHA)."""
+    return hashlib.sha1(source(name).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from zsched.store.loader import AsyncScripts as AsyncScripts
 from zsched.store.loader import Call as Call
 from zsched.store.loader import Scripts as Scripts
 from zsched.store.loader import lua_dir as lua_dir
+from zsched.store.loader import sha as sha
 from zsched.store.loader import source as source
 
 T = TypeVar("T")
@@ -70,7 +71,7 @@ class DispatchResult:
     next_due_ms: int | None
     now_ms: int
     #: Nothing moved because the stream holds max_backlog entries or more (or the queue is
-    #: paused): the dispatcher polls again after held_poll_ms.
+    #: paused): the dispatcher polls again after backlog_poll_ms.
     backlogged: bool
     run_at_ms: list[int]
     #: How long the call ran in Redis (us); 0 on the idle pass.

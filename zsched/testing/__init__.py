@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from zsched.aio import AsyncApp
-from zsched.app import App
+from zsched.app import App, AsyncApp
 from zsched.clock import FakeClock, datetime_to_ms, ms_to_datetime
 from zsched.dispatch.simulate import fakeredis_module
 from zsched.errors import InvalidArgument, PayloadError, ZschedError

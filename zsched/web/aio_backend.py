@@ -21,7 +21,7 @@ from typing import Any
 
 import zsched.web.reads as reads
 import zsched.web.words as words
-from zsched.aio import AsyncApp
+from zsched.app import AsyncApp
 from zsched.errors import ScheduleNotFound
 from zsched.rules.spec import Spec, State, decode_spec, decode_state
 from zsched.web.backend import (

@@ -123,7 +123,7 @@ async def test_held_dispatch_resumes_once_the_stream_shrinks(backend, queue) -> 
     t = await d.tick()
     assert (t.moved, t.backlogged) == (2, False) and d._sleep_s(t) == 0.0
     t = await d.tick()
-    assert t.backlogged and t.moved == 0 and d._sleep_s(t) == d.settings.held_poll_ms / 1000
+    assert t.backlogged and t.moved == 0 and d._sleep_s(t) == d.settings.backlog_poll_ms / 1000
     entries = backend.sync.xrange(app.keys.ready)
     backend.sync.xdel(app.keys.ready, entries[0][0])
     t = await d.tick()
