@@ -2,10 +2,13 @@
 --   fire that waited for it (overlap = queue).
 -- KEYS[1] lease (string of this rule)   KEYS[2] rule_waiting (hash)   KEYS[3] runs (hash)
 -- KEYS[4] delayed (B-tree root)         KEYS[5] wake (channel)
+-- KEYS[6] done (zset: run_id -> done_ms; optional: a caller that omits it gets the live check only)
 -- ARGV[1] now_ms "" = server TIME   ARGV[2] schedule_id   ARGV[3] run_id (the finished run)
 -- ARGV[4] lease_ms (unused, kept for callers: the started fire's lease has no TTL, as fire.lua's)
+-- ARGV[5] dedupe_window_ms (with KEYS[6]: a run done within it is done)
 -- Returns {released, started_run_id}: released 1 if this run held the lease; started_run_id
---   is the waiting fire now due, or "" (none waited, or its run id was live again: dropped).
+--   is the waiting fire now due, or "" (none waited, or its run id was live or done again:
+--   dropped, as fire.lua drops it).
 -- Invariant: only the run holding a lease frees it; a waiting fire starts in the same call
 --   that hands it the lease, so at most one run of the rule holds it.
 -- Publishes on `wake` when it frees the lease (a catch-up replay may wait for it) or starts
@@ -264,8 +267,11 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
-local lease, waiting, runs, delayed, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-for key, want in pairs({[lease] = 'string', [waiting] = 'hash', [runs] = 'hash'}) do
+local lease, waiting, runs, delayed, wake, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local window_ms = tonumber(ARGV[5] or '') or 0
+local types = {[lease] = 'string', [waiting] = 'hash', [runs] = 'hash'}
+if done then types[done] = 'zset' end
+for key, want in pairs(types) do
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched unlease: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
@@ -292,8 +298,10 @@ if redis.call('EXISTS', lease) == 0 then
     local head = #tostring(n) + 1
     started = string.sub(w, head + 1, head + n)
     redis.call('HDEL', waiting, sid)
-    if redis.call('HEXISTS', runs, started) == 1 then
-      started = ''  -- live again under its id (enqueued by hand): that run is the slot's
+    local finished = done and redis.call('ZSCORE', done, started)
+    if redis.call('HEXISTS', runs, started) == 1
+        or (finished and tonumber(finished) > now_ms - window_ms) then
+      started = ''  -- live or done again under its id (enqueued by hand): that run is the slot's
     else
       redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
       bt_add(delayed, {{started, now_ms}})

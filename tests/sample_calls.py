@@ -29,7 +29,7 @@ def sample_calls(k: QueueKeys) -> dict[str, S.Call[Any]]:
             k, S.FireArgs("s", b"", None, b"", None, b"", None, "allow", 1, [], []),
             now_ms=None, dedupe_window_ms=1, ledger_maxlen=1, ledger_max_age_ms=0,
         ),
-        "unlease": S.unlease(k, "s", "r", 1, now_ms=None),
+        "unlease": S.unlease(k, "s", "r", 1, now_ms=None, dedupe_window_ms=1000),
         "extend": S.extend(k, "s", "r", 1),
         "status": S.status(k, now_ms=None),
         "migrate": S.migrate(k),

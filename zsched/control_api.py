@@ -204,7 +204,8 @@ def _lease_calls(ctx: QueueContext, res: C.CancelResult) -> list[Call[Any]]:
     if not (env.schedule_id and env.lease_ms):
         return []
     keys = ctx.keys_for_run(res.run_id)
-    return [S.unlease(keys, env.schedule_id, res.run_id, env.lease_ms, now_ms=ctx.clock.now_ms())]
+    return [S.unlease(keys, env.schedule_id, res.run_id, env.lease_ms, now_ms=ctx.clock.now_ms(),
+                      dedupe_window_ms=ctx.settings.dedupe_window_ms)]  # fmt: skip
 
 
 class CancelMethods:

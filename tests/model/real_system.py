@@ -1,93 +1,97 @@
 """The real system under an injected clock, stepped like the model: real Dispatchers (1 to
-3, ticked), a real Worker (its own loop, on the real redis-server) whose async handler holds
-each attempt until the clock reaches the end its fate says, then succeeds, retries or fails.
+3, ticked) and real Workers (1 to 3, each in a child process: tests/model/workers.py) on the
+real redis-server; a handler holds each attempt until the clock reaches the end its fate
+says, then succeeds, retries or fails.
 
-At one instant: release the handlers whose time is up and wait until the worker wrote their
+At one instant: release the handlers whose time is up and wait until a worker wrote their
 outcome; tick every dispatcher that is up (each hears a wake-up first, as a sleeping one would:
-every rule operation and unlease publish one); wait until the worker started every run on
-the stream; again until nothing changes.
+every rule operation and unlease publish one); wait until the workers started every run on
+the stream; again until nothing changes. A worker dies by SIGKILL; time enough passes for
+its entries' visibility timeout (the harness ages them: Redis counts idle time in real time,
+which the FakeClock does not move), and a new worker reclaims them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-import zsched
 from tests.model.rule_model import Fate, RuleDef
-from zsched import FakeClock
+from tests.model.workers import STUCK_S, ChildWorker, SharedClock
+from zsched.protocol.keys import GROUP
 from zsched.rules.ledger import history
 from zsched.rules.triggers import Every
 from zsched.store.delayed import untag
 
-#: Real seconds any one wait may take before the harness calls the system stuck.
-STUCK_S = 15.0
+#: The workers' visibility timeout (real time): long, so that no live worker's entry is ever
+#: reclaimed however loaded the machine; a dead worker's entries are aged past it instead.
+VISIBILITY_MS = 600_000
 
 
-def _is_worker_loop(t: asyncio.Task[Any], w: Any) -> bool:
-    """Whether `t` is one of the loops `w.run()` started (each runs under `w.guard`)."""
-    frame = t.get_coro().cr_frame  # type: ignore[union-attr]
-    return frame is not None and frame.f_locals.get("self") is w.guard
+@dataclass
+class Gate:
+    """One attempt a handler holds: until `finish` (clock ms), then its fate."""
+
+    finish: int
+    fate: Fate
+    worker: ChildWorker
+    released: bool = False
 
 
-def _name(t: asyncio.Task[Any]) -> str:
-    return f"{t.get_coro().__qualname__}:{'done' if t.done() else 'pending'}"  # type: ignore[union-attr]
+async def _never(payload: Any) -> None:
+    """Task "t" in the parent's App (handlers run in the workers' processes)."""
 
 
 class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
-                 start_ms: int, dispatchers: int = 1) -> None:  # fmt: skip
+                 start_ms: int, dispatchers: int = 1, workers: int = 1) -> None:  # fmt: skip
         self.real, self.rule, self.fate_of = real, rule, fate_of
-        self.clock = FakeClock(start_ms)
+        self.clock = SharedClock(start_ms)
         self.app = real.app(queue, clock=self.clock)
-        self.sid = rule.schedule_id
+        self.queue, self.sid = queue, rule.schedule_id
         self.up = True
-        #: (run id, attempt) -> [finish ms, event, fate, released]
-        self.gates: dict[tuple[str, int], list[Any]] = {}
+        self.gates: dict[tuple[str, int], Gate] = {}
         self.started: list[tuple[str, int, int]] = []
-        self.app.task(name="t", max_attempts=5)(self._handler)
+        self.app.task(name="t", max_attempts=5)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
                             for _ in range(dispatchers)]  # fmt: skip
-        self.worker = self._new_worker()
-        self._stop = asyncio.Event()
-        self._loop: asyncio.Task[None] | None = None
+        self.n_workers = workers
+        self.workers: list[ChildWorker] = []
         #: Attempts started again by a worker that reclaimed them (not a second fire).
         self.reclaimed: list[tuple[str, int, int]] = []
 
-    def _new_worker(self) -> Any:
-        # A short visibility timeout (real time): a dead worker's runs are reclaimed at once.
-        # Reclaims do not count toward dead-lettering here: the model reclaims without limit.
-        return self.app.worker(redis=self.real.async_client(), concurrency=64,
-                               visibility_timeout_ms=300, max_deliveries=1000)  # fmt: skip
-
-    async def _handler(self, payload: Any) -> None:
-        info = zsched.current_run()
-        key = (info.run_id, info.attempt)
+    def _on_run(self, worker: ChildWorker, ev: dict[str, Any]) -> None:
+        key, now = (ev["run_id"], ev["attempt"]), ev["now"]
         fate = self.fate_of(*key)
-        now = self.clock.now_ms()
-        gate = [now + fate.duration_ms, asyncio.Event(), fate, False]
-        self.gates[key] = gate
-        (self.reclaimed if info.deliveries > 1 else self.started).append((*key, now))
-        await gate[1].wait()
-        if fate.kind == "retry":
-            raise zsched.Retry(delay=fate.retry_delay_ms / 1000)
-        if fate.kind == "fail":
-            raise zsched.Fail("its fate")
+        self.gates[key] = Gate(now + fate.duration_ms, fate, worker)
+        (self.reclaimed if ev["deliveries"] > 1 else self.started).append((*key, now))
+
+    async def _new_worker(self) -> ChildWorker:
+        w = ChildWorker(asyncio.get_running_loop())
+        await w.start(self.real.url, self.queue, self.clock, VISIBILITY_MS,
+                      functools.partial(self._on_run, w))  # fmt: skip
+        return w
 
     async def start(self) -> None:
-        self._loop = asyncio.create_task(self.worker.run(self._stop))
+        """Start the workers (in parallel: each child answers on its own)."""
+        self.workers = list(await asyncio.gather(*(self._new_worker()
+                                                   for _ in range(self.n_workers))))  # fmt: skip
 
     async def close(self) -> None:
-        for _, ev, _, _ in self.gates.values():
-            ev.set()
-        self._stop.set()
-        if self._loop is not None:
-            await asyncio.wait_for(self._loop, 30)
-        for d in self.dispatchers:
-            await d.close()
-        await self.worker.close()
+        try:
+            stopped = await asyncio.gather(*(w.stop() for w in self.workers),
+                                           return_exceptions=True)  # fmt: skip
+            for outcome in stopped:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+        finally:
+            for d in self.dispatchers:
+                await d.close()
+            self.clock.close()
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -147,24 +151,32 @@ class RealSystem:
         self.app.unschedule(self.sid)
         await self.settle()
 
-    async def kill_worker(self) -> None:
-        """The worker dies mid-run (nothing handed back, no outcome written); a new one
-        reclaims its runs after the visibility timeout and runs them again."""
-        # Only the worker's own tasks (its run(), its three loops, its handlers): cancelling
-        # every task of the loop, as this once did, also cancelled the clients' own tasks.
-        old = self.worker
-        doomed = [t for t in asyncio.all_tasks()
-                  if t is self._loop or t in old.runner.tasks or _is_worker_loop(t, old)]  # fmt: skip
-        for t in doomed:
-            t.cancel()
-        gone = asyncio.gather(*doomed, return_exceptions=True)
-        await self._bounded(gone, "the dead worker's tasks to end", doomed)
-        await self._bounded(old.close(), "the dead worker's clients to close")
-        self.gates = {k: g for k, g in self.gates.items() if g[3]}  # those handlers died
-        self.worker = self._new_worker()
-        self._stop = asyncio.Event()
-        await self.start()
+    def held_by(self, index: int) -> set[str]:
+        """Run ids whose attempt worker `index` (modulo the workers) is running."""
+        w = self.workers[index % len(self.workers)]
+        return {k[0] for k, g in self.gates.items() if g.worker is w and not g.released}
+
+    async def kill_worker(self, index: int) -> None:
+        """Worker `index` (modulo the workers) dies mid-run: SIGKILL, nothing handed back,
+        no outcome written. A new worker takes its place and, once its entries are idle past
+        the visibility timeout, reclaims them and runs them again (same attempt)."""
+        i = index % len(self.workers)
+        dead = self.workers[i]
+        dead.kill()
+        self.gates = {k: g for k, g in self.gates.items() if g.worker is not dead}
+        self._age(dead.consumer)
+        self.workers[i] = await self._new_worker()
+        await self.workers[i].reclaim()
         await self.settle()
+
+    def _age(self, consumer: str) -> None:
+        """The visibility timeout passes for `consumer`'s entries (XCLAIM to itself with IDLE;
+        JUSTID: the delivery count stays)."""
+        r, k = self.real.sync, self.app.keys
+        rows = r.xpending_range(k.ready, GROUP, "-", "+", 10_000, consumername=consumer)
+        ids = [row["message_id"] for row in rows]
+        if ids:
+            r.xclaim(k.ready, GROUP, consumer, 0, ids, idle=10 * VISIBILITY_MS, justid=True)
 
     async def set_up(self, up: bool) -> None:
         self.up = up
@@ -199,7 +211,7 @@ class RealSystem:
     async def next_event(self) -> int | None:
         t = self.clock.now_ms()
         r, k = self.real.sync, self.app.keys
-        cands = [g[0] for g in self.gates.values() if not g[3]]
+        cands = [g.finish for g in self.gates.values() if not g.released]
         if self.up:
             head = r.zrange(k.rule_next, 0, 0, withscores=True)
             if head:
@@ -237,12 +249,12 @@ class RealSystem:
 
     async def _release(self) -> bool:
         now = self.clock.now_ms()
-        due = [(key, g) for key, g in self.gates.items() if not g[3] and g[0] <= now]
-        for _, g in due:
-            g[3] = True
-            g[1].set()
+        due = [(key, g) for key, g in self.gates.items() if not g.released and g.finish <= now]
+        for (rid, attempt), g in due:
+            g.released = True
+            g.worker.release(rid, attempt, g.fate.kind, g.fate.retry_delay_ms)
         for key, g in due:
-            await self._until(lambda key=key, g=g: self._written(key, g[2]),
+            await self._until(lambda key=key, g=g: self._written(key, g.fate),
                               f"the outcome of {key}")  # fmt: skip
         return bool(due)
 
@@ -261,17 +273,10 @@ class RealSystem:
 
         def all_running() -> bool:
             n = r.xlen(k.ready)
-            active = sum(1 for g in self.gates.values() if not g[3])
+            active = sum(1 for g in self.gates.values() if not g.released)
             return n == active
 
         await self._until(all_running, "the worker to start every ready run")
-
-    async def _bounded(self, aw: Any, what: str, tasks: Any = ()) -> None:
-        try:
-            await asyncio.wait_for(aw, STUCK_S)
-        except TimeoutError:
-            left = [_name(t) for t in tasks if not t.done()]
-            raise AssertionError(f"real system stuck waiting for {what} {left}") from None
 
     async def _until(self, cond: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + STUCK_S

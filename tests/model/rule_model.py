@@ -37,6 +37,7 @@ or fails (dead letter).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -74,6 +75,7 @@ class RuleDef:
         return min(60_000, shortest_period(self.trigger) // 2)
 
 
+@functools.lru_cache(maxsize=256)
 def shortest_period(trigger: Trigger) -> int:
     if isinstance(trigger, Every):
         return trigger.interval_ms
@@ -221,11 +223,12 @@ class Model:
         self.queue_paused = False
         self.settle()
 
-    def kill_worker(self) -> None:
-        """The worker dies: each running attempt starts again now (reclaimed by another
-        worker, same attempt, its duration again); the lease stays with its run."""
+    def kill_worker(self, held: set[str] | None = None) -> None:
+        """A worker dies: each attempt it was running (`held`; None: every running one)
+        starts again now (reclaimed by another worker, same attempt, its duration again); the
+        lease stays with its run."""
         for r in self.runs.values():
-            if r.state == "running":
+            if r.state == "running" and (held is None or r.run_id in held):
                 r.finish = self.now + r.fate.duration_ms
         self.settle()
 
@@ -305,7 +308,9 @@ class Model:
         if self.lease is None and self.waiting is not None:
             wid, slot = self.waiting
             self.waiting = None
-            if wid not in self.runs or self.runs[wid].state in ("done", "dead"):
+            # Live or done under its id (a forced manual fire of the same instant): dropped,
+            # as any fire of a run id live or done (invariant 2).
+            if wid not in self.runs or self.runs[wid].state == "dead":
                 self.runs[wid] = Run(wid, slot, due=self.now)
                 self.lease = wid
 

@@ -25,7 +25,22 @@ TRIGGERS = {
         1_774_656_000_000,
     ),  # fmt: skip
     "lord-howe": (Cron("*/15 * * * *", "Australia/Lord_Howe"), 1_791_041_400_000 - H),
+    # Lord Howe: +10:30 -> +11 at 2026-10-03T15:30Z; 02:15 local does not exist that night.
+    "lord-howe-daily-skip": (
+        Cron("15 2 * * *", "Australia/Lord_Howe", dst_gap="skip"),
+        1_790_985_600_000,
+    ),  # fmt: skip
+    # Berlin falls back at 2026-10-25T01:00Z: 02:30 local happens twice, both fire.
+    "berlin-daily-both": (
+        Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both"),
+        1_792_800_000_000,
+    ),  # fmt: skip
+    # Santiago's midnight shift (-04 -> -03 at 2026-09-06T04:00Z): midnight does not exist.
+    "santiago-midnight": (Cron("0 0 * * *", "America/Santiago"), 1_788_570_000_000),
+    # Jitter: each fire is due crc32(...) % jitter after its slot.
+    "every-jitter": (Every(60), 1_800_000_000_000),
 }
+JITTER_MS = {"every-jitter": 15_000}
 
 
 def _model(rule: RuleDef, start: int, down_to: int, slow_ms: int) -> list[tuple[int, str, str]]:
@@ -50,13 +65,15 @@ async def test_the_simulator_agrees_with_the_model(queue: str, trigger: str, slo
     backend = Backend(None)
     trig, start = TRIGGERS[trigger]
     period = shortest_period(trig)
-    rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=3)
+    jitter = JITTER_MS.get(trigger, 0)
+    rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=3, jitter_ms=jitter)
     app = backend.app(queue, clock=FakeClock(start))
-    opts: dict[str, Any] = {"misfire": misfire, "overlap": overlap, "max_catch_up": 3}
+    opts: dict[str, Any] = {"misfire": misfire, "overlap": overlap, "max_catch_up": 3,
+                            "jitter": jitter / 1000}  # fmt: skip
     if isinstance(trig, Every):
         opts["every"] = trig.interval_ms / 1000
     else:
-        opts.update(cron=trig.expr, tz=trig.tz, dst_gap=trig.dst_gap)
+        opts.update(cron=trig.expr, tz=trig.tz, dst_gap=trig.dst_gap, dst_repeat=trig.dst_repeat)
     app.schedule("r", "t", **opts)
     slow_ms = int(period * slow)
     down_to = start + 7 * period + 5

@@ -101,7 +101,7 @@ async def test_a_policy_changed_under_running_processes_is_noticed(queue, caplog
             await until(lambda: risk(metrics, queue, "worker") == 1, "the worker seeing it")
             await until(lambda: risk(metrics, queue, "dispatcher") == 1, "the dispatcher seeing it")
             errors = records(caplog, logging.ERROR, "maxmemory-policy volatile-lru")
-            assert len(errors) == 2 and "overlap leases" in errors[0].getMessage()
+            assert len(errors) == 2 and "per-task limit counters" in errors[0].getMessage()
             app.enqueue("t", run_id="r1")  # running processes go on (the alert is the signal)
             await until(lambda: ran == ["r1"], "the run")
             srv_client.config_set("maxmemory-policy", "noeviction")
@@ -143,6 +143,16 @@ def test_the_cli_refuses_and_says_what_to_set_unless_allowed(lru_server, queue) 
     assert allowed.returncode == 0
 
 
+def test_the_volatile_risk_names_the_keys_with_a_ttl_and_not_the_overlap_leases() -> None:
+    """Rules' overlap leases have no TTL (a lease lasts while its run lives): a `volatile-*`
+    policy cannot evict one, and the warning does not say it could."""
+    risk = assess({"maxmemory_policy": "volatile-lru", "maxmemory": 1 << 26}).risk
+    assert risk is not None
+    assert "lease" not in risk and "overlap" not in risk
+    for what in ("completion", "cancel", "outcomes", "limit"):
+        assert what in risk
+
+
 @pytest.mark.parametrize(
     ("policy", "maxmemory", "at_risk"),
     [
@@ -151,7 +161,7 @@ def test_the_cli_refuses_and_says_what_to_set_unless_allowed(lru_server, queue) 
         ("allkeys-lru", 1 << 26, True),
         ("allkeys-lfu", 1 << 26, True),
         ("allkeys-random", 1 << 26, True),
-        ("volatile-lru", 1 << 26, True),  # done records and overlap leases have TTLs
+        ("volatile-lru", 1 << 26, True),  # done records, outcomes, limit counters have TTLs
         ("volatile-lfu", 1 << 26, True),
         ("volatile-random", 1 << 26, True),
         ("volatile-ttl", 1 << 26, True),

@@ -153,5 +153,25 @@ def test_unlease_does_not_start_a_waiting_fire_whose_id_is_live(backend, queue) 
     app = seed_delayed(backend, queue, {"s1@x": NOW + 100_000, "y": NOW + 5})
     k = app.keys
     backend.sync.hset(k.rule_waiting, "s1", b"4:s1@x" + env("s1@x"))
-    app.scripts.run(S.unlease(k, "s1", "old", 1000, now_ms=NOW))
+    app.scripts.run(S.unlease(k, "s1", "old", 1000, now_ms=NOW, dedupe_window_ms=3_600_000))
     check(backend, k, {"s1@x": NOW + 100_000, "y": NOW + 5})
+
+
+@pytest.mark.parametrize(("done_ago_ms", "started"), [(1_000, False), (7_200_000, True)])
+def test_unlease_does_not_start_a_waiting_fire_whose_id_is_done(backend, queue, done_ago_ms,
+                                                                started) -> None:  # fmt: skip
+    """Found by the model's state machine: a manual fire waited (overlap queue) while a forced
+    manual fire of the same instant, same run id, ran; both ended at one instant and unlease
+    started the waiting fire again, a second run of that id. A waiting fire whose id is done
+    within the dedupe window is dropped (as fire.lua drops it); past the window it starts."""
+    app = seed_delayed(backend, queue, {"y": NOW + 5})
+    k, r = app.keys, backend.sync
+    r.set(k.lease("s1"), "old")
+    r.hset(k.rule_waiting, "s1", b"4:s1@x" + env("s1@x"))
+    r.zadd(k.done, {"s1@x": NOW - done_ago_ms})
+    released, got = app.scripts.run(S.unlease(k, "s1", "old", 1000, now_ms=NOW,
+                                              dedupe_window_ms=3_600_000))  # fmt: skip
+    assert released and got == ("s1@x" if started else "")
+    assert not r.hexists(k.rule_waiting, "s1")
+    assert (r.get(k.lease("s1")) is not None) == started
+    check(backend, k, {"s1@x": NOW, "y": NOW + 5} if started else {"y": NOW + 5})

@@ -82,7 +82,9 @@ def test_dead_moves_the_run_to_the_dead_letters_with_its_reason(backend, queue) 
 
 def test_release_hands_the_run_back_due_now_with_the_same_attempt(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
-    assert app.scripts.run(S.release(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW)) == [HoldCode.OK]
+    assert app.scripts.run(S.release(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW)) == [
+        HoldCode.OK
+    ]
     st = snapshot(backend.sync, app.keys)
     assert st["delayed"] == {"a": NOW} and st["runs"]["a"].get("attempt", 1) == 1
     assert st["ready"] == [] and st["pending"] == []

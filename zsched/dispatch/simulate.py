@@ -154,7 +154,8 @@ class Driver:
             await self.scripts.run(S.ack(k, "sim", [(eid, run_id)], now_ms=t,
                                          dedupe_window_ms=window))  # fmt: skip
             if lease_ms:
-                _, woke = await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t))
+                _, woke = await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t,
+                                                           dedupe_window_ms=window))  # fmt: skip
                 started = started or bool(woke)
         return started
 

@@ -136,7 +136,7 @@ class Metrics:
         )  # fmt: skip
         self.duplicates = Counter(
             "zsched_duplicates_total",
-            "Duplicate runs caught, by where: enqueue, fire, worker.",
+            "Duplicate runs caught, by where: enqueue, fire, worker, timeout.",
             ["queue", "where"], registry=r,
         )  # fmt: skip
         self.replaced = Counter(

@@ -6,9 +6,12 @@ trace. Managed Redis often defaults to such a policy. Which zsched keys are at r
 
 - `allkeys-lru`, `allkeys-lfu`, `allkeys-random`: any key, so any run, rule or stream;
 - `volatile-lru`, `volatile-lfu`, `volatile-random`, `volatile-ttl`: keys with a TTL. zsched
-  gives one to the completion records (`done`, the dedupe window: an evicted record lets a run
-  id enqueued again run twice) and to rules' overlap leases (an evicted lease lets the next
-  fire start while the previous run still runs, against overlap skip/queue).
+  gives one to the completion and cancel records (`done`, `cancelled`: the dedupe window; an
+  evicted record lets a run id enqueued again run twice), to kept outcomes (a result is lost),
+  to cancel requests (a running run does not hear its cancel) and to the per-task limits'
+  counters (a limit is exceeded). Rules' overlap leases have no TTL (a lease ends with its
+  run: done, dead, cancel, unlease, or a fire that finds it stale), so only `allkeys-*` can
+  evict one.
 
 So every policy but `noeviction` is a risk (with `maxmemory 0` Redis never evicts). The policy
 is read from `INFO memory`, which needs no CONFIG permission. A dispatcher or worker refuses to
@@ -51,9 +54,10 @@ def assess(info: dict[str, Any]) -> Verdict:
     if policy == SAFE_POLICY or maxmemory == 0:
         return Verdict(policy, maxmemory, None)
     if policy.startswith("volatile-"):
-        what = ("evicts keys that have a TTL when memory is full; zsched's completion records "
-                "(the dedupe window) and rules' overlap leases have one, so a run id enqueued "
-                "again could run twice and a rule's runs could overlap")  # fmt: skip
+        what = ("evicts keys that have a TTL when memory is full; zsched's completion and "
+                "cancel records (the dedupe window), kept outcomes, cancel requests and "
+                "per-task limit counters have one, so a run id enqueued again could run "
+                "twice, a kept result or a cancel be lost and a task's limit be exceeded")  # fmt: skip
     else:
         what = ("may evict any key when memory is full: delayed runs, rules and streams "
                 "would vanish without a trace")  # fmt: skip

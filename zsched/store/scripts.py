@@ -322,13 +322,15 @@ def fire(
 
 
 def unlease(
-    k: QueueKeys, schedule_id: str, run_id: str, lease_ms: int, *, now_ms: int | None
-) -> Call[tuple[bool, str]]:
-    """Reply: (released, run id of the waiting fire started now or "")."""
+    k: QueueKeys, schedule_id: str, run_id: str, lease_ms: int, *, now_ms: int | None,
+    dedupe_window_ms: int,
+) -> Call[tuple[bool, str]]:  # fmt: skip
+    """Reply: (released, run id of the waiting fire started now or ""; a waiting fire whose
+    run is live, or done within the dedupe window, is dropped)."""
     return Call(
         "unlease",
-        [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
-        [_now(now_ms), schedule_id, run_id, lease_ms],
+        [k.lease(schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake, k.done],
+        [_now(now_ms), schedule_id, run_id, lease_ms, dedupe_window_ms],
         lambda r: (bool(int(r[0])), text(r[1])),
     )
 

@@ -219,7 +219,7 @@ class FlushLoop:
 
 
 class HoldLoop:
-    """Every visibility timeout / 3: renews the holds (and overlap leases, limit shares) and
+    """Every visibility timeout / 3: renews the holds (and limit shares; overlap leases have no TTL) and
     hears cancel requests of the runs executing."""
 
     def __init__(self, ctx: WorkerContext, runner: Runner, holds: Holds) -> None:

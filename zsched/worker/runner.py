@@ -204,8 +204,14 @@ class Runner:
             self.writer.dead(d, f"failed: {exc.reason}"[:2000], "failed", task.name)
         else:
             if isinstance(exc, TimeoutError):
+                if isinstance(exc, _ReturnedLate) and env.attempt < self._attempts(env, task):
+                    # Its effect happened, and the retry will run the handler again.
+                    self.ctx.metrics.duplicates.labels(self.ctx.queue, "timeout").inc()
                 exc = TimeoutError(f"timed out after {task.timeout}s")
             self._retry(d, env, task, None, None, exc=exc)
+
+    def _attempts(self, env: Envelope, task: Task) -> int:
+        return env.max_attempts or task.max_attempts or self.ctx.settings.max_attempts
 
     def _metrics_of(self, task: str) -> TaskMetrics:
         tm = self._task_metrics.get(task)
@@ -235,13 +241,15 @@ class Runner:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), task.timeout)
         except TimeoutError:
-            await self._outlast(fut, info, task.timeout)
+            if await self._outlast(fut, info, task.timeout):
+                raise _ReturnedLate() from None
             raise
 
-    async def _outlast(self, fut: asyncio.Future[Any], info: RunInfo, timeout: float) -> None:
+    async def _outlast(self, fut: asyncio.Future[Any], info: RunInfo, timeout: float) -> bool:
         """A sync handler ran past its timeout. Its thread cannot be stopped: the run stays
         held (renewed) until the thread ends, so its retry cannot start beside it, and the
-        lost thread is shown rather than hidden; the attempt then counts as timed out."""
+        lost thread is shown rather than hidden; the attempt then counts as timed out.
+        True if the handler returned (did its work) rather than raised."""
         q = self.ctx.queue
         g = self.ctx.metrics.stuck_handlers.labels(q)
         log.warning("run %s: sync handler still running after its %.1fs timeout; its thread "
@@ -249,9 +257,10 @@ class Runner:
                     extra={"queue": q, "run_id": info.run_id})  # fmt: skip
         g.inc()
         try:
-            await asyncio.gather(fut, return_exceptions=True)
+            late = await asyncio.gather(fut, return_exceptions=True)
         finally:
             g.dec()
+        return not isinstance(late[0], BaseException)
 
     def _retry(
         self,
@@ -264,7 +273,7 @@ class Runner:
         outcome: str = "failed",
     ) -> None:
         s, q, m = self.ctx.settings, self.ctx.queue, self.ctx.metrics
-        attempts = env.max_attempts or task.max_attempts or s.max_attempts
+        attempts = self._attempts(env, task)
         if env.attempt >= attempts:
             # "failed after": the dead script counts it as exhausted (lua/dead.lua's kinds).
             why = (failure_reason(exc, env.attempt) if exc
@@ -284,6 +293,11 @@ class Runner:
         if exc is not None:
             log.info("run %s failed (attempt %d/%d), retrying in %.1fs: %s", d.run_id,
                      env.attempt, attempts, delay, exc, extra={"queue": q, "run_id": d.run_id})  # fmt: skip
+
+
+class _ReturnedLate(TimeoutError):
+    """A sync handler that returned after its timeout: the attempt still counts as timed out
+    (and is retried), but its effect happened: the retry is a duplicate execution."""
 
 
 def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -> Any:

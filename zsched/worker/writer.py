@@ -210,7 +210,14 @@ class Writer:
                 continue
             sid, run_id, lease_ms = lease
             await ctx.scripts.run(
-                S.unlease(ctx.keys, sid, run_id, lease_ms, now_ms=ctx.clock.now_ms())
+                S.unlease(
+                    ctx.keys,
+                    sid,
+                    run_id,
+                    lease_ms,
+                    now_ms=ctx.clock.now_ms(),
+                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms,
+                )  # fmt: skip
             )
 
     async def _extend(self, items: list[Any], codes: list[int]) -> None:
