@@ -106,12 +106,25 @@ class ReadLoop:
         return min(int(s.read_ahead), int(s.max_read_ahead_bytes) // self.envelope_bytes)
 
     def start_waiting(self) -> int:
-        """Start entries read ahead, in stream order, while slots are free; how many."""
-        waiting, started = self.runner.waiting, 0
+        """Start entries read ahead, in stream order, while slots are free; how many. One a
+        renewal found taken by another consumer is dropped, not run (`Writer.lost`)."""
+        waiting, lost, started = self.runner.waiting, self.writer.lost, 0
         while waiting and self.free_slots() > 0:
-            self.runner.start(waiting.popleft())
+            d = waiting.popleft()
+            if lost and d.entry_id in lost:
+                lost.discard(d.entry_id)
+                continue
+            self.runner.start(d)
             started += 1
         return started
+
+    async def check_waiting(self) -> None:
+        """Renew the holds first when the last renewal is over half a visibility timeout old
+        (this process was paused: SIGSTOP, a long GC): another worker may have reclaimed
+        entries waiting here meanwhile, and those are dropped instead of run twice."""
+        half_s = self.ctx.settings.visibility_timeout_ms / 2000
+        if self.runner.waiting and time.monotonic() - self.holds.renewed_at > half_s:
+            await self.holds.renew()
 
     def _prefetch(self) -> None:
         """Send the next read (no blocking) before the runs just read start, so Redis answers
@@ -120,29 +133,36 @@ class ReadLoop:
         n = min(self.ctx.settings.read_batch,
                 self.free_slots() + self.read_ahead() - len(self.runner.waiting))  # fmt: skip
         if n > 0:
-            self.prefetch = asyncio.get_running_loop().create_task(self.read(n, None))
+            self.prefetch = t = asyncio.get_running_loop().create_task(self.read(n, None))
+            t.add_done_callback(self._prefetched)
             self.prefetch_count = n
 
+    def _prefetched(self, t: asyncio.Task[list[Delivery]]) -> None:
+        """A prefetch's entries wait with the others from the moment they arrive: held, so
+        renewed and handed back, and never reclaimed by this worker itself (left in the task's
+        result while every slot was busy, they went idle past the visibility timeout: the
+        chaos smoke's duplicates)."""
+        if not t.cancelled() and t.exception() is None:
+            self.runner.waiting.extend(t.result())
+
     async def _next_batch(self, count: int, wait_ms: int | None) -> tuple[list[Delivery], int]:
-        """The prefetched read's entries, else (none, or it found none) a read of `count`;
-        and how many the read asked for."""
+        """The prefetched read's entries, else (none, or it found none) a read of `count`,
+        in `waiting` either way; and how many the read asked for."""
         p, self.prefetch = self.prefetch, None
         if p is not None:
-            batch = await p
+            batch = await p  # _prefetched put them in waiting (a done callback runs first)
             if batch:
                 return batch, self.prefetch_count
-        return await self.read(count, wait_ms), count
+        batch = await self.read(count, wait_ms)
+        self.runner.waiting.extend(batch)
+        return batch, count
 
     def _drop_prefetch(self) -> None:
-        """The loop ends: what a finished prefetch read waits like the rest (held, handed back
-        at shutdown); one still in flight is cancelled (what Redis delivered to it stays
-        pending for this consumer: handed back at shutdown, else reclaimed)."""
+        """The loop ends: a prefetch still in flight is cancelled (what Redis delivered to it
+        stays pending for this consumer: handed back at shutdown, else reclaimed); a finished
+        one's entries already wait with the rest."""
         p, self.prefetch = self.prefetch, None
-        if p is None:
-            return
-        if p.done() and not p.cancelled() and p.exception() is None:
-            self.runner.waiting.extend(p.result())
-        else:
+        if p is not None and not p.done():
             p.cancel()
 
     async def tick(self, block: bool = False) -> int:
@@ -151,6 +171,7 @@ class ReadLoop:
         ahead and start what the slots take (`block`: wait for some until the next reclaim
         is due, at most `block_ms`). Returns how many it started."""
         ctx, s = self.ctx, self.ctx.settings
+        await self.check_waiting()
         started = self.start_waiting()
         free = self.free_slots()
         if free > 0 and time.monotonic() >= self.next_reclaim:
@@ -168,7 +189,6 @@ class ReadLoop:
         batch, asked = await self._next_batch(count, wait_ms)
         if batch:
             self.envelope_bytes = sum(len(d.raw) for d in batch) // len(batch) or 1
-            self.runner.waiting.extend(batch)
             if self.prefetching and len(batch) >= asked:  # likely more ready: ask now
                 self._prefetch()
             started += self.start_waiting()

@@ -151,8 +151,11 @@ async def test_the_loop_sends_the_next_read_before_the_runs_of_the_last_start(re
     assert await r.tick() == 3 and ran == list(range(8))  # the prefetched 3, in stream order
     assert r.prefetch is not None
     await asyncio.wait([r.prefetch])
-    r._drop_prefetch()  # the loop ends: a finished prefetch's entries wait, held
-    assert [x.run_id for x in w.runner.waiting] and r.prefetch is None
+    # A finished prefetch's entries wait, held (renewed), before any tick takes them: with
+    # every slot busy they must not go idle (the chaos smoke's duplicates).
+    assert [x.run_id for x in w.runner.waiting]
+    r._drop_prefetch()
+    assert r.prefetch is None
     assert set(x.entry_id for x in w.runner.waiting) <= set(w.holds.entry_ids())
     r.prefetching = False
     while len(ran) < 12:
@@ -160,5 +163,29 @@ async def test_the_loop_sends_the_next_read_before_the_runs_of_the_last_start(re
     assert ran == list(range(12))  # each once, in stream order
     await w.flush()
     assert _pending(app, w) == 0
+    await d.close()
+    await w.close()
+
+
+async def test_a_worker_that_was_paused_drops_what_another_took_instead_of_running_it(
+    real, queue
+) -> None:
+    ran: list = []
+    release = asyncio.Event()
+    app = _app(real, queue, ran, release)
+    for i in range(3):
+        app.enqueue("t", i)
+    d = app.dispatcher(redis=real.async_client())
+    w = app.worker(redis=real.async_client(), concurrency=1, read_ahead=2)
+    await w.setup()
+    await d.tick()
+    assert await w.reader.tick() == 1
+    taken = w.runner.waiting[0].entry_id  # another consumer reclaims it while w is paused
+    assert app.redis.xclaim(app.keys.ready, GROUP, "other", 0, [taken], justid=True)
+    w.holds.renewed_at -= 3600  # as after a SIGSTOP: the last renewal is long ago
+    release.set()
+    await w.runner.drain()
+    assert await w.reader.tick() == 1  # renewed first: the taken entry is dropped, not run
+    assert ran == [0, 2] and taken not in w.holds.entry_ids()
     await d.close()
     await w.close()
