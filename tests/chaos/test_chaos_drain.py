@@ -77,7 +77,8 @@ def queued_fire(real: Any, queue: str) -> tuple[Any, Callable[[], None]]:
     real.sync.hset(app.keys.rule_waiting, SID, f"{len(rid)}:{rid}".encode() + env(rid))
 
     def move() -> None:
-        assert app.scripts.run(S.unlease(app.keys, SID, "r-queue@1", 0, now_ms=NOW)) == (True, rid)
+        call = S.unlease(app.keys, SID, "r-queue@1", 0, now_ms=NOW, dedupe_window_ms=60_000)
+        assert app.scripts.run(call) == (True, rid)
 
     return app, move
 

@@ -275,6 +275,20 @@ def test_the_half_hourly_worked_examples_of_policies_md(
     assert len(fires) == count, example
 
 
+def test_the_other_berlin_and_new_york_worked_examples_of_policies_md() -> None:
+    """docs/policies.md, worked examples 1 (its New York half), 5 and 6, as written."""
+    ny = "America/New_York"
+    assert day_fires(Cron("30 2 * * *", ny), ny, datetime(2026, 3, 8)) == ["2026-03-08T07:00Z"]
+    skip = Cron("30 2 * * *", BERLIN, dst_gap="skip")
+    after = ms_of(datetime(2026, 3, 28, 1, 30, tzinfo=UTC))
+    assert utc(skip.next_after_ms(after)) == datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
+    both = Cron("30 2 * * *", BERLIN, dst_repeat="both")
+    assert day_fires(both, BERLIN, datetime(2026, 10, 25)) == [
+        "2026-10-25T00:30Z",
+        "2026-10-25T01:30Z",
+    ]
+
+
 def test_fires_that_land_on_the_same_instant_are_one_fire() -> None:
     # 02:00 and 02:30 both shift to 03:00 CEST, which is also a real slot of the next rule.
     assert day_fires(
