@@ -180,10 +180,10 @@ class Dispatcher:
         if took > CALL_TARGET_S:
             self._limit = max(floor, int(limit * CALL_TARGET_S / took))
         else:
-            # Towards the size that takes CALL_TARGET_S, at most doubling a step (a call that
-            # takes 0, on Valkey's frozen TIME, doubles): a size that starts small must not
-            # stay below the one a shrinking size would settle at.
-            grown = 2 * limit if took <= 0 else int(limit * CALL_TARGET_S / took)
+            # Towards the size that takes 3/4 of CALL_TARGET_S (jitter then seldom crosses it),
+            # at most doubling a step (a call that takes 0, on Valkey's frozen TIME, doubles):
+            # a size that starts small must not stay below the one a shrinking size settles at.
+            grown = 2 * limit if took <= 0 else int(limit * 0.75 * CALL_TARGET_S / took)
             self._limit = max(limit, min(s.batch_size, 2 * limit, grown))
 
     def _observe(self, r: S.DispatchResult) -> None:

@@ -170,13 +170,15 @@ async def test_the_first_call_is_small_and_calls_grow_while_redis_runs_them_fast
     await d.close()
 
 
-async def test_a_call_between_half_and_the_whole_target_still_grows_the_next(backend, queue):
-    """A size that started small grows towards the size that takes CALL_TARGET_S (at most
-    doubling), so it settles where a shrinking size would, not wherever it stopped doubling."""
+async def test_a_call_between_half_and_three_quarters_of_the_target_grows_the_next(backend, queue):
+    """A size that started small grows towards the size that takes 3/4 of CALL_TARGET_S (at
+    most doubling), so it settles where a shrinking size would, not where it stopped doubling."""
     app = backend.app(queue, clock=FakeClock(NOW))
     d = app.dispatcher(redis=backend.async_client(), batch_size=500)
-    d._adapt(100, 0.8 * D.CALL_TARGET_S)
+    d._adapt(100, 0.6 * D.CALL_TARGET_S)
     assert d._limit == 125
+    d._adapt(125, 0.9 * D.CALL_TARGET_S)
+    assert d._limit == 125  # between 3/4 and the whole target: it stays
     d._adapt(400, 0.1 * D.CALL_TARGET_S)
     assert d._limit == 500  # never over batch_size
     d._adapt(60, 0.0)  # Valkey: TIME frozen in a script, the call reports 0
