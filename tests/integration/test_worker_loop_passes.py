@@ -35,7 +35,8 @@ async def test_a_read_pass_starts_what_is_ready_and_no_more_than_the_free_slots(
     ran: list[int] = []
     app = _app(backend, queue, ran)
     await _dispatched(app, backend, 5)
-    w = app.worker(redis=backend.async_client(), concurrency=3)
+    # No read-ahead: a read takes the free slots (test_read_ahead_budget.py reads beyond).
+    w = app.worker(redis=backend.async_client(), concurrency=3, read_ahead=0)
     await w.setup()
     assert await w.reader.tick() == 3  # the free slots, not the 5 ready
     await w.runner.drain()
