@@ -114,10 +114,13 @@ class Writer:
 
     async def _flush(self) -> None:
         """Write buffered outcomes: one script call per kind per FLUSH_BATCH runs."""
-        now = self.ctx.clock.now_ms()
         if self.discards:
             await self._flush_discards()
         while self.acks or self.retries or self.deads:
+            # Now for each batch, not once per flush: outcomes buffered while an earlier batch
+            # was written (an injected clock may have moved meanwhile) get their retry due
+            # from the instant they are written (found by the model: make model, issue 18).
+            now = self.ctx.clock.now_ms()
             b = FLUSH_BATCH
             acks, self.acks = self.acks[:b], self.acks[b:]
             retries, self.retries = self.retries[:b], self.retries[b:]
