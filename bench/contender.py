@@ -41,6 +41,15 @@ ZSCHED_WORKER = {"concurrency": 1000, "read_batch": 500}
 ZSCHED_DISPATCHER: dict[str, int] = {}  # the defaults: 500 runs per call
 
 
+def _cli_worker() -> dict[str, int]:
+    """The worker settings `zsched worker` runs with no flags, as the tables state them."""
+    from zsched.config import WorkerSettings
+
+    d = WorkerSettings()
+    return {"concurrency": d.concurrency, "read_batch": d.read_batch,
+            "max_unwritten_acks": d.max_unwritten_acks}  # fmt: skip
+
+
 class Zsched:
     """zsched through its public API; one dispatcher process plus N worker processes."""
 
@@ -64,8 +73,9 @@ class Zsched:
         self.worker = {**({} if cli_defaults else ZSCHED_WORKER), **(worker or {})}
         self.dispatcher = {**ZSCHED_DISPATCHER, **(dispatcher or {})}
         self.sync = sync
+        shown = {**(_cli_worker() if cli_defaults else {}), **self.worker}
         self.config = (
-            f"1 dispatcher process + N worker processes, worker {self.worker}, "
+            f"1 dispatcher process + N worker processes, worker {shown}, "
             f"dispatcher {self.dispatcher}{', sync handler' if sync else ''}"
             f"{', the dispatcher inside the worker process' if embedded else ''}"
         )
@@ -133,7 +143,9 @@ class Zsched:
 
 class ZschedAsync(Zsched):
     """zsched with its asyncio client (zsched.AsyncApp) on the enqueue side, one awaited call
-    after another on an event loop of its own; the consumers are zsched's (CLI defaults)."""
+    after another inside one coroutine on a running loop (as an async web app awaits them;
+    `enqueue_ones`), the batch as one awaited enqueue_many; the consumers are zsched's (CLI
+    defaults)."""
 
     name = "zsched"
 
@@ -154,6 +166,13 @@ class ZschedAsync(Zsched):
 
     def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
         self.loop.run_until_complete(self.aio.enqueue("noop", payload, run_at=due_ms / 1000))
+
+    def enqueue_ones(self, items: list[Item]) -> None:
+        async def each() -> None:
+            for due, p in items:
+                await self.aio.enqueue("noop", p, run_at=due / 1000)
+
+        self.loop.run_until_complete(each())
 
     def enqueue_many(self, items: list[Item]) -> None:
         runs = [{"task": "noop", "payload": p, "run_at": due / 1000} for due, p in items]

@@ -58,15 +58,40 @@ async def noop(payload: object) -> None:
     """The handler: nothing, so the figures measure zsched and Redis."""
 
 
-def _proc(*args: str, url: str) -> subprocess.Popen[bytes]:
+def _proc(*args: str, url: str, favour: bool = False) -> subprocess.Popen[bytes]:
+    """A zsched process; `favour`: at nice -10 (every thread it starts inherits it), so that
+    on this shared host the other tenants' load, not the capped masters, cannot set the pace."""
     env = {**os.environ, "ZSCHED_REDIS_URL": url, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "zsched", *args, "--redis", url],
+    nice = ["nice", "-n", "-10"] if favour else []
+    return subprocess.Popen([*nice, sys.executable, "-m", "zsched", *args, "--redis", url],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)  # fmt: skip
 
 
 def _acked(a: zsched.App) -> int:
     return sum(int(a.redis.hget(v.keys.stats, "acked") or 0) for v in a.partition_views())
+
+
+def _blocked_readers(c: Cluster) -> int:
+    """Clients blocked in a read on the masters: a started worker blocks in one XREADGROUP per
+    partition while the streams are empty (Redis 7.0 adds the consumer to the group only once
+    a read returns an entry, so XINFO CONSUMERS cannot tell)."""
+    total = 0
+    for port in c.master_ports():
+        r = redis.Redis(port=port)
+        try:
+            total += int(r.info("clients")["blocked_clients"])
+        finally:
+            r.close()
+    return total
+
+
+def _ack_times_s(a: zsched.App) -> list[float]:
+    """Every run's ack time (s), by the server's clock: the completion records' scores (`done`,
+    done_at_ms), not the polling loop, which sees an ack only once a round trip to every
+    partition's (capped, busy) master has come back."""
+    return sorted(score / 1000 for v in a.partition_views()
+                  for _, score in a.redis.zrange(v.keys.done, 0, -1, withscores=True))  # fmt: skip
 
 
 def _load(c: Cluster) -> dict[int, tuple[int, float, int]]:
@@ -118,32 +143,44 @@ def _measure(c: Cluster, masters: int, n: int, partitions: int, workers: int, co
     for i in range(0, n, 10_000):
         a.enqueue_many(items[i : i + 10_000])
     enqueue_s = time.perf_counter() - t0
-    before = _load(c)
-    procs = [_proc("dispatcher", "--queue", q, url=c.url)]
-    procs += [_proc("worker", "bench.scaling:app", "--queue", q,
-                    "--concurrency", str(concurrency), url=c.url)
-              for _ in range(workers)]  # fmt: skip
+    before, t_before = _load(c), time.perf_counter()
+    fav = cap is not None  # capped masters run at nice -10; their clients do too
+    procs = [_proc("worker", "bench.scaling:app", "--queue", q,
+                   "--concurrency", str(concurrency), url=c.url, favour=fav)
+             for _ in range(workers)]  # fmt: skip
     try:
-        # From the first ack to the last: process start-up is not part of the figure.
         deadline = time.perf_counter() + timeout
-        first = None
-        cpu0 = 0.0
+        # The workers first, reading every partition, then the dispatcher: started together,
+        # the dispatcher moved runs for the seconds the workers took to start (more on a
+        # loaded host), and that work fell outside the first-to-last-ack window.
+        while _blocked_readers(c) < workers * partitions:
+            if time.perf_counter() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"{masters} masters: the workers did not start")
+            time.sleep(0.05)
+        procs.append(_proc("dispatcher", "--queue", q, url=c.url, favour=fav))
+        cpu0, t_cpu = None, 0.0
         while (done := _acked(a)) < n:
-            if first is None and done:
-                first = time.perf_counter()
-                before = _load(c)
-                cpu0 = _client_cpu(procs)
+            if cpu0 is None and done:
+                cpu0, t_cpu = _client_cpu(procs), time.perf_counter()
             if time.perf_counter() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"{masters} masters: {done} of {n} runs acked")
             time.sleep(0.02)
-        e2e_s = time.perf_counter() - (first or time.perf_counter())
-        client_cpu = _client_cpu(procs) - cpu0
+        # Counted over the whole drain, from before the processes start to the last ack (read
+        # once the masters are idle): a snapshot taken at the first ack waits behind capped,
+        # saturated masters and lands seconds late, so it counted only the drain's tail.
+        after, window_s = _load(c), time.perf_counter() - t_before
+        client_cpu = _client_cpu(procs) - (cpu0 or 0.0)
+        client_s = time.perf_counter() - t_cpu
     finally:
         for p in procs:
             p.terminate()
         for p in procs:
             p.communicate(timeout=30)
-    after = _load(c)
+    acks = _ack_times_s(a)
+    e2e_s = acks[-1] - acks[0]
+    # The middle 80 % of the acks: the steady rate, without the ramp-up (the dispatcher's
+    # partitions start in turn) and the tail (the last partitions to finish).
+    mid_s = acks[int(0.9 * (len(acks) - 1))] - acks[int(0.1 * (len(acks) - 1))]
     spread = sorted(after[p][0] - before[p][0] for p in after)
     cpu = sorted(after[p][1] - before[p][1] for p in after)
     requests = sorted(after[p][2] - before[p][2] for p in after)
@@ -153,14 +190,18 @@ def _measure(c: Cluster, masters: int, n: int, partitions: int, workers: int, co
         "masters": masters, "partitions": partitions, "n": n, "workers": workers,
         "concurrency": concurrency,
         "e2e_runs_per_s": round(n / max(e2e_s, 1e-3)), "e2e_s": round(e2e_s, 2),
+        "steady_runs_per_s": round(0.8 * n / max(mid_s, 1e-3)),
         "enqueue_runs_per_s": round(n / enqueue_s),
         "commands_share_per_master": [round(x / total, 3) for x in spread],
         "requests_share_per_master": [round(x / max(1, sum(requests)), 3) for x in requests],
         "redis_cpu_share_per_master": [round(x / max(1e-9, sum(cpu)), 3) for x in cpu],
         "redis_cpu_s_per_master": [round(x, 2) for x in cpu],
-        "busiest_master_cpu_percent": round(100 * cpu[-1] / max(e2e_s, 1e-3)),
+        # Over the whole window the commands are counted in (start-up included), so it reads
+        # a little under the cap; Redis CPU per run is the load-robust figure.
+        "busiest_master_cpu_percent": round(100 * cpu[-1] / max(window_s, 1e-3), 1),
+        "redis_cpu_us_per_run": round(1e6 * sum(cpu) / n, 1),
         "cap_percent": cap, "placed": place, "slot_moves": moves,
-        "client_cpu_percent": round(100 * client_cpu / max(e2e_s, 1e-3)),
+        "client_cpu_percent": round(100 * client_cpu / max(client_s, 1e-3)),
     }  # fmt: skip
 
 
@@ -177,7 +218,8 @@ def run(masters: list[int], n: int, partitions: int, workers: int, concurrency: 
         for m in masters:
             runs.append(one(m, n, partitions, workers, concurrency, cap=cap, place=place))
             r = runs[-1]
-            print(f"  {m} masters: {r['e2e_runs_per_s']:,} runs/s, client CPU "
+            print(f"  {m} masters: {r['e2e_runs_per_s']:,} runs/s (steady "
+                  f"{r['steady_runs_per_s']:,}), client CPU "
                   f"{r['client_cpu_percent']} %, busiest master CPU "
                   f"{r['busiest_master_cpu_percent']} %, commands "
                   f"{r['commands_share_per_master']}, Redis CPU "
@@ -191,11 +233,15 @@ def run(masters: list[int], n: int, partitions: int, workers: int, concurrency: 
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = ["| masters | e2e runs/s | enqueue runs/s | busiest master's CPU "
-            "| Redis commands per master |", "|---|---|---|---|---|"]  # fmt: skip
+    """The medians, with each size's throughput as a multiple of the smallest size's."""
+    rows = ["| masters | e2e runs/s | x first | steady runs/s | enqueue runs/s | busiest master's "
+            "CPU | Redis commands per master |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    base = next(iter(result["median"].values()))
     for m, r in result["median"].items():
         share = " / ".join(f"{x:.0%}" for x in r["commands_share_per_master"])
-        rows.append(f"| {m} | {r['e2e_runs_per_s']:,} | {r['enqueue_runs_per_s']:,} | "
+        rows.append(f"| {m} | {r['e2e_runs_per_s']:,} | "
+                    f"{r['e2e_runs_per_s'] / base['e2e_runs_per_s']:.2f} | "
+                    f"{r['steady_runs_per_s']:,} | {r['enqueue_runs_per_s']:,} | "
                     f"{r['busiest_master_cpu_percent']} % | {share} |")  # fmt: skip
     return "\n".join(rows)
 

@@ -16,8 +16,8 @@
 -- Invariant: a run leaves `delayed` only in the call that adds it to `ready`; a run id in
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
 -- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to 128 runs).
--- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
---   into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
+--   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
 -- one skiplist ZSET (docs/architecture.md, "The delayed set"). `d` is the delayed key name:
 --   d:index     ZSET, every score 0: a member per leaf, its bound then its number, so lex
@@ -33,207 +33,28 @@
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
 -- A run in a batch is {run_id, due_ms}.
 local BT_MAX = 64
-local function bt_key(due, id)
-  -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
-  if string.find(id, '\0', 1, true) then id = (string.gsub(id, '%z', '\0\1')) end
-  return string.format('%015d', due) .. id .. '\0\0'
-end
 local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true)) + 2) end
-local function bt_bound(m) return string.sub(m, 1, (string.find(m, '\0\0', 16, true)) + 1) end
 -- Lua's `<` on strings is strcoll: byte order in the C locales only (C, POSIX, C.UTF-8, whose
 -- order is code point order), while Redis takes LC_COLLATE from its environment. Probed once
 -- per call (ISO 14651 locales such as en_US fold case, skip punctuation, sort e-acute before
 -- f); where it is not byte order, bt_less compares byte by byte. Probed on first use: most
 -- calls compare no strings.
 local BT_NATIVE
--- Byte order, as Redis orders ZSET members.
-local function bt_less(x, y)
-  if BT_NATIVE == nil then
-    BT_NATIVE = ('B' < 'a') and ('Z' < '_') and ('_' < 'a') and ('-' < '0') and ('9' < 'A')
-      and ('a-c' < 'ab') and ('a_c' < 'ab') and ('aB' < 'ab') and not ('ab' < 'aB')
-      and ('f' < '\195\169') and ('a\0b' < 'a\0c') and ('a' < 'a\0')
-  end
-  if BT_NATIVE then return x < y end
-  if x == y then return false end
-  local n = math.min(#x, #y)
-  local i = 1
-  while i + 7 <= n do
-    local a1, a2, a3, a4, a5, a6, a7, a8 = string.byte(x, i, i + 7)
-    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(y, i, i + 7)
-    if a1 ~= b1 then return a1 < b1 end
-    if a2 ~= b2 then return a2 < b2 end
-    if a3 ~= b3 then return a3 < b3 end
-    if a4 ~= b4 then return a4 < b4 end
-    if a5 ~= b5 then return a5 < b5 end
-    if a6 ~= b6 then return a6 < b6 end
-    if a7 ~= b7 then return a7 < b7 end
-    if a8 ~= b8 then return a8 < b8 end
-    i = i + 8
-  end
-  while i <= n do
-    local a, b = string.byte(x, i), string.byte(y, i)
-    if a ~= b then return a < b end
-    i = i + 1
-  end
-  return #x < #y
-end
--- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
--- (Arithmetic of the VM, not math.floor: each C function call costs about as much as the rest.)
-local function bt_tag(due, env)
-  local b6 = due % 256
-  local r = (due - b6) / 256
-  local b5 = r % 256
-  r = (r - b5) / 256
-  local b4 = r % 256
-  r = (r - b4) / 256
-  local b3 = r % 256
-  r = (r - b3) / 256
-  local b2 = r % 256
-  return string.char(0, (r - b2) / 256, b2, b3, b4, b5, b6) .. env
-end
--- The due of a tagged value (nil if untagged) and the envelope without the tag.
-local function bt_untag(v)
-  if string.byte(v, 1) ~= 0 then return nil, v end
-  local due = 0
-  for i = 2, 7 do due = due * 256 + string.byte(v, i) end
-  return due, string.sub(v, 8)
-end
--- The leaf member whose range holds key k, or nil when k sorts before every bound.
-local function bt_floor(d, k)
-  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
-end
--- (due, id) order of two runs without building their keys: ids in byte order on a tie.
-local function bt_before(due1, id1, due2, id2)
-  if due1 ~= due2 then return due1 < due2 end
-  return bt_less(id1, id2)
-end
--- Whether run (due, id) sorts before key k (a leaf's bound): by due first, the key on a tie.
-local function bt_below(due, id, k)
-  local kd = tonumber(string.sub(k, 1, 15))
-  if due ~= kd then return due < kd end
-  return bt_less(bt_key(due, id), k)
-end
--- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
--- in order), so the runs bound for one leaf cost one lookup and one ZADD; the next leaf's
--- bound is read only when a second run may go to the same leaf (one run: 4 commands).
--- want_head: also return whether the earliest run now sorts before every run that was in the
--- tree (one more read, and only when it lands in the first leaf).
-local function bt_add(d, items, want_head)
-  local index, meta = d .. ':index', d
-  local sorted = true
-  for i = 2, #items do
-    if bt_before(items[i][2], items[i][1], items[i - 1][2], items[i - 1][1]) then
-      sorted = false
-      break
-    end
-  end
-  if not sorted then
-    table.sort(items, function(x, y) return bt_before(x[2], x[1], y[2], y[1]) end)
-  end
-  local head, counted = nil, nil -- head: known after the first pass
-  local i = 1
-  while i <= #items do
-    local k = bt_key(items[i][2], items[i][1])
-    -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
-    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 2)
-    local m = found[1]
-    -- The first write on d comes after the first read of the index, before any other write: a
-    -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
-    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items) end
-    if not m then
-      -- Before every bound: the first leaf takes it and its bound moves down to it.
-      if head == nil then head = true end
-      m = redis.call('ZRANGE', index, 0, 0)[1]
-      if m then
-        redis.call('ZREM', index, m)
-        m = k .. bt_num(m)
-      else
-        m = k .. redis.call('HINCRBY', meta, 'seq', 1)
-      end
-      redis.call('ZADD', index, 0, m)
-    end
-    local leaf = d .. ':leaf:' .. bt_num(m)
-    if head == nil then
-      head = false
-      if want_head and not found[2] then
-        local low = redis.call('ZRANGE', leaf, 0, 0, 'WITHSCORES')
-        head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
-      end
-    end
-    local first, upto, upto_due, looked = i, nil, nil, false
-    -- Whether items[j] belongs to this leaf: the first run of the pass does (m is its floor).
-    local function belongs(j)
-      if j == first then return true end
-      if not looked then
-        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
-        upto, looked = nxt and bt_bound(nxt), true
-        upto_due = upto and tonumber(string.sub(upto, 1, 15))
-      end
-      if not upto then return true end
-      local due = items[j][2]
-      if due ~= upto_due then return due < upto_due end
-      return bt_less(bt_key(due, items[j][1]), upto)
-    end
-    local card = redis.call('ZCARD', leaf)
-    local args = {}
-    while i <= #items and card < BT_MAX and belongs(i) do
-      local due = items[i][2]
-      -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
-      args[#args + 1] = due < 1e14 and due or string.format('%d', due)
-      args[#args + 1] = items[i][1]
-      card, i = card + 1, i + 1
-    end
-    if #args > 0 then redis.call('ZADD', leaf, unpack(args)) end
-    if card >= BT_MAX and i <= #items and belongs(i) then
-      -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
-      local n = redis.call('HINCRBY', meta, 'seq', 1)
-      local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
-      if bt_before(tonumber(last[2]), last[1], items[i][2], items[i][1]) then
-        -- After all its runs: a new leaf starts here.
-        redis.call('ZADD', index, 0, bt_key(items[i][2], items[i][1]) .. n)
-      else
-        local upper = redis.call('ZRANGE', leaf, BT_MAX / 2, -1, 'WITHSCORES')
-        local moved = {}
-        for j = 1, #upper, 2 do
-          moved[#moved + 1] = upper[j + 1]
-          moved[#moved + 1] = upper[j]
-        end
-        redis.call('ZADD', d .. ':leaf:' .. n, unpack(moved))
-        redis.call('ZREMRANGEBYRANK', leaf, BT_MAX / 2, -1)
-        redis.call('ZADD', index, 0, bt_key(tonumber(upper[2]), upper[1]) .. n)
-      end
-    end
-  end
-  return head == true
-end
--- Remove one run; 1 if it was in the tree at that due, else 0.
-local function bt_remove(d, id, due)
-  local m = bt_floor(d, bt_key(due, id))
-  if not m then return 0 end
-  local leaf = d .. ':leaf:' .. bt_num(m)
-  local score = redis.call('ZSCORE', leaf, id)
-  if not score or tonumber(score) ~= due then return 0 end
-  redis.call('ZREM', leaf, id)
-  if redis.call('EXISTS', leaf) == 0 then redis.call('ZREM', d .. ':index', m) end
-  redis.call('HINCRBY', d, 'n', -1)
-  return 1
-end
--- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}, n.
+-- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, n. Their dues are
+-- in their values in `runs` (bt_untag): scores read back would cost a formatted number each.
 local function bt_take(d, now_ms, limit)
   local index = d .. ':index'
   local now = string.format('%d', now_ms)
-  local ids, dues, n = {}, {}, 0
+  local ids, n = {}, 0
   while n < limit do
     local m = redis.call('ZRANGE', index, 0, 0)[1]
     if not m then break end
     local leaf = d .. ':leaf:' .. bt_num(m)
-    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - n)
-    local got = #due / 2
+    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'LIMIT', 0, limit - n)
+    local got = #due
     if got == 0 then break end
-    for j = 1, #due, 2 do
-      n = n + 1
-      ids[n], dues[n] = due[j], due[j + 1]
-    end
+    for j = 1, got do ids[n + j] = due[j] end
+    n = n + got
     if got == redis.call('ZCARD', leaf) then
       redis.call('DEL', leaf)
       redis.call('ZREM', index, m)
@@ -243,7 +64,7 @@ local function bt_take(d, now_ms, limit)
     end
   end
   if n > 0 then redis.call('HINCRBY', d, 'n', -n) end
-  return ids, dues, n
+  return ids, n
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
@@ -251,8 +72,6 @@ local function bt_head(d)
   if not m then return nil end
   return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
 end
--- Runs in the tree.
-local function bt_size(d) return tonumber(redis.call('HGET', d, 'n') or '0') end
 -- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
 -- caller reads it with pcall first); nil when all is well.
 local function bt_check(d, script, index_too)
@@ -278,6 +97,7 @@ local function wrong_type(key, want)
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
 local err
+local BIG_CALL, NOT_A_RUN_ID = 64, '\255'
 local now_ms = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local max_backlog = tonumber(ARGV[3])
@@ -330,24 +150,47 @@ if limit > 0 then
   -- Take the due runs off the front leaves, then fetch/record their envelopes and entries with
   -- one call each, so the per-run work inside Redis is a single XADD. The due tag stays on the
   -- value in `runs` (stale once the run is on the stream; cancel checks the tree).
-  local ids, dues, n = bt_take(delayed, now_ms, limit)
+  local ids, n = bt_take(delayed, now_ms, limit)
   if n > 0 then
     local envs = redis.call('HMGET', runs, unpack(ids))
     -- Counters, not #t: the length operator is a search on every append.
-    local recorded, r, o, orphans = {}, 0, #out, 0
+    local recorded, r, o, orphans, seen_odd = {}, 0, #out, 0, false
     for i = 1, n do
       local env = envs[i]
       if env then
-        if string.byte(env, 1) == 0 then env = string.sub(env, 8) end -- the due tag
-        local entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', dues[i])
+        -- The due tag (bt_tag), read inline: one C call for its 7 bytes. A value without one
+        -- (impossible through the scripts) is sent as due now.
+        local z, b1, b2, b3, b4, b5, b6 = string.byte(env, 1, 7)
+        local due = now_ms
+        if z == 0 and b6 then
+          due = ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
+          env = string.sub(env, 8)
+        end
+        -- A number goes to Redis as %.17g: exact and without an exponent below 10^17 ms.
+        local entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', due)
         recorded[r + 1], recorded[r + 2], r = ids[i], entry, r + 2
+        if ids[i] == NOT_A_RUN_ID then seen_odd = true end
         o = o + 1
-        out[o] = tonumber(dues[i])
+        out[o] = due
       else
         orphans = orphans + 1
       end
     end
-    if r > 0 then redis.call('HSET', entries, unpack(recorded)) end
+    -- `entries` holds the runs on the stream. Below hash-max-listpack-entries fields (512 by
+    -- default) Redis keeps it as a listpack, where every field set, read or deleted scans
+    -- them all: a first call of 500 set ~30 k instructions a field (~4 ms). A call that adds
+    -- BIG_CALL fields or more makes it a hash table first, the way Redis itself converts a
+    -- hash: a value longer than hash-max-listpack-value (64 by default) in the same HSET,
+    -- under a field no run id can be (not UTF-8: enqueue refuses it; checked anyway),
+    -- deleted at once. Only an `entries` that
+    -- holds that many runs is converted; it goes away when the stream empties.
+    if r >= 2 * BIG_CALL and not seen_odd and redis.pcall('OBJECT', 'ENCODING', entries) ~= 'hashtable' then
+      recorded[r + 1], recorded[r + 2] = NOT_A_RUN_ID, string.rep('-', 1025)
+      redis.call('HSET', entries, unpack(recorded))
+      redis.call('HDEL', entries, NOT_A_RUN_ID)
+    elseif r > 0 then
+      redis.call('HSET', entries, unpack(recorded))
+    end
     if orphans > 0 then redis.call('HINCRBY', stats, 'orphan', orphans) end
     out[1] = #out - 5
     if out[1] > 0 then redis.call('HINCRBY', stats, 'dispatched', out[1]) end

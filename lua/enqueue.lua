@@ -16,8 +16,8 @@
 -- Invariant: a run id is live in `runs` at most once; a run enters `delayed` and `runs` together.
 -- Bound: 1000 runs per call.
 -- Counts in `stats`: enqueued, duplicate, duplicate:live, duplicate:done.
--- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
---   into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
+--   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
 -- one skiplist ZSET (docs/architecture.md, "The delayed set"). `d` is the delayed key name:
 --   d:index     ZSET, every score 0: a member per leaf, its bound then its number, so lex
@@ -91,27 +91,10 @@ local function bt_tag(due, env)
   local b2 = r % 256
   return string.char(0, (r - b2) / 256, b2, b3, b4, b5, b6) .. env
 end
--- The due of a tagged value (nil if untagged) and the envelope without the tag.
-local function bt_untag(v)
-  if string.byte(v, 1) ~= 0 then return nil, v end
-  local due = 0
-  for i = 2, 7 do due = due * 256 + string.byte(v, i) end
-  return due, string.sub(v, 8)
-end
--- The leaf member whose range holds key k, or nil when k sorts before every bound.
-local function bt_floor(d, k)
-  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
-end
 -- (due, id) order of two runs without building their keys: ids in byte order on a tie.
 local function bt_before(due1, id1, due2, id2)
   if due1 ~= due2 then return due1 < due2 end
   return bt_less(id1, id2)
-end
--- Whether run (due, id) sorts before key k (a leaf's bound): by due first, the key on a tie.
-local function bt_below(due, id, k)
-  local kd = tonumber(string.sub(k, 1, 15))
-  if due ~= kd then return due < kd end
-  return bt_less(bt_key(due, id), k)
 end
 -- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
 -- in order), so the runs bound for one leaf cost one lookup and one ZADD; the next leaf's
@@ -206,53 +189,6 @@ local function bt_add(d, items, want_head)
   end
   return head == true
 end
--- Remove one run; 1 if it was in the tree at that due, else 0.
-local function bt_remove(d, id, due)
-  local m = bt_floor(d, bt_key(due, id))
-  if not m then return 0 end
-  local leaf = d .. ':leaf:' .. bt_num(m)
-  local score = redis.call('ZSCORE', leaf, id)
-  if not score or tonumber(score) ~= due then return 0 end
-  redis.call('ZREM', leaf, id)
-  if redis.call('EXISTS', leaf) == 0 then redis.call('ZREM', d .. ':index', m) end
-  redis.call('HINCRBY', d, 'n', -1)
-  return 1
-end
--- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}, n.
-local function bt_take(d, now_ms, limit)
-  local index = d .. ':index'
-  local now = string.format('%d', now_ms)
-  local ids, dues, n = {}, {}, 0
-  while n < limit do
-    local m = redis.call('ZRANGE', index, 0, 0)[1]
-    if not m then break end
-    local leaf = d .. ':leaf:' .. bt_num(m)
-    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - n)
-    local got = #due / 2
-    if got == 0 then break end
-    for j = 1, #due, 2 do
-      n = n + 1
-      ids[n], dues[n] = due[j], due[j + 1]
-    end
-    if got == redis.call('ZCARD', leaf) then
-      redis.call('DEL', leaf)
-      redis.call('ZREM', index, m)
-    else
-      redis.call('ZREMRANGEBYRANK', leaf, 0, got - 1)
-      break
-    end
-  end
-  if n > 0 then redis.call('HINCRBY', d, 'n', -n) end
-  return ids, dues, n
-end
--- The earliest due in the tree, or nil when it is empty.
-local function bt_head(d)
-  local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
-  if not m then return nil end
-  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
-end
--- Runs in the tree.
-local function bt_size(d) return tonumber(redis.call('HGET', d, 'n') or '0') end
 -- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
 -- caller reads it with pcall first); nil when all is well.
 local function bt_check(d, script, index_too)
@@ -270,8 +206,9 @@ local function bt_check(d, script, index_too)
 end
 -- END btree
 local delayed, runs, done, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- Check types before any write: a script is atomic but not transactional. `stats` and `delayed`
--- are checked here; `runs`, `done` and the index by their first reads (pcall), before a write.
+-- Check types before any write: a script is atomic but not transactional. `runs`, `done` and
+-- the index are checked by their first reads (pcall), `stats` by the first write (pcall), and
+-- `delayed` by bt_add's first write, both taken back when the other refuses.
 -- (Each redis.call is a fixed cost of thousands of instructions: one enqueue() into a leaf that
 -- is not the first runs 11 commands, the EVALSHA included.)
 local function wrong_type(key, want)
@@ -285,9 +222,7 @@ local function read(want, ...)
   end
   return reply
 end
--- (`delayed` itself: bt_add's first write, under pcall, before any other write.)
-local err = wrong_type(stats, 'hash')
-if err then return err end
+local err
 local now_ms = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local max_bytes = tonumber(ARGV[3])
@@ -409,17 +344,30 @@ for i = 1, n do
 end
 -- The tree first: its first command reads the index, so a wrong type there is refused before
 -- any write. bt_add tells whether the earliest new run is the new head (wake dispatchers).
+-- The first write is a count in `stats` (a wrong type refused there, before anything else).
+local function count(field, by)
+  local got = redis.pcall('HINCRBY', stats, field, by)
+  if type(got) == 'table' and got['err'] then return nil, wrong_type(stats, 'hash') or redis.error_reply(got['err']) end
+  return got
+end
 local new_head = false
 if added > 0 then
+  local counted
+  counted, err = count('enqueued', added)
+  if err then return err end
   local ok, res = pcall(bt_add, delayed, items, true)
   if not ok then
+    -- Taken back: the counters only grow, so a field that now holds `added` was not there.
+    if counted == added then redis.call('HDEL', stats, 'enqueued') else redis.call('HINCRBY', stats, 'enqueued', -added) end
     return bt_check(delayed, 'enqueue', true) or redis.error_reply(type(res) == 'table' and res['err'] or tostring(res))
   end
   new_head = res
   redis.call('HSET', runs, unpack(envs))
-  redis.call('HINCRBY', stats, 'enqueued', added)
 end
-if dups > 0 then redis.call('HINCRBY', stats, 'duplicate', dups) end
+if dups > 0 then
+  local _, refused = count('duplicate', dups)
+  if refused then return refused end
+end
 -- By kind, for the collector (docs/operations.md): of a live run, of one done in the window.
 if dups > dups_done then redis.call('HINCRBY', stats, 'duplicate:live', dups - dups_done) end
 if dups_done > 0 then redis.call('HINCRBY', stats, 'duplicate:done', dups_done) end

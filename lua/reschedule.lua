@@ -19,8 +19,8 @@
 -- Invariant: the run leaves its old place in `delayed` in the call that puts it at the new
 --   one; `runs` keeps exactly one value for it.
 -- Bound: one run per call; at most ARGV[4] dead letters read.
--- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
---   into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
+--   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
 -- one skiplist ZSET (docs/architecture.md, "The delayed set"). `d` is the delayed key name:
 --   d:index     ZSET, every score 0: a member per leaf, its bound then its number, so lex
@@ -109,12 +109,6 @@ end
 local function bt_before(due1, id1, due2, id2)
   if due1 ~= due2 then return due1 < due2 end
   return bt_less(id1, id2)
-end
--- Whether run (due, id) sorts before key k (a leaf's bound): by due first, the key on a tie.
-local function bt_below(due, id, k)
-  local kd = tonumber(string.sub(k, 1, 15))
-  if due ~= kd then return due < kd end
-  return bt_less(bt_key(due, id), k)
 end
 -- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
 -- in order), so the runs bound for one leaf cost one lookup and one ZADD; the next leaf's
@@ -221,41 +215,12 @@ local function bt_remove(d, id, due)
   redis.call('HINCRBY', d, 'n', -1)
   return 1
 end
--- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}, n.
-local function bt_take(d, now_ms, limit)
-  local index = d .. ':index'
-  local now = string.format('%d', now_ms)
-  local ids, dues, n = {}, {}, 0
-  while n < limit do
-    local m = redis.call('ZRANGE', index, 0, 0)[1]
-    if not m then break end
-    local leaf = d .. ':leaf:' .. bt_num(m)
-    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - n)
-    local got = #due / 2
-    if got == 0 then break end
-    for j = 1, #due, 2 do
-      n = n + 1
-      ids[n], dues[n] = due[j], due[j + 1]
-    end
-    if got == redis.call('ZCARD', leaf) then
-      redis.call('DEL', leaf)
-      redis.call('ZREM', index, m)
-    else
-      redis.call('ZREMRANGEBYRANK', leaf, 0, got - 1)
-      break
-    end
-  end
-  if n > 0 then redis.call('HINCRBY', d, 'n', -n) end
-  return ids, dues, n
-end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
   local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
   if not m then return nil end
   return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
 end
--- Runs in the tree.
-local function bt_size(d) return tonumber(redis.call('HGET', d, 'n') or '0') end
 -- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
 -- caller reads it with pcall first); nil when all is well.
 local function bt_check(d, script, index_too)

@@ -11,4 +11,5 @@ node-deps:
 
 test-clients: venv redis
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_cross_language.py \
+	  tests/integration/test_node_worker_clock.py \
 	  tests/scripts/test_foreign_bad_input.py tests/unit/protocol/test_protocol_doc.py $(PYTEST_ARGS)

@@ -77,6 +77,13 @@ class WorkerSettings:
     #: ahead of the writes by this many (+26-30 % end to end at concurrency 50, BENCHMARKS.md);
     #: a worker holds at most concurrency + this many pending entries. 0: an ack holds its slot.
     max_unwritten_acks: int = 1000
+    #: Entries a read may take beyond the free handler slots; they wait in the worker (held,
+    #: renewed, handed back at shutdown) and start as slots free, so a read is not cut to
+    #: the slots just freed. 0: a read takes at most the free slots.
+    read_ahead: int = 64
+    #: Memory budget of the entries read ahead (bytes of envelopes, estimated from the last
+    #: read's mean size): with large payloads fewer are read ahead.
+    max_read_ahead_bytes: int = 4 * 1024 * 1024
     #: How long one blocking read waits for new entries (ms).
     block_ms: int = 5_000
     #: An entry delivered more often than this goes to the dead letters.

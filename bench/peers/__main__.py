@@ -59,7 +59,8 @@ def contenders(
     names: list[str], concurrencies: list[int], tuned: bool
 ) -> dict[str, Callable[[], Contender]]:
     """Label -> maker: `name@C` at equal settings for each C, `name` at its own tuning, and
-    `zsched-cli` once when zsched runs."""
+    `zsched-cli` and `zsched-async` (AsyncApp enqueues, CLI-default consumers) once when
+    zsched runs."""
     out: dict[str, Callable[[], Contender]] = {}
     for c in concurrencies:
         out.update((f"{n}@{c}", maker(n, c)) for n in names)
@@ -67,6 +68,7 @@ def contenders(
         out.update((n, maker(n, None)) for n in names)
     if "zsched" in names:
         out["zsched-cli"] = maker("zsched-cli", None)
+        out["zsched-async"] = maker("zsched-async", None)
     return out
 
 
@@ -117,7 +119,7 @@ def _ratios(
     print("\nzsched relative to each of its group (x > 1: zsched is better)")
     for label in labels:
         name, _, group = label.partition("@")
-        z = f"zsched@{group}" if group else ("zsched" if name != "zsched-cli" else "zsched-cli")
+        z = f"zsched@{group}" if group else (label if label.startswith("zsched-") else "zsched")
         if label == z or z not in labels:
             continue
         cells = []

@@ -110,6 +110,15 @@ def main(argv: list[str] | None = None) -> None:
             print()
             print(ratios(paths, names, z))
             print()
+        floors = [c for c in vals if c.partition("@")[0] == "bare"]
+        for variant in (
+            "zsched-cli",
+            "zsched-async",
+        ):  # the CLI defaults' goal is against the floor
+            if g == "tuned" and variant in names and floors:
+                print()
+                print(ratios(paths, [variant, *floors], variant))
+                print()
         for c in names:
             n = len(vals[c].get("e2e.runs_per_s", []))
             size = median(vals[c].get("e2e.n", []))

@@ -1,5 +1,5 @@
--- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies it
---   into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
+--   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
 -- one skiplist ZSET (docs/architecture.md, "The delayed set"). `d` is the delayed key name:
 --   d:index     ZSET, every score 0: a member per leaf, its bound then its number, so lex
@@ -200,22 +200,21 @@ local function bt_remove(d, id, due)
   redis.call('HINCRBY', d, 'n', -1)
   return 1
 end
--- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, {dues as strings}, n.
+-- Take up to `limit` runs due at or before now_ms, earliest first: {ids}, n. Their dues are
+-- in their values in `runs` (bt_untag): scores read back would cost a formatted number each.
 local function bt_take(d, now_ms, limit)
   local index = d .. ':index'
   local now = string.format('%d', now_ms)
-  local ids, dues, n = {}, {}, 0
+  local ids, n = {}, 0
   while n < limit do
     local m = redis.call('ZRANGE', index, 0, 0)[1]
     if not m then break end
     local leaf = d .. ':leaf:' .. bt_num(m)
-    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - n)
-    local got = #due / 2
+    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'LIMIT', 0, limit - n)
+    local got = #due
     if got == 0 then break end
-    for j = 1, #due, 2 do
-      n = n + 1
-      ids[n], dues[n] = due[j], due[j + 1]
-    end
+    for j = 1, got do ids[n + j] = due[j] end
+    n = n + got
     if got == redis.call('ZCARD', leaf) then
       redis.call('DEL', leaf)
       redis.call('ZREM', index, m)
@@ -225,7 +224,7 @@ local function bt_take(d, now_ms, limit)
     end
   end
   if n > 0 then redis.call('HINCRBY', d, 'n', -n) end
-  return ids, dues, n
+  return ids, n
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
+import redis
 from cluster_harness import Cluster
 
 import zsched
@@ -53,3 +55,52 @@ def test_balance_moves_slots_live_and_every_run_stays_reachable(small_cluster: C
     assert fresh.status().delayed == 300
     fresh.close()
     app.close()
+
+
+def _commands(c: Cluster) -> dict[int, int]:
+    """port -> commands run so far (inside scripts too: INFO commandstats) of each master."""
+    out = {}
+    for port in c.master_ports():
+        r = redis.Redis(port=port)
+        out[port] = sum(int(v["calls"]) for v in r.info("commandstats").values())
+        r.close()
+    return out
+
+
+async def test_a_placed_queue_splits_its_commands_evenly_over_two_masters() -> None:
+    """Issue 25: with 6 / 6 partitions on 2 masters, each master runs half the commands of a
+    drain (dispatch, reads, acks, the loops' polls), within 5 %: no queue-wide key, and no
+    partition favoured by the dispatcher or the worker, loads one master more."""
+    n, parts = 3000, 12
+    with Cluster(masters=2, replicas=0) as c:
+        q = "even"
+        balance(c.url, q, parts, apply=True)
+        r0 = c.nodes[0].client()
+        assert sorted(len(v) for v in placement(q, parts, slot_owners(r0)[0]).values()) == [6, 6]
+        r0.close()
+        app = zsched.App(c.url, queue=q, partitions=parts)
+        done = asyncio.Event()
+        seen: list[int] = []
+
+        @app.task(name="t")
+        async def t(payload: None) -> None:
+            seen.append(1)
+            if len(seen) == n:
+                done.set()
+
+        app.enqueue_many([{"task": "t", "run_id": f"r{i}"} for i in range(n)])
+        before = _commands(c)
+        d, w = app.dispatcher(), app.worker(concurrency=8 * parts)
+        stop = asyncio.Event()
+        loops = [asyncio.create_task(d.run(stop)), asyncio.create_task(w.run(stop))]
+        try:
+            await asyncio.wait_for(done.wait(), 120)
+        finally:
+            stop.set()
+            await asyncio.gather(*loops)
+            await d.close()
+            await w.close()
+        after = _commands(c)
+        app.close()
+    used = [after[p] - before[p] for p in after]
+    assert max(used) / sum(used) <= 1 / 2 + 0.05, used

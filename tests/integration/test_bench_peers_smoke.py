@@ -13,6 +13,7 @@ import pytest
 from bench.cgroup import CpuCap, available
 from bench.peers.__main__ import main
 from bench.peers.table import main as table
+from zsched.config import WorkerSettings
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -20,10 +21,15 @@ pytestmark = pytest.mark.timeout(180)
 def test_equal_settings_record_redis_cost_per_run(tmp_path: Path, capsys) -> None:
     out = tmp_path / "peers.json"
     r = main(["--quick", "--repeat", "1", "--only", "zsched", "bare", "--concurrency", "50",
-              "--workloads", "e2e", "enqueue", "--n-e2e", "300", "--out", str(out)])  # fmt: skip
+              "--tuned", "--workloads", "e2e", "enqueue", "--n-e2e", "300",
+              "--out", str(out)])  # fmt: skip
     assert r["errors"] == []
-    assert set(r["configs"]) == {"zsched@50", "bare@50", "zsched-cli"}
+    assert set(r["configs"]) == {"zsched@50", "bare@50", "zsched", "bare", "zsched-cli",
+                                 "zsched-async"}  # fmt: skip
     assert "'concurrency': 50" in r["configs"]["zsched@50"]
+    # The CLI defaults are stated, not an empty dict; the async client says how it is driven.
+    assert f"'concurrency': {WorkerSettings().concurrency}" in r["configs"]["zsched-cli"]
+    assert "AsyncApp enqueue" in r["configs"]["zsched-async"]
     assert "COUNT 50" in r["configs"]["bare@50"]
     for c in r["configs"]:
         e2e, enq = r["medians"]["e2e"][c], r["medians"]["enqueue"][c]
@@ -37,7 +43,9 @@ def test_equal_settings_record_redis_cost_per_run(tmp_path: Path, capsys) -> Non
     capsys.readouterr()
     table([str(out)])
     md = capsys.readouterr().out
-    assert "| drain: Redis CPU µs per run |" in md and "### 50" in md
+    assert "| drain: Redis CPU µs per run |" in md and "### 50" in md and "### tuned" in md
+    # The CLI defaults' goal (>= 0.5x the floor) is printed as a ratio inside each run.
+    assert "| zsched ÷ | bare@50 | bare |" in md
 
 
 @pytest.mark.skipif(not available(), reason="needs root and a cgroup cpu controller")

@@ -334,7 +334,9 @@ async def test_dedupe_holds_across_languages(real, queue, node_dir, first):
                             {"delay_ms": 0})  # fmt: skip
 
     others = [c for c in CLIENTS if c != first]
-    assert [enqueue(c) for c in [first, *others]] == [EnqueueCode.ENQUEUED] + [EnqueueCode.DUPLICATE_LIVE] * 2
+    assert [enqueue(c) for c in [first, *others]] == [EnqueueCode.ENQUEUED] + [
+        EnqueueCode.DUPLICATE_LIVE
+    ] * 2
     assert delayed_count(real.sync, app.keys) == real.sync.hlen(app.keys.runs) == 1
     assert await run_python_worker(app, real) == 1
     assert ran == [{"by": first}]

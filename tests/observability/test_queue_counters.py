@@ -210,6 +210,8 @@ async def test_backfill_counts_its_duplicates_and_its_ledger_records_per_rule(re
     assert sample(reg, dups, **base, kind="backfill") == 3 + 5
     assert sample(reg, "zsched_queue_rule_outcomes_total", **base, outcome="backfilled",
                   reason="") == 2  # fmt: skip
-    backfilled = [r for r in history(app.redis, app.keys, "tick", 1000) if r["outcome"] == "backfilled"]
+    backfilled = [
+        r for r in history(app.redis, app.keys, "tick", 1000) if r["outcome"] == "backfilled"
+    ]
     assert sorted(r["slot_ms"] for r in backfilled) == [skipped[0], skipped[2]]
     assert sample(reg, "zsched_queue_runs_enqueued_total", queue=queue, partition="") == 1 + 2

@@ -78,3 +78,31 @@ def test_wrong_type_key_fails_before_anything_moves(backend, queue, key) -> None
     with pytest.raises(redis.ResponseError, match=f"WRONGTYPE zsched dispatch: key .*{key}"):
         dispatch(app)
     assert delayed_due(backend.sync, app.keys, "a") == NOW
+
+
+def test_dispatch_sends_each_due_exactly_from_its_tag_up_to_year_9999(backend, queue) -> None:
+    """dispatch.lua reads a run's due from the tag of its value in `runs`, not from the leaf's
+    score: the stream's due_ms and the reply carry it digit for digit."""
+    last = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the latest due enqueue takes
+    dues = {"zero": 0, "now": NOW, "odd": 2**40 + 255, "last": last}
+    app = seed_delayed(backend, queue, dues)
+    r = dispatch(app, now=last)
+    assert sorted(r.run_at_ms) == sorted(dues.values())
+    st = snapshot(backend.sync, app.keys)
+    assert {e["run_id"]: e["due_ms"] for e in st["ready"]} == {k: str(v) for k, v in dues.items()}
+
+
+def test_a_call_of_64_runs_or_more_makes_entries_a_hash_table_without_a_stray_field(
+    backend, queue
+) -> None:
+    """Below 512 fields a listpack `entries` costs a scan of every field per field set, so a
+    big call converts it first (a long value under a field no run id can be, deleted)."""
+    ids = [f"r{i:03d}" for i in range(70)]
+    app = seed_delayed(backend, queue, dict.fromkeys(ids, NOW - 1))
+    assert dispatch(app, limit=70).moved == 70
+    r = backend.sync
+    entries = {f.decode(): v.decode() for f, v in r.hgetall(app.keys.entries).items()}
+    stream = {f[b"run_id"].decode(): e.decode() for e, f in r.xrange(app.keys.ready)}
+    assert entries == stream and set(entries) == set(ids)
+    if backend.name == "redis":
+        assert r.object("encoding", app.keys.entries) == b"hashtable"

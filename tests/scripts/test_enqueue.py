@@ -156,3 +156,29 @@ def test_a_delayed_set_of_key_layout_2_is_refused_before_any_write(backend, queu
         run(backend, queue, [group("a")])
     assert backend.sync.exists(app.keys.runs, app.keys.delayed_index, app.keys.stats) == 0
     assert backend.sync.zrange(app.keys.delayed, 0, -1) == [b"old"]
+
+
+def test_a_wrong_type_stats_key_is_refused_before_any_write(backend, queue) -> None:
+    """stats is checked by enqueue.lua's first write (its count), new runs or duplicates."""
+    app = backend.app(queue)
+    run(backend, queue, [group("a")])
+    backend.sync.delete(app.keys.stats)
+    backend.sync.set(app.keys.stats, "oops")
+    before = {k: backend.sync.dump(k) for k in (app.keys.runs, app.keys.delayed, app.keys.done)}
+    for groups in ([group("b")], [group("a")]):  # a new run; a duplicate only
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue: key .*stats"):
+            run(backend, queue, groups)
+        assert {k: backend.sync.dump(k) for k in before} == before
+
+
+def test_a_refused_delayed_set_leaves_the_counters_as_they_were(backend, queue) -> None:
+    """The count of new runs goes first and is taken back when the tree refuses them."""
+    app = backend.app(queue)
+    run(backend, queue, [group("a"), group("b")])
+    run(backend, queue, [group("a")])
+    stats = backend.sync.hgetall(app.keys.stats)
+    assert stats[b"enqueued"] == b"2"
+    backend.sync.set(app.keys.delayed_index, "oops")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue: key .*:index"):
+        run(backend, queue, [group("c")])
+    assert backend.sync.hgetall(app.keys.stats) == stats

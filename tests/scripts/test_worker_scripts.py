@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import NOW, env, seed_ready
+from helpers import NOW, env, seed_delayed, seed_ready
 from state import snapshot
 
 from zsched.protocol.keys import GROUP
@@ -148,3 +148,61 @@ def test_worker_scripts_refuse_wrong_types_before_writing(backend, queue, name) 
         app.scripts.run(calls[name])
     pend = backend.sync.xpending(app.keys.ready, GROUP)
     assert pend["pending"] == 1
+
+
+def test_ack_in_any_order_finishes_every_owned_run_and_fences_the_others(backend, queue) -> None:
+    """ack.lua reads the pending range between the first and the last pair; pairs out of
+    stream order (a foreign client) or not owned are checked one by one, never wrongly."""
+    ids = [f"r{i}" for i in range(6)]
+    app, ent = seed_ready(backend, queue, ids)
+    backend.sync.xclaim(app.keys.ready, GROUP, "c2", 0, [ent["r2"]], justid=True)
+    pairs = [ent["r5"], "r5", ent["r0"], "r0", ent["r3"], "r3", ent["r2"], "r2", ent["r1"], "r1"]
+    k = app.keys
+    sha = backend.sync.script_load(S.source("ack"))
+    codes = backend.sync.evalsha(sha, 5, k.ready, k.runs, k.entries, k.done, k.stats, NOW, GROUP,
+                                 "c1", 60_000, 200, *pairs)  # fmt: skip
+    assert codes == [1, 1, 1, 0, 1]
+    # Through the wrapper, which sorts the pairs: the codes come back in the order given.
+    got = app.scripts.run(S.ack(k, "c2", [(ent["r4"], "r4"), (ent["r2"], "r2")], now_ms=NOW,
+                                dedupe_window_ms=60_000))  # fmt: skip
+    assert got == [HoldCode.FENCED, HoldCode.OK]
+    st = snapshot(backend.sync, k)
+    assert set(st["done"]) == {"r0", "r1", "r2", "r3", "r5"} and set(st["runs"]) == {"r4"}
+    assert st["stats"]["acked"] == 5 and st["stats"]["fenced"] == 2
+
+
+def test_ack_deletes_exactly_the_acked_entries_when_it_trims_whole_stream_nodes(backend, queue):
+    """ack.lua frees whole stream nodes below the oldest entry a group still needs (XTRIM
+    MINID ~) before its XDEL: a pending entry pins what follows, undelivered entries stay."""
+    ids = [f"r{i:03d}" for i in range(250)]
+    app = seed_delayed(backend, queue, dict.fromkeys(ids, NOW - 1))
+    r, k = backend.sync, app.keys
+    r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    app.scripts.run(S.dispatch(k, now_ms=NOW, limit=1000, max_backlog=0))
+    rows = r.xreadgroup(GROUP, "c1", {k.ready: ">"}, count=200)[0][1]  # r200.. not read
+    ent = {f[b"run_id"].decode(): e.decode() for e, f in rows}
+    first = [(ent[i], i) for i in ids[:150] if i != "r007"]
+    assert app.scripts.run(S.ack(k, "c1", first, now_ms=NOW, dedupe_window_ms=60_000)) == [1] * 149
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ["r007", *ids[150:]]
+    rest = [(ent[i], i) for i in ["r007", *ids[150:200]]]
+    assert app.scripts.run(S.ack(k, "c1", rest, now_ms=NOW, dedupe_window_ms=60_000)) == [1] * 51
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ids[200:]
+    assert r.xpending(k.ready, GROUP)["pending"] == 0 and r.xlen(k.ready) == 50
+    later = r.xreadgroup(GROUP, "c1", {k.ready: ">"}, count=100)[0][1]
+    assert [f[b"run_id"].decode() for _e, f in later] == ids[200:]
+
+
+@pytest.mark.parametrize("key", ["ready", "runs", "entries", "done", "stats"])
+def test_ack_names_a_key_of_the_wrong_type_before_writing(backend, queue, key) -> None:
+    """ready and entries are checked by ack.lua's first reads of them, the others by TYPE."""
+    app, ent = seed_ready(backend, queue, ["a"])
+    name = getattr(app.keys, key)
+    dump = {k: backend.sync.dump(getattr(app.keys, k)) for k in ("runs", "entries", "stats")}
+    backend.sync.delete(name)
+    backend.sync.set(name, "oops")
+    with pytest.raises(Exception, match=f"WRONGTYPE zsched ack: key {name} is a string"):
+        app.scripts.run(S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW, dedupe_window_ms=1))
+    for k, v in dump.items():
+        assert k == key or backend.sync.dump(getattr(app.keys, k)) == v
+    if key != "ready":
+        assert backend.sync.xpending(app.keys.ready, GROUP)["pending"] == 1

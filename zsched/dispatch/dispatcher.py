@@ -96,9 +96,12 @@ class Dispatcher:
         self.watch = DataWatch(redis, ctx.keys, ctx.queue)
         self.eviction = EvictionWatch(redis, ctx.keys.ready, ctx.queue, "dispatcher",
                                       ctx.metrics, allow_eviction)  # fmt: skip
-        # Runs per dispatch call: batch_size, less while full calls take longer than
+        # Runs per dispatch call: up to batch_size, less while full calls take longer than
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
-        self._limit = self.settings.batch_size
+        # It starts at the floor and grows while calls are fast: the first call of a burst
+        # is the slowest (a fresh `entries` hash, cold caches), and a full batch_size there
+        # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail).
+        self._limit = min(50, self.settings.batch_size)
         #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
         self.heartbeat = Heartbeat(ctx.keys, process_name())
 
@@ -176,8 +179,12 @@ class Dispatcher:
         floor = min(50, s.batch_size)
         if took > CALL_TARGET_S:
             self._limit = max(floor, int(limit * CALL_TARGET_S / took))
-        elif took < CALL_TARGET_S / 2:
-            self._limit = min(s.batch_size, limit * 2)
+        else:
+            # Towards the size that takes 3/4 of CALL_TARGET_S (jitter then seldom crosses it),
+            # at most doubling a step (a call that takes 0, on Valkey's frozen TIME, doubles):
+            # a size that starts small must not stay below the one a shrinking size settles at.
+            grown = 2 * limit if took <= 0 else int(limit * 0.75 * CALL_TARGET_S / took)
+            self._limit = max(limit, min(s.batch_size, 2 * limit, grown))
 
     def _observe(self, r: S.DispatchResult) -> None:
         if not r.moved:

@@ -164,6 +164,13 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
     """Decode envelope bytes (a version 2 msgpack array, or a version 1 map in msgpack or JSON
     starting with `{`). `run_id` is the run's id where the bytes came from (the stream entry's
     field, the key in `runs`): a version 2 envelope does not repeat it. Raises PayloadError."""
+    env = _decode_plain_v2(raw, run_id)
+    return env if env is not None else decode_checked(raw, run_id)
+
+
+def decode_checked(raw: bytes, run_id: str | None = None) -> Envelope:
+    """`decode`, field by field: each check in turn, with the message naming what failed
+    (decode's own path for anything but a plain version 2 array; tests compare the two)."""
     d = _fields(raw, run_id)
     run_id = _require(d, "run_id", str)
     if not run_id:
@@ -191,6 +198,68 @@ def decode(raw: bytes, run_id: str | None = None) -> Envelope:
         lease_ms=_optional_int(d, "lease_ms", None, 1),
         trace=_trace(d.get("trace")),
     )
+
+
+#: Pads a version 2 array to all of its known positions (it has at least 4).
+_PAD = (None,) * (len(V2_FIELDS) - 3)
+
+
+def _decode_plain_v2(raw: bytes, run_id: str | None) -> Envelope | None:
+    """The worker's hot path: a version 2 array that passes every check of `decode`, as the
+    same Envelope, in one pass (no map of names, ~4x quicker); None for anything else (JSON,
+    a map, a malformed or unusual array), which `decode` then checks field by field for its
+    error message. It accepts only what `decode` accepts: exact types (no bool for an int),
+    the same bounds."""
+    if not run_id or type(run_id) is not str or raw[:1] in (b"", b"{"):
+        return None
+    try:
+        a = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception:  # noqa: BLE001 - decode() reads it again and names the error
+        return None
+    if type(a) is not list or len(a) < 4 or a[0] != 2 or type(a[0]) is not int:
+        return None
+    _v, task, payload, run_at, enqueued, scheduled, attempt, sid, most, lease, trace = (
+        *a[:11], *_PAD)[:11]  # fmt: skip
+    if type(task) is not str or not task or not _instant(run_at):
+        return None
+    if not (enqueued is None or _instant(enqueued)) or not (
+        scheduled is None or _instant(scheduled)):  # fmt: skip
+        return None
+    if not (_positive(attempt) and _positive(most) and _positive(lease)):
+        return None
+    if sid is not None and type(sid) is not str:
+        return None
+    e = _new(Envelope)
+    _set_id(e, run_id)
+    _set_task(e, task)
+    _set_payload(e, payload)
+    _set_run_at(e, run_at)
+    _set_scheduled(e, run_at if scheduled is None else scheduled)
+    _set_enqueued(e, enqueued or 0)
+    _set_attempt(e, attempt or 1)
+    _set_schedule(e, sid)
+    _set_most(e, most)
+    _set_lease(e, lease)
+    _set_trace(e, None if trace is None else _trace(trace))
+    return e
+
+
+# The frozen dataclass's __init__ sets each of its 11 fields through object.__setattr__
+# (~2 us, half of a decode); its slots' own setters do the same in half the time. Only
+# _decode_plain_v2 uses them, and sets every field.
+_new = object.__new__
+(_set_id, _set_task, _set_payload, _set_run_at, _set_scheduled, _set_enqueued, _set_attempt,
+ _set_schedule, _set_most, _set_lease, _set_trace) = (
+    getattr(Envelope, f).__set__ for f in Envelope.__slots__)  # fmt: skip
+
+
+def _instant(ms: Any) -> bool:
+    return type(ms) is int and 0 <= ms <= MAX_INSTANT_MS
+
+
+def _positive(value: Any) -> bool:
+    """None (not given) or an int >= 1: what `_optional_int(..., minimum=1)` accepts."""
+    return value is None or (type(value) is int and value >= 1)
 
 
 def _trace(value: Any) -> dict[str, str] | None:

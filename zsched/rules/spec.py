@@ -18,7 +18,7 @@ import msgpack
 from zsched.clock import datetime_to_ms
 from zsched.errors import RuleError
 from zsched.protocol.envelope import Payload, check_payload
-from zsched.protocol.limits import MAX_DURATION_MS, MAX_INSTANT_MS, MIN_INSTANT_MS
+from zsched.protocol.limits import MAX_DURATION_MS, MAX_INSTANT_MS
 from zsched.rules.policies import Misfire, Overlap
 from zsched.rules.triggers import Cron, Every, Trigger, trigger_from_dict
 
@@ -43,16 +43,22 @@ def _ms(value: timedelta | float | int | None, name: str) -> int | None:
 
 
 def _instant_ms(value: datetime | float | None, name: str) -> int | None:
+    """A rule's start_at/end_at in epoch ms: from 1970 (the scripts refuse negative instants,
+    and an end_at before 1970 would make a rule that never fires) to the year 9999."""
     if value is None:
         return None
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
-            raise RuleError(f"{name} {value.isoformat()} is naive; pass an aware datetime")
-        return datetime_to_ms(value)
+            raise RuleError(f"{name} {value.isoformat()} is naive; pass an aware datetime", name)
+        ms = datetime_to_ms(value)
+        if ms < 0:
+            raise RuleError(f"{name} {value.isoformat()} is before 1970-01-01T00:00:00Z", name)
+        return ms
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RuleError(f"{name} must be an aware datetime or epoch seconds, got {value!r}")
-    if not MIN_INSTANT_MS <= value * 1000 <= MAX_INSTANT_MS:
-        raise RuleError(f"{name} must be between the years 1 and 9999, got {value!r}")
+        raise RuleError(f"{name} must be an aware datetime or epoch seconds, got {value!r}", name)
+    if not 0 <= value * 1000 <= MAX_INSTANT_MS:
+        raise RuleError(f"{name} must be epoch seconds from 1970 to the year 9999, got {value!r}",
+                        name)  # fmt: skip
     return int(round(value * 1000))
 
 
@@ -195,7 +201,7 @@ def build_spec(
         )
     end_ms = _instant_ms(end_at, "end_at")
     if start_ms is not None and end_ms is not None and end_ms < start_ms:
-        raise RuleError(f"schedule {schedule_id}: end_at is before start_at")
+        raise RuleError(f"schedule {schedule_id}: end_at is before start_at", "end_at")
     try:
         check_payload(payload)
     except ValueError as exc:

@@ -97,6 +97,11 @@ def dispatch(
     )
 
 
+def _stream_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def ack(
     k: QueueKeys,
     consumer: str,
@@ -106,13 +111,28 @@ def ack(
     dedupe_window_ms: int,
     trim_limit: int = 200,
 ) -> Call[list[int]]:
-    """pairs: (entry_id, run_id). Reply: a HoldCode per pair."""
-    return Call(
-        "ack",
-        [k.ready, k.runs, k.entries, k.done, k.stats],
-        [_now(now_ms), GROUP, consumer, dedupe_window_ms, trim_limit, *_flatten(pairs)],
-        _int_list,
-    )
+    """pairs: (entry_id, run_id). Reply: a HoldCode per pair, in the order given.
+
+    The pairs go to ack.lua in stream order: its ownership check reads the pending entries
+    between the first and the last id once, and checks an id outside that range alone.
+    """
+    try:
+        order = sorted(range(len(pairs)), key=lambda i: _stream_order(pairs[i][0]))
+    except ValueError:  # not a stream id: ack.lua reports it
+        order = list(range(len(pairs)))
+
+    def decode(reply: Any) -> list[int]:
+        codes = _int_list(reply)
+        if len(codes) != len(order):
+            return codes
+        out = [0] * len(codes)
+        for code, i in zip(codes, order, strict=True):
+            out[i] = code
+        return out
+
+    head = [_now(now_ms), GROUP, consumer, dedupe_window_ms, trim_limit]
+    args = head + _flatten(pairs[i] for i in order)
+    return Call("ack", [k.ready, k.runs, k.entries, k.done, k.stats], args, decode)
 
 
 def retry(

@@ -52,6 +52,13 @@ class ReadLoop:
         self.reclaim_every = every
         #: When the next reclaim is due (time.monotonic()).
         self.next_reclaim = 0.0
+        #: Mean envelope size of the last read (0: none yet), for the read-ahead budget.
+        self.envelope_bytes = 0
+        #: The next read, sent while the runs of the last one execute (run() only, not a
+        #: tick driven alone), None when none is in flight.
+        self.prefetch: asyncio.Task[list[Delivery]] | None = None
+        self.prefetch_count = 0
+        self.prefetching = False
 
     async def setup(self) -> None:
         if not self.group_ready:
@@ -90,11 +97,82 @@ class ReadLoop:
         heavy = len(w.retries) + len(w.deads) + len(w.discards)
         return int(s.concurrency) - len(self.runner.running) - heavy - over
 
+    def read_ahead(self) -> int:
+        """Entries a read may take beyond the free slots: `read_ahead`, fewer when the last
+        read's envelopes were large (`max_read_ahead_bytes` over their mean size)."""
+        s = self.ctx.settings
+        if self.envelope_bytes <= 0:
+            return int(s.read_ahead)
+        return min(int(s.read_ahead), int(s.max_read_ahead_bytes) // self.envelope_bytes)
+
+    def start_waiting(self) -> int:
+        """Start entries read ahead, in stream order, while slots are free; how many. One a
+        renewal found taken by another consumer is dropped, not run (`Writer.lost`)."""
+        waiting, lost, started = self.runner.waiting, self.writer.lost, 0
+        while waiting and self.free_slots() > 0:
+            d = waiting.popleft()
+            if lost and d.entry_id in lost:
+                lost.discard(d.entry_id)
+                continue
+            self.runner.start(d)
+            started += 1
+        return started
+
+    async def check_waiting(self) -> None:
+        """Renew the holds first when the last renewal is over half a visibility timeout old
+        (this process was paused: SIGSTOP, a long GC): another worker may have reclaimed
+        entries waiting here meanwhile, and those are dropped instead of run twice."""
+        half_s = self.ctx.settings.visibility_timeout_ms / 2000
+        if self.runner.waiting and time.monotonic() - self.holds.renewed_at > half_s:
+            await self.holds.renew()
+
+    def _prefetch(self) -> None:
+        """Send the next read (no blocking) before the runs just read start, so Redis answers
+        it while they execute: as many as fit under concurrency + read_ahead held, none when
+        every slot is busy."""
+        n = min(self.ctx.settings.read_batch,
+                self.free_slots() + self.read_ahead() - len(self.runner.waiting))  # fmt: skip
+        if n > 0:
+            self.prefetch = t = asyncio.get_running_loop().create_task(self.read(n, None))
+            t.add_done_callback(self._prefetched)
+            self.prefetch_count = n
+
+    def _prefetched(self, t: asyncio.Task[list[Delivery]]) -> None:
+        """A prefetch's entries wait with the others from the moment they arrive: held, so
+        renewed and handed back, and never reclaimed by this worker itself (left in the task's
+        result while every slot was busy, they went idle past the visibility timeout: the
+        chaos smoke's duplicates)."""
+        if not t.cancelled() and t.exception() is None:
+            self.runner.waiting.extend(t.result())
+
+    async def _next_batch(self, count: int, wait_ms: int | None) -> tuple[list[Delivery], int]:
+        """The prefetched read's entries, else (none, or it found none) a read of `count`,
+        in `waiting` either way; and how many the read asked for."""
+        p, self.prefetch = self.prefetch, None
+        if p is not None:
+            batch = await p  # _prefetched put them in waiting (a done callback runs first)
+            if batch:
+                return batch, self.prefetch_count
+        batch = await self.read(count, wait_ms)
+        self.runner.waiting.extend(batch)
+        return batch, count
+
+    def _drop_prefetch(self) -> None:
+        """The loop ends: a prefetch still in flight is cancelled (what Redis delivered to it
+        stays pending for this consumer: handed back at shutdown, else reclaimed); a finished
+        one's entries already wait with the rest."""
+        p, self.prefetch = self.prefetch, None
+        if p is not None and not p.done():
+            p.cancel()
+
     async def tick(self, block: bool = False) -> int:
-        """One pass while slots are free: reclaim idle entries when a reclaim is due, then
-        read new ones and start them all (`block`: wait for some until the next reclaim is
-        due, at most `block_ms`). Returns how many it started."""
-        ctx, s, started = self.ctx, self.ctx.settings, 0
+        """One pass while slots are free: start entries read ahead; reclaim idle entries when
+        a reclaim is due; then, with none waiting, read up to the free slots plus the read
+        ahead and start what the slots take (`block`: wait for some until the next reclaim
+        is due, at most `block_ms`). Returns how many it started."""
+        ctx, s = self.ctx, self.ctx.settings
+        await self.check_waiting()
+        started = self.start_waiting()
         free = self.free_slots()
         if free > 0 and time.monotonic() >= self.next_reclaim:
             if await self.holds.reclaimable():
@@ -103,13 +181,17 @@ class ReadLoop:
                     started += 1
             self.next_reclaim = time.monotonic() + self.reclaim_every
             free = self.free_slots()
-        if free <= 0:
+        if free <= 0 or self.runner.waiting:
             return started
         left_ms = (self.next_reclaim - time.monotonic()) * 1000
         wait_ms = int(min(s.block_ms, max(1.0, left_ms))) if block else None
-        for d in await self.read(min(free, s.read_batch), wait_ms):
-            self.runner.start(d)
-            started += 1
+        count = min(free + self.read_ahead(), s.read_batch)
+        batch, asked = await self._next_batch(count, wait_ms)
+        if batch:
+            self.envelope_bytes = sum(len(d.raw) for d in batch) // len(batch) or 1
+            if self.prefetching and len(batch) >= asked:  # likely more ready: ask now
+                self._prefetch()
+            started += self.start_waiting()
         ctx.metrics.heartbeat.labels(ctx.queue, "worker").set(time.time())
         ctx.outage.ok()
         await self.eviction.check()
@@ -121,12 +203,17 @@ class ReadLoop:
         await self.setup()
         self.next_reclaim = 0.0
         slot_free = self.runner.slot_free
-        while not stop.is_set():
-            if self.free_slots() <= 0:
-                slot_free.clear()
-                await slot_free.wait()
-                continue
-            await self.tick(block=True)
+        self.prefetching = True
+        try:
+            while not stop.is_set():
+                if self.free_slots() <= 0:
+                    slot_free.clear()
+                    await slot_free.wait()
+                    continue
+                await self.tick(block=True)
+        finally:
+            self.prefetching = False
+            self._drop_prefetch()
 
 
 class FlushLoop:
@@ -162,7 +249,8 @@ class HoldLoop:
         """One renewal pass; returns how many holds were found lost."""
         self.runner.observe_metrics()  # also while every slot holds a long handler
         lost = await self.holds.renew()
-        await worker_cancel.check_cancels(self.ctx, self.runner.running)
+        waiting = {d.entry_id: d for d in self.runner.waiting}  # a cancel starts none of them
+        await worker_cancel.check_cancels(self.ctx, {**self.runner.running, **waiting})
         await admission.renew(self.ctx, self.runner.running)
         return lost
 

@@ -9,6 +9,7 @@ run also keeps its rule's overlap lease alive while this worker holds it.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis.exceptions
@@ -51,16 +52,20 @@ class Holds:
         self.writer = writer
         #: Where the next reclaim pass goes on ("0-0": from the start).
         self.reclaim_cursor = "0-0"
+        #: When the last renewal pass that succeeded began (time.monotonic(), which counts a
+        #: SIGSTOP too; a pass that failed with Redis down does not count).
+        self.renewed_at = time.monotonic()
 
     def entry_ids(self) -> list[str]:
-        """Every entry this worker holds: running, or its outcome not written yet."""
-        return list(self.runner.running) + self.writer.unwritten_ids()
+        """Every entry this worker holds: read ahead, running, or its outcome not written."""
+        waiting = [d.entry_id for d in self.runner.waiting]
+        return waiting + list(self.runner.running) + self.writer.unwritten_ids()
 
     async def renew(self) -> int:
         """Reset the idle time of every entry held; returns how many were lost."""
         ctx, lost = self.ctx, 0
         async with self.writer.lock:  # not while acks are in flight: an acked entry is not lost
-            ids = self.entry_ids()
+            began, ids = time.monotonic(), self.entry_ids()
             for i in range(0, len(ids), S.MAX_BATCH):
                 chunk = ids[i : i + S.MAX_BATCH]
                 codes = await ctx.scripts.run(S.renew(ctx.keys, ctx.consumer, chunk))
@@ -68,6 +73,7 @@ class Holds:
                     if code == _FENCED:
                         lost += 1
                         self.writer.mark_lost(entry_id)
+            self.renewed_at = began
         if lost:
             ctx.metrics.fenced.labels(ctx.queue, "renew").inc(lost)
         # A rule's overlap lease is not renewed here: it has no TTL and lasts while its run

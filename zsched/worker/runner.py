@@ -13,8 +13,10 @@ import logging
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from zsched.clock import ms_to_datetime
@@ -26,7 +28,7 @@ from zsched.runs import outcomes as _outcomes
 from zsched.worker import admission
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
-from zsched.worker.tasks import RunInfo, Task, set_current
+from zsched.worker.tasks import RunInfo, Task, run_info, set_current
 from zsched.worker.writer import OverlapLease, Writer
 
 log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
@@ -57,16 +59,38 @@ class Runner:
         self.running: dict[str, Delivery] = {}
         #: The asyncio tasks executing them.
         self.tasks: set[asyncio.Task[None]] = set()
+        #: Deliveries read ahead of the free slots, in stream order: held by this worker
+        #: (renewed with the others), started by the read loop as slots free.
+        self.waiting: deque[Delivery] = deque()
         self.executor = ThreadPoolExecutor(
             max_workers=ctx.settings.concurrency, thread_name_prefix="zsched"
         )
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.
         self._task_metrics: dict[str, TaskMetrics] = {}
+        # The datetimes of RunInfo, remembered for the last instant: the runs of one dispatch
+        # call share their stream time, a rule's fires and a batch enqueue often their times.
+        self._dispatched, self._scheduled = _LastDatetime(), _LastDatetime()
 
     def start(self, d: Delivery) -> None:
+        """Execute `d` now, up to its first wait, in a context of its own (as a task would):
+        a handler that never waits (and its outcome's buffering) is done when this returns,
+        without an asyncio task, a loop pass and a callback per run (~1/5 of a no-op run's
+        worker time). Only a run that waits gets a task, which goes on from that wait."""
         self.running[d.entry_id] = d
-        t = d.exec_task = asyncio.get_running_loop().create_task(self._execute(d))
+        coro, context = self._execute(d), contextvars.copy_context()
+        try:
+            waiting = context.run(coro.send, None)
+        except StopIteration:
+            return
+        except asyncio.CancelledError:  # raised by the run itself: a task would end cancelled
+            return
+        except Exception as exc:  # noqa: BLE001 - what a task would hold as never retrieved
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": f"run {d.run_id} failed in the worker", "exception": exc})  # fmt: skip
+            return
+        loop = asyncio.get_running_loop()
+        t = d.exec_task = loop.create_task(_Resumed(coro, waiting), context=context)
         self.tasks.add(t)
         t.add_done_callback(self.tasks.discard)
 
@@ -111,10 +135,10 @@ class Runner:
         if task is None:
             self.writer.dead(d, str(UnknownTask.named(env.task)), "unknown_task")
             return None
-        stream_ms = d.entry_id.split("-", 1)[0]
-        dispatched = ms_to_datetime(int(stream_ms)) if stream_ms.isdigit() else None
-        info = RunInfo(env.run_id, env.task, env.attempt, ms_to_datetime(env.scheduled_ms),
-                       self.ctx.queue, env.schedule_id, d.deliveries, dispatched)  # fmt: skip
+        stream_ms = d.entry_id.partition("-")[0]
+        dispatched = self._dispatched(int(stream_ms)) if stream_ms.isdigit() else None
+        info = run_info(env.run_id, env.task, env.attempt, self._scheduled(env.scheduled_ms),
+                        self.ctx.queue, env.schedule_id, d.deliveries, dispatched)  # fmt: skip
         d.info, d.is_async, d.task_name = info, task.is_async, task.name
         return env, task, info
 
@@ -161,7 +185,7 @@ class Runner:
                 self.writer.discard(d, task.name)
             else:
                 self.writer.acks.append((d.entry_id, d.run_id))
-                tm.succeeded.inc()
+                tm.ok += 1
         finally:
             tm.durations.append(time.perf_counter() - t0)
             if task.keep_result:  # written with the run's outcome, dropped for a retry
@@ -180,8 +204,14 @@ class Runner:
             self.writer.dead(d, f"failed: {exc.reason}"[:2000], "failed", task.name)
         else:
             if isinstance(exc, TimeoutError):
+                if isinstance(exc, _ReturnedLate) and env.attempt < self._attempts(env, task):
+                    # Its effect happened, and the retry will run the handler again.
+                    self.ctx.metrics.duplicates.labels(self.ctx.queue, "timeout").inc()
                 exc = TimeoutError(f"timed out after {task.timeout}s")
             self._retry(d, env, task, None, None, exc=exc)
+
+    def _attempts(self, env: Envelope, task: Task) -> int:
+        return env.max_attempts or task.max_attempts or self.ctx.settings.max_attempts
 
     def _metrics_of(self, task: str) -> TaskMetrics:
         tm = self._task_metrics.get(task)
@@ -194,8 +224,7 @@ class Runner:
 
     async def _call(self, task: Task, env: Envelope, info: RunInfo) -> Any:
         """Run the handler; its return value."""
-        if task.is_async:
-            set_current(info)
+        if task.is_async:  # in the run's own context, where _run set the current run
             coro = task.fn(env.payload)
             if task.timeout:
                 return await asyncio.wait_for(coro, task.timeout)
@@ -212,13 +241,15 @@ class Runner:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), task.timeout)
         except TimeoutError:
-            await self._outlast(fut, info, task.timeout)
+            if await self._outlast(fut, info, task.timeout):
+                raise _ReturnedLate() from None
             raise
 
-    async def _outlast(self, fut: asyncio.Future[Any], info: RunInfo, timeout: float) -> None:
+    async def _outlast(self, fut: asyncio.Future[Any], info: RunInfo, timeout: float) -> bool:
         """A sync handler ran past its timeout. Its thread cannot be stopped: the run stays
         held (renewed) until the thread ends, so its retry cannot start beside it, and the
-        lost thread is shown rather than hidden; the attempt then counts as timed out."""
+        lost thread is shown rather than hidden; the attempt then counts as timed out.
+        True if the handler returned (did its work) rather than raised."""
         q = self.ctx.queue
         g = self.ctx.metrics.stuck_handlers.labels(q)
         log.warning("run %s: sync handler still running after its %.1fs timeout; its thread "
@@ -226,9 +257,10 @@ class Runner:
                     extra={"queue": q, "run_id": info.run_id})  # fmt: skip
         g.inc()
         try:
-            await asyncio.gather(fut, return_exceptions=True)
+            late = await asyncio.gather(fut, return_exceptions=True)
         finally:
             g.dec()
+        return not isinstance(late[0], BaseException)
 
     def _retry(
         self,
@@ -241,7 +273,7 @@ class Runner:
         outcome: str = "failed",
     ) -> None:
         s, q, m = self.ctx.settings, self.ctx.queue, self.ctx.metrics
-        attempts = env.max_attempts or task.max_attempts or s.max_attempts
+        attempts = self._attempts(env, task)
         if env.attempt >= attempts:
             # "failed after": the dead script counts it as exhausted (lua/dead.lua's kinds).
             why = (failure_reason(exc, env.attempt) if exc
@@ -263,6 +295,11 @@ class Runner:
                      env.attempt, attempts, delay, exc, extra={"queue": q, "run_id": d.run_id})  # fmt: skip
 
 
+class _ReturnedLate(TimeoutError):
+    """A sync handler that returned after its timeout: the attempt still counts as timed out
+    (and is retried), but its effect happened: the retry is a duplicate execution."""
+
+
 def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -> Any:
     began()
     set_current(info)
@@ -270,3 +307,42 @@ def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -
         return fn(payload)
     finally:
         set_current(None)
+
+
+class _LastDatetime:
+    """ms_to_datetime, remembering the last instant (datetimes are immutable: shared)."""
+
+    __slots__ = ("ms", "dt")
+
+    def __init__(self) -> None:
+        self.ms, self.dt = 0, ms_to_datetime(0)
+
+    def __call__(self, ms: int) -> datetime:
+        if ms != self.ms:
+            self.ms, self.dt = ms, ms_to_datetime(ms)
+        return self.dt
+
+
+class _Resumed(Coroutine[Any, Any, None]):
+    """A coroutine that `Runner.start` stepped up to its first wait, for a task to drive from
+    there: the task's first step gets what it waits on; later sends and throws (a cancel,
+    also one before that first step) go to it, as they would have in a task from the start."""
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+        self.coro, self.waiting, self.first = coro, waiting, True
+
+    def send(self, value: Any) -> Any:
+        if self.first:
+            self.first = False
+            return self.waiting
+        return self.coro.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        self.first = False
+        return self.coro.throw(*exc)
+
+    def close(self) -> None:
+        self.coro.close()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        raise TypeError("a run resumed by Runner.start is driven by its task, not awaited")

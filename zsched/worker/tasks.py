@@ -136,6 +136,19 @@ class RunInfo:
         return self._cancel[0]
 
 
+def run_info(run_id: str, task: str, attempt: int, scheduled_for: datetime, queue: str,
+             schedule_id: str | None, deliveries: int,
+             dispatched_at: datetime | None) -> RunInfo:  # fmt: skip
+    """`RunInfo(...)` with every field given, built as the worker does once per run: the
+    frozen dataclass's __init__ sets each field through object.__setattr__, ~2.5x slower than
+    filling its __dict__ at once (tests check the two are equal)."""
+    info = object.__new__(RunInfo)
+    info.__dict__.update(run_id=run_id, task=task, attempt=attempt, scheduled_for=scheduled_for,
+                         queue=queue, schedule_id=schedule_id, deliveries=deliveries,
+                         dispatched_at=dispatched_at, _cancel=[False])  # fmt: skip
+    return info
+
+
 _current: contextvars.ContextVar[RunInfo | None] = CURRENT_RUN  # read by log records too
 
 

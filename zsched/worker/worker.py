@@ -3,8 +3,10 @@
 `Worker` owns its collaborators, each with its own state: the `Runner` executes runs (async
 handlers on the event loop, sync ones in a thread pool, at most `concurrency` at a time), the
 `Writer` buffers their outcomes and writes them in batches, `Holds` renews and reclaims the
-entries held, and three loops (zsched/worker/loops.py) drive them. Every write is fenced: a
-consumer that no longer owns an entry cannot ack, retry or renew it.
+entries held, and three loops (zsched/worker/loops.py) drive them. The read loop reads ahead
+of the free slots within a budget (`read_ahead`, `max_read_ahead_bytes`; the runs read ahead
+wait in `Runner.waiting`, held) and sends its next read while the last one's runs execute.
+Every write is fenced: a consumer that no longer owns an entry cannot ack, retry or renew it.
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ function retryDelay(ms) {
   return Number.isNaN(d) ? 0 : Math.min(Math.max(0, d), MAX_RETRY_DELAY_MS);
 }
 
+// The times this worker stamps itself (a retry's next attempt's run_at_ms) follow the Redis
+// server's clock, not this machine's (DESIGN.md invariant 3, as zsched/clock.py ServerTime):
+// local time plus an offset measured with TIME, half the round trip taken as the one-way delay,
+// again at most every OFFSET_REFRESH_MS.
+const OFFSET_REFRESH_MS = 60_000;
+
 export class Worker {
   /**
    * @param redis     an ioredis client (not shared with blocking readers of other code)
@@ -42,6 +48,26 @@ export class Worker {
     this.reclaimCursor = '0-0';
     this.held = new Set();
     this.leases = new Map(); // entryId -> [scheduleId, runId, leaseMs] of running rule fires
+    this.offsetMs = 0; // server clock minus this machine's, in ms (0 until measured)
+    this.offsetMeasuredAt = -Infinity; // performance.now() of the last measurement
+  }
+
+  /** Measure the server's clock with TIME if the last measurement is older than a minute. */
+  async measureServerTime() {
+    if (performance.now() - this.offsetMeasuredAt < OFFSET_REFRESH_MS) return;
+    const sent = Date.now();
+    try {
+      const [sec, usec] = await this.redis.time();
+      this.offsetMs = Number(sec) * 1000 + Number(usec) / 1000 - (sent + Date.now()) / 2;
+    } catch {
+      // An ACL without TIME: this machine's clock stays (as the Python worker does).
+    }
+    this.offsetMeasuredAt = performance.now();
+  }
+
+  /** The Redis server's now in epoch ms, as this worker knows it. */
+  serverNowMs() {
+    return Math.round(Date.now() + this.offsetMs);
   }
 
   /** Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. */
@@ -56,6 +82,7 @@ export class Worker {
   /** Read up to `count` runs (waiting up to blockMs when given), run them, write outcomes. */
   async tick({ count = 100, blockMs = null } = {}) {
     await this.setup();
+    await this.measureServerTime();
     const deliveries = [...(await this.reclaim(count))];
     if (deliveries.length < count) deliveries.push(...(await this.read(count - deliveries.length, blockMs)));
     const outcomes = await Promise.all(deliveries.map((d) => this.execute(d)));
@@ -157,7 +184,7 @@ export class Worker {
         return { ...base, outcome: 'dead', reason: `failed after ${env.attempt} attempt(s): ${why}`.slice(0, 2000) };
       }
       const delayMs = retryDelay(this.retryDelayMs(env.attempt));
-      return { ...base, outcome: 'retry', delayMs, reason: why, next: encode(nextAttempt(env, Date.now() + delayMs)) };
+      return { ...base, outcome: 'retry', delayMs, reason: why, next: encode(nextAttempt(env, this.serverNowMs() + delayMs)) };
     } finally {
       this.held.delete(d.entryId);
       this.leases.delete(d.entryId);

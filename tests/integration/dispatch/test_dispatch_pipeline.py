@@ -65,7 +65,9 @@ def _count_calls(d, busy_us: int | None = None) -> list[int]:
         calls[0] += 1
         r, limit, sent_at = await sized(c)
         if busy_us is not None:
-            r = S.DispatchResult(r.moved, r.next_due_ms, r.now_ms, r.backlogged, r.run_at_ms, busy_us)
+            r = S.DispatchResult(
+                r.moved, r.next_due_ms, r.now_ms, r.backlogged, r.run_at_ms, busy_us
+            )
         return r, limit, sent_at
 
     d._sized = counted
@@ -142,3 +144,43 @@ def test_a_tick_result_still_answers_held_as_an_alias_of_backlogged() -> None:
     # "held" also meant a worker's hold; the field is `backlogged` now, the old name reads it.
     assert D.TickResult(0, None, 0, True, False).held is True
     assert D.TickResult(0, None, 0, False, False).held is False
+
+
+async def test_the_first_call_is_small_and_calls_grow_while_redis_runs_them_fast(backend, queue):
+    """The first dispatch call of a burst is the slowest (a fresh `entries` hash): it moves at
+    most 50 runs, and the size doubles while calls run under CALL_TARGET_S in Redis."""
+    app = backend.app(queue, clock=FakeClock(NOW))
+    _seed(app, 1_000)
+    d = app.dispatcher(redis=backend.async_client(), batch_size=400, max_batches_per_tick=1000)
+    limits: list[int] = []
+    sized = d._sized
+
+    async def recorded(c):
+        limits.append(int(c.args[1]))
+        r, limit, sent_at = await sized(c)
+        return (
+            S.DispatchResult(r.moved, r.next_due_ms, r.now_ms, r.backlogged, r.run_at_ms, 100),
+            limit,
+            sent_at,
+        )
+
+    d._sized = recorded
+    assert (await d.tick()).moved == 1_000
+    assert limits[0] == 50 and max(limits) == 400 and limits == sorted(limits)
+    await d.close()
+
+
+async def test_a_call_between_half_and_three_quarters_of_the_target_grows_the_next(backend, queue):
+    """A size that started small grows towards the size that takes 3/4 of CALL_TARGET_S (at
+    most doubling), so it settles where a shrinking size would, not where it stopped doubling."""
+    app = backend.app(queue, clock=FakeClock(NOW))
+    d = app.dispatcher(redis=backend.async_client(), batch_size=500)
+    d._adapt(100, 0.6 * D.CALL_TARGET_S)
+    assert d._limit == 125
+    d._adapt(125, 0.9 * D.CALL_TARGET_S)
+    assert d._limit == 125  # between 3/4 and the whole target: it stays
+    d._adapt(400, 0.1 * D.CALL_TARGET_S)
+    assert d._limit == 500  # never over batch_size
+    d._adapt(60, 0.0)  # Valkey: TIME frozen in a script, the call reports 0
+    assert d._limit == 120
+    await d.close()

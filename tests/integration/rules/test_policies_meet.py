@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.rules.test_schedules import T0, H, one_outcome_per_slot, setup
+from tests.integration.rules.test_schedules import T0, H, M, one_outcome_per_slot, setup
 from zsched.rules.triggers import slot_run_id
 
 
@@ -208,3 +208,35 @@ async def test_a_run_reclaimed_after_its_worker_died_keeps_the_lease(real, queue
     for c in (d, w):
         await c.close()
     await aio.aclose()
+
+
+async def test_under_catch_up_and_queue_runs_that_outlast_the_interval_keep_replays_waiting(
+    backend, queue
+) -> None:
+    """policies.md's catch_up x queue cell: runs that outlast the interval keep the queue full
+    (a new slot always waits behind the live run), and the replays wait until it empties."""
+    app, clock, drv = setup(backend, queue, start=T0, slow_s=90)  # 90 s runs, every 60 s
+    app.schedule("r", "report", every=60, misfire="catch_up", max_catch_up=3, overlap="queue")
+    await drv.step(T0)
+    await drv.run_until(T0 + 10 * M + 5, T0 + 30 * M)  # down for slots 1-9
+    replays = {slot_run_id("r", T0 + i * M) for i in (7, 8, 9)}
+    started = [r for r, *_ in drv.started]
+    new_slots = [slot_run_id("r", T0 + i * M) for i in range(10, 31)]
+    # Only new slots ran, one after another, each waiting behind the live run: no replay yet.
+    assert started[0] == slot_run_id("r", T0) and len(started) > 10
+    assert started[1:] == [r for r in new_slots if r in started[1:]]
+    pairs = zip(drv.started, drv.started[1:], strict=False)
+    assert all(end <= start for (_, _, end), (_, start, _) in pairs)
+    rows = [r for r in one_outcome_per_slot(app, "r") if T0 + 11 * M <= r.slot_ms <= T0 + 30 * M]
+    assert len(rows) == 20 and all(  # the queue is never empty: each waits or is skipped
+        r.reason.startswith(("queued behind", "overlap:")) for r in rows
+    ), rows
+    assert not replays & set(started)
+    assert backend.sync.zcard(app.keys.rule_catchup) == 1  # the replays wait
+    # The queue empties when the slots come further apart than a run lasts: the replays go.
+    app.schedule("r", "report", every=3600, misfire="catch_up", max_catch_up=3, overlap="queue")
+    for part in drv.dispatcher.parts:  # what the edit's wake message does
+        part.invalidate()
+    await drv.run_until(T0 + 30 * M, T0 + 45 * M)
+    assert [r for r, *_ in drv.started][-3:] == sorted(replays)
+    await drv.close()

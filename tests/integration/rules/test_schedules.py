@@ -38,11 +38,13 @@ def one_outcome_per_slot(app, sid):
 
 
 @pytest.mark.parametrize("policy", ["catch_up", "coalesce", "skip"])
-async def test_each_misfire_policy_over_a_20_slot_outage(backend, queue, policy) -> None:
+async def test_each_misfire_policy_over_an_outage_of_19_missed_slots(backend, queue, policy):
+    """docs/policies.md's worked example: down from 00:00:01 to 20:00:00.005, so 01:00-19:00
+    are missed (19 slots) and 20:00 is on time."""
     app, clock, drv = setup(backend, queue)
     app.schedule("hourly", "report", every=3600, misfire=policy, max_catch_up=5)
     await drv.step(T0)  # the dispatcher is up: T0 fires on time
-    # Down for 20 hourly slots; back 5 ms after the 20th.
+    # Down until 5 ms after the 20th slot: 19 missed, the 20th on time.
     await drv.run_until(T0 + 20 * H + 5, T0 + 20 * H + 1000)
     rows = one_outcome_per_slot(app, "hourly")
     assert [r.slot_ms for r in rows] == [T0 + i * H for i in range(21)]

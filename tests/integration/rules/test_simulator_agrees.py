@@ -1,5 +1,6 @@
 """The simulator agrees slot for slot with a real run (a real worker on real Redis) for every
-misfire x overlap combination (issue 18, defect 4: it disagreed for overlap=queue)."""
+misfire x overlap combination (issue 18, defect 4: it disagreed for overlap=queue), with instant
+runs and with runs that outlast the interval."""
 
 from __future__ import annotations
 
@@ -49,3 +50,80 @@ async def test_the_simulator_and_a_real_run_agree(real, queue, misfire, overlap)
     assert [(r.slot_ms, r.outcome, r.reason) for r in actual] == [
         (r.slot_ms, r.outcome, r.reason) for r in predicted
     ]
+
+
+SLOW_MS = 20 * M  # longer than the rule's 15-minute interval
+
+
+class _SlowWorker:
+    """A real worker whose handlers take SLOW_MS of the fake clock: each waits on a gate the
+    test opens when the clock reaches its end, then the worker writes its outcome (ack, unlease)."""
+
+    def __init__(self, app: Any, real: Any) -> None:
+        self.w = app.worker(redis=real.async_client())
+        self.gates: dict[str, asyncio.Event] = {}
+        self.running: dict[str, tuple[int, Any]] = {}  # run id -> (end ms, delivery)
+
+        @app.task(name="t")
+        async def t(payload: Any) -> None:
+            import zsched
+
+            await self.gates.setdefault(zsched.current_run().run_id, asyncio.Event()).wait()
+
+    async def start_ready(self, now: int) -> int:
+        await self.w.setup()
+        batch = await self.w.reader.read(100, None)
+        for d in batch:
+            self.w.runner.start(d)
+            self.running[d.run_id] = (now + SLOW_MS, d)
+        return len(batch)
+
+    async def finish(self, now: int) -> None:
+        done = [rid for rid, (end, _) in self.running.items() if end <= now]
+        for rid in done:
+            _, d = self.running.pop(rid)
+            self.gates.setdefault(rid, asyncio.Event()).set()
+            await d.exec_task
+        if done:
+            await self.w.flush()
+
+    def next_end(self) -> int | None:
+        return min((end for end, _ in self.running.values()), default=None)
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+@pytest.mark.parametrize("misfire", ["catch_up", "coalesce", "skip"])
+async def test_the_simulator_and_a_real_run_with_slow_runs_agree(real, queue, misfire, overlap):
+    """The same with runs that outlast the interval (20 min on a 15-minute rule): a real
+    worker's handlers held on the fake clock, against the simulator's --slow-runs."""
+    clock = FakeClock(T0 - 1)
+    app = real.app(queue, clock=clock)
+    slow = _SlowWorker(app, real)
+    app.schedule("r", "t", cron="*/15 * * * *", tz="Europe/Berlin", misfire=misfire,
+                 max_catch_up=3, overlap=overlap)  # fmt: skip
+    down_from, down_to = T0, T0 + 2 * H + 7 * M
+    predicted = await asyncio.to_thread(
+        simulate, app, "r", down_from, down_to, slow_runs_s=SLOW_MS / 1000
+    )
+    d = app.dispatcher(redis=real.async_client())
+    t, end = down_to, predicted[-1].slot_ms
+    while t <= end:
+        clock.set(t)
+        await slow.finish(t)  # a run that ends frees the lease before this instant's slot
+        await d.tick()
+        while await slow.start_ready(t):
+            await d.tick()
+        nxt = app.schedules()[0]
+        candidates = [nxt.next_fire_ms, slow.next_end()]
+        if nxt.catch_up_waiting and not slow.running:
+            candidates.append(t + 20)
+        t = min(c for c in candidates if c is not None and c > t)
+    actual = ledger_rows(app, "r")
+    assert [(r.slot_ms, r.outcome, r.reason) for r in actual] == [
+        (r.slot_ms, r.outcome, r.reason) for r in predicted
+    ]
+    for rid in list(slow.running):
+        slow.gates.setdefault(rid, asyncio.Event()).set()
+    await slow.w.drain()
+    await d.close()
+    await slow.w.close()

@@ -77,6 +77,9 @@ async def test_a_stuck_sync_handler_costs_capacity_not_other_runs_attempts(real,
     assert most["r1"] == 1  # the retry did not start beside its own timed-out attempt
     assert stuck._value.get() == 0
     assert real.sync.xlen(app.keys.dead) == 0
+    # r1's first attempt returned (did its work) after its timeout, and was retried: counted
+    # as a duplicate execution; r2, which never timed out, is not.
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 1
 
 
 async def test_an_async_handler_past_its_timeout_is_retried(real, queue) -> None:
@@ -98,5 +101,32 @@ async def test_an_async_handler_past_its_timeout_is_retried(real, queue) -> None
     await w.tick()
     assert attempts == [1, 2]
     assert real.sync.zscore(app.keys.done, "a1")
+    await d.close()
+    await w.close()
+
+
+async def test_a_sync_handler_that_raises_after_its_timeout_is_no_duplicate(real, queue) -> None:
+    """Only a late *return* is a duplicate execution (its effect happened, and the retry runs
+    it again); a late raise, or a late return on the last attempt (dead, no rerun), is not."""
+    app = real.app(queue)
+    attempts: list[int] = []
+
+    @app.task(name="s", timeout=0.05, max_attempts=2, backoff=0)
+    def s(payload: Any) -> None:
+        attempts.append(zsched.current_run().attempt)
+        time.sleep(0.3)  # past its timeout, then: attempt 1 raises, attempt 2 returns
+        if len(attempts) == 1:
+            raise RuntimeError("late failure")
+
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    w = app.worker(redis=real.async_client())
+    app.enqueue("s", None, run_id="s1")
+    await d.tick()
+    await w.tick()
+    await d.tick()
+    await w.tick()
+    assert attempts == [1, 2]
+    assert real.sync.xlen(app.keys.dead) == 1  # attempt 2 timed out too: the last one
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 0
     await d.close()
     await w.close()

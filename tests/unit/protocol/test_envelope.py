@@ -6,7 +6,14 @@ import msgpack
 import pytest
 
 from zsched.errors import PayloadError
-from zsched.protocol.envelope import VERSION, Envelope, check_payload, decode
+from zsched.protocol.envelope import (
+    MAX_INSTANT_MS,
+    VERSION,
+    Envelope,
+    check_payload,
+    decode,
+    decode_checked,
+)
 
 
 def env(**kw: object) -> Envelope:
@@ -128,3 +135,55 @@ def test_enqueues_fast_encoding_is_the_envelopes_own() -> None:
     for payload in (None, {"a": [1, 2.5, None]}, "é", b"\x00\xff", [True, {"k": {}}]):
         want = Envelope("r9", "task", payload, 1_800_000_000_123, 1_800_000_000_123, 42).encode()
         assert encode_first("task", payload, 1_800_000_000_123, 42) == want
+
+
+#: Version 2 arrays on both sides of every check decode's quick path makes.
+_ARRAYS = [
+    [2, "t", None, 1],
+    [2, "t", {"a": 1}, 5, 3, 7, 2, "s", 4, 9, {"traceparent": "x"}],
+    [2, "t", None, 1, 0, None, None, None, None, None, None, "a later minor's extra"],
+    [2, "t", None, True],
+    [2, "t", None, 1.0],
+    [2, "t", None, -1],
+    [2, "t", None, MAX_INSTANT_MS],
+    [2, "t", None, MAX_INSTANT_MS + 1],
+    [2, "t", None, 1, MAX_INSTANT_MS + 1],
+    [2, "t", None, 1, -1],
+    [2, "t", None, 1, False],
+    [2, "t", None, 1, 0, 0],
+    [2, "t", None, 1, 0, -2],
+    [2, "t", None, 1, 0, None, 0],
+    [2, "t", None, 1, 0, None, True],
+    [2, "t", None, 1, 0, None, 1],
+    [2, "t", None, 1, 0, None, None, b"s"],
+    [2, "t", None, 1, 0, None, None, None, 0],
+    [2, "t", None, 1, 0, None, None, None, None, 0],
+    [2, "t", None, 1, 0, *[None] * 5, ["x"]],
+    [2, "t", None, 1, 0, *[None] * 5, {"traceparent": 1}],
+    [2, "", None, 1],
+    [2, b"t", None, 1],
+    [2.0, "t", None, 1],
+    [True, "t", None, 1],
+    [3, "t", None, 1],
+    [2, "t", None],
+    [],
+    "x",
+    {},
+]
+
+
+@pytest.mark.parametrize("items", _ARRAYS, ids=range(len(_ARRAYS)))
+@pytest.mark.parametrize("run_id", ["r", "", None])
+def test_the_quick_decode_and_the_field_by_field_one_agree(
+    items: object, run_id: str | None
+) -> None:
+    raw = msgpack.packb(items, use_bin_type=True)
+    try:
+        expected: object = decode_checked(raw, run_id)
+    except PayloadError as exc:
+        expected = str(exc)
+    try:
+        got: object = decode(raw, run_id)
+    except PayloadError as exc:
+        got = str(exc)
+    assert got == expected

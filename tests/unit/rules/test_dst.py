@@ -241,6 +241,54 @@ def test_wildcard_rule_skips_the_gap_and_fires_twice_in_the_repeated_hour() -> N
     assert fall[:3] == ["2026-10-24T22:00Z", "2026-10-25T00:00Z", "2026-10-25T01:00Z"]
 
 
+BERLIN = "Europe/Berlin"
+
+
+@pytest.mark.parametrize(
+    ("example", "rule", "day", "around", "count"),
+    [
+        # 3. Wildcard rule in a gap -> skip: 01:30 CET (00:30Z), next 03:00 CEST (01:00Z).
+        (3, Cron("*/30 * * * *", BERLIN), datetime(2026, 3, 29),
+         ["2026-03-29T00:00Z", "2026-03-29T00:30Z", "2026-03-29T01:00Z", "2026-03-29T01:30Z"],
+         46),
+        # 4. Wildcard rule in a repeat -> both: 02:00 and 02:30 CEST, again CET, 03:00 CET.
+        (4, Cron("*/30 * * * *", BERLIN), datetime(2026, 10, 25),
+         ["2026-10-25T00:00Z", "2026-10-25T00:30Z", "2026-10-25T01:00Z", "2026-10-25T01:30Z",
+          "2026-10-25T02:00Z"], 50),
+        # 7. dst_gap="shift": 02:00 and 02:30 shift to 01:00Z, the real 03:00 CEST: one fire.
+        (7, Cron("*/30 * * * *", BERLIN, dst_gap="shift"), datetime(2026, 3, 29),
+         ["2026-03-29T00:00Z", "2026-03-29T00:30Z", "2026-03-29T01:00Z", "2026-03-29T01:30Z"],
+         46),
+        # 8. dst_repeat="first": 00:00Z and 00:30Z (CEST), not 01:00Z or 01:30Z (CET).
+        (8, Cron("*/30 * * * *", BERLIN, dst_repeat="first"), datetime(2026, 10, 25),
+         ["2026-10-25T00:00Z", "2026-10-25T00:30Z", "2026-10-25T02:00Z"], 48),
+    ],
+)  # fmt: skip
+def test_the_half_hourly_worked_examples_of_policies_md(
+    example: int, rule: Cron, day: datetime, around: list[str], count: int
+) -> None:
+    """docs/policies.md, worked examples 3, 4, 7 and 8, as written: the fires around the
+    transition (between 00:00Z and 02:00Z of that day, in order) and the day's count."""
+    fires = day_fires(rule, BERLIN, day)
+    window = (around[0], around[-1])
+    assert [f for f in fires if window[0] <= f <= window[1]] == around, example
+    assert len(fires) == count, example
+
+
+def test_the_other_berlin_and_new_york_worked_examples_of_policies_md() -> None:
+    """docs/policies.md, worked examples 1 (its New York half), 5 and 6, as written."""
+    ny = "America/New_York"
+    assert day_fires(Cron("30 2 * * *", ny), ny, datetime(2026, 3, 8)) == ["2026-03-08T07:00Z"]
+    skip = Cron("30 2 * * *", BERLIN, dst_gap="skip")
+    after = ms_of(datetime(2026, 3, 28, 1, 30, tzinfo=UTC))
+    assert utc(skip.next_after_ms(after)) == datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
+    both = Cron("30 2 * * *", BERLIN, dst_repeat="both")
+    assert day_fires(both, BERLIN, datetime(2026, 10, 25)) == [
+        "2026-10-25T00:30Z",
+        "2026-10-25T01:30Z",
+    ]
+
+
 def test_fires_that_land_on_the_same_instant_are_one_fire() -> None:
     # 02:00 and 02:30 both shift to 03:00 CEST, which is also a real slot of the next rule.
     assert day_fires(

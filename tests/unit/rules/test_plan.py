@@ -62,3 +62,13 @@ def test_dst_choice_is_kept_on_the_rule() -> None:
     from zsched.rules.spec import decode_spec
 
     assert decode_spec(s.encode()) == s
+
+
+def test_jitter_is_the_formula_policies_md_gives() -> None:
+    """docs/policies.md: crc32("<schedule_id>@<slot in epoch ms>") % jitter_ms (another
+    client's dispatcher must spread a slot the same way)."""
+    import zlib
+
+    s = spec(jitter=30)
+    for slot in (T0, T0 + M, T0 + 7 * M):
+        assert jitter_ms(s, slot) == zlib.crc32(f"s@{slot}".encode()) % 30_000

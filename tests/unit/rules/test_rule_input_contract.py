@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from zsched.errors import RuleError
+from zsched.errors import InvalidArgument, RuleError
 from zsched.rules.spec import build_spec
 from zsched.rules.triggers import Every
 from zsched.runs.runinput import to_ms
@@ -43,3 +43,36 @@ def test_a_run_at_before_1970_is_a_value_error_naming_the_field() -> None:
     with pytest.raises(ValueError, match="run_at"):
         to_ms(-1.0)
     assert to_ms(datetime(1970, 1, 1, tzinfo=UTC)) == 0
+
+
+BEFORE_1970 = datetime(1969, 12, 31, 23, 59, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("field", ["start_at", "end_at"])
+@pytest.mark.parametrize("value", [BEFORE_1970, -60.0])
+def test_a_rules_start_at_or_end_at_before_1970_is_refused_naming_the_field(
+    backend, queue, field, value
+) -> None:
+    """Accepted before: start_at before 1970 reached the scripts as a negative instant, and an
+    end_at in 1969 made a rule that never fires, silently."""
+    app = backend.app(queue)
+    with pytest.raises(InvalidArgument, match=f"^{field} .*1970") as e:
+        app.schedule("r", "t", every=60, **{field: value})
+    assert e.value.field == field
+    assert app.schedules() == []
+
+
+def test_an_end_at_before_the_start_at_is_refused(backend, queue) -> None:
+    app = backend.app(queue)
+    with pytest.raises(InvalidArgument, match="end_at is before start_at") as e:
+        app.schedule("r", "t", every=60, start_at=2_000_000_000, end_at=1_999_999_999)
+    assert e.value.field == "end_at"
+
+
+def test_app_enqueue_refuses_a_run_at_before_1970_naming_the_field(backend, queue) -> None:
+    app = backend.app(queue)
+    for value in (BEFORE_1970, -1.0):
+        with pytest.raises(InvalidArgument, match="^run_at") as e:
+            app.enqueue("t", {}, run_at=value)
+        assert e.value.field == "run_at"
+    assert app.enqueue("t", {}, run_at=datetime(1970, 1, 1, tzinfo=UTC))  # 1970 itself is fine

@@ -1,0 +1,62 @@
+"""Smoke runs of the benchmark tools that `make bench` does not run (BENCHMARKS.md names each):
+every one completes at tiny sizes and prints its figures, so none breaks silently between the
+sessions that use it. Speed is not asserted: only that a figure of each kind comes out."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bench.aio_enqueue as aio_enqueue
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def run(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=200)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_the_burst_tool_reports_the_script_calls_over_1_and_5_ms() -> None:
+    out = run("bench.burst", "--n", "2000", "--timeout", "60")
+    # The slow log's summary is always printed; the slowest calls per command only when some
+    # call took over 1 ms (at this size often none does).
+    assert re.search(r"EVALSHA: \d+ calls, [\d.]+ us per call", out)
+    assert re.search(r"calls over 1 ms: \d+, over 5 ms: \d+", out)
+
+
+def test_the_lag_probe_splits_each_lag_into_its_parts() -> None:
+    out = run("bench.lagprobe", "--rate", "100", "--seconds", "0.5")
+    assert re.search(r"[\d.]+ =\s+[\d.]+ \+\s+[\d.]+", out)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (callgrind)")
+def test_the_instruction_counter_measures_every_step_and_the_floor() -> None:
+    out = run("bench.instructions", "--one", "10", "--drain", "200", "--batch", "50",
+              "--limit", "100")  # fmt: skip
+    for step in ("ack 50 a call", "floor dispatch 50", "floor XACK 50"):
+        assert re.search(re.escape(step) + r"\s+[\d,]+ instructions/run", out), step
+
+
+def test_the_scaling_tool_measures_one_and_two_masters() -> None:
+    out = run("bench.scaling", "--smoke")
+    assert re.search(r"^\| 1 \| [\d,]+ \|", out, re.M) and re.search(
+        r"^\| 2 \| [\d,]+ \|", out, re.M
+    )
+
+
+def test_the_async_enqueue_benchmark_measures_every_variant(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(aio_enqueue, "N_ONE", 60)
+    monkeypatch.setattr(aio_enqueue, "N_MANY", 500)
+    results = aio_enqueue.main(1)
+    assert set(results) == set(aio_enqueue.VARIANTS)
+    assert all(len(r) == 1 and r[0] > 0 for r in results.values())
