@@ -26,16 +26,22 @@ def _pending(app, w) -> int:
     return int(app.redis.xpending(app.keys.ready, GROUP)["pending"])
 
 
+def _queue(real, queue, payloads, release: asyncio.Event | None = None, **worker):
+    """An app whose task records its payload and waits on `release`, the payloads enqueued,
+    a dispatcher and a worker (`worker`: its settings), neither started."""
+    ran: list = []
+    release = release or asyncio.Event()
+    app = _app(real, queue, ran, release)
+    ids = [app.enqueue("t", p) for p in payloads]
+    d = app.dispatcher(redis=real.async_client())
+    w = app.worker(redis=real.async_client(), **worker)
+    return app, ran, release, ids, d, w
+
+
 async def test_a_read_takes_the_free_slots_plus_the_read_ahead_and_starts_them_in_order(
     real, queue
 ) -> None:
-    ran: list = []
-    release = asyncio.Event()
-    app = _app(real, queue, ran, release)
-    for i in range(8):
-        app.enqueue("t", i)
-    d = app.dispatcher(redis=real.async_client())
-    w = app.worker(redis=real.async_client(), concurrency=2, read_ahead=3)
+    app, ran, release, _, d, w = _queue(real, queue, range(8), concurrency=2, read_ahead=3)
     await w.setup()
     assert (await d.tick()).moved == 8
     assert await w.reader.tick() == 2  # 5 read: 2 started, 3 wait
@@ -55,12 +61,7 @@ async def test_a_read_takes_the_free_slots_plus_the_read_ahead_and_starts_them_i
 
 
 async def test_no_read_ahead_reads_only_the_free_slots(real, queue) -> None:
-    ran: list = []
-    app = _app(real, queue, ran, asyncio.Event())
-    for i in range(5):
-        app.enqueue("t", i)
-    d = app.dispatcher(redis=real.async_client())
-    w = app.worker(redis=real.async_client(), concurrency=2, read_ahead=0)
+    app, ran, _, _, d, w = _queue(real, queue, range(5), concurrency=2, read_ahead=0)
     await w.setup()
     await d.tick()
     assert await w.reader.tick() == 2
@@ -72,13 +73,9 @@ async def test_no_read_ahead_reads_only_the_free_slots(real, queue) -> None:
 
 
 async def test_large_envelopes_read_ahead_fewer(real, queue) -> None:
-    ran: list = []
-    app = _app(real, queue, ran, asyncio.Event())
-    for i in range(4):
-        app.enqueue("t", "x" * 1000 + str(i))
-    d = app.dispatcher(redis=real.async_client())
-    w = app.worker(redis=real.async_client(), concurrency=1, read_ahead=50,
-                   max_read_ahead_bytes=2500)  # fmt: skip
+    big = ["x" * 1000 + str(i) for i in range(4)]
+    app, ran, _, _, d, w = _queue(real, queue, big, concurrency=1, read_ahead=50,
+                                  max_read_ahead_bytes=2500)  # fmt: skip
     await w.setup()
     await d.tick()
     assert w.reader.read_ahead() == 50  # nothing read yet: the count budget
@@ -91,12 +88,8 @@ async def test_large_envelopes_read_ahead_fewer(real, queue) -> None:
 
 
 async def test_a_cancelled_run_read_ahead_ends_cancelled_without_running(real, queue) -> None:
-    ran: list = []
-    release = asyncio.Event()
-    app = _app(real, queue, ran, release)
-    first, second = app.enqueue("t", 1), app.enqueue("t", 2)
-    d = app.dispatcher(redis=real.async_client())
-    w = app.worker(redis=real.async_client(), concurrency=1, read_ahead=1)
+    app, ran, release, (first, second), d, w = _queue(real, queue, [1, 2], concurrency=1,
+                                                      read_ahead=1)  # fmt: skip
     await w.setup()
     await d.tick()
     assert await w.reader.tick() == 1 and [x.run_id for x in w.runner.waiting] == [second]
@@ -113,12 +106,8 @@ async def test_a_cancelled_run_read_ahead_ends_cancelled_without_running(real, q
 
 
 async def test_shutdown_hands_back_the_runs_read_ahead(real, queue) -> None:
-    ran: list = []
-    release = asyncio.Event()
-    app = _app(real, queue, ran, release)
-    ids = [app.enqueue("t", i) for i in range(4)]
-    d = app.dispatcher(redis=real.async_client())
-    w = app.worker(redis=real.async_client(), concurrency=1, read_ahead=3, block_ms=50)
+    app, ran, release, ids, d, w = _queue(real, queue, range(4), concurrency=1, read_ahead=3,
+                                          block_ms=50)  # fmt: skip
     await d.tick()
     stop = asyncio.Event()
     run = asyncio.create_task(w.run(stop))
@@ -134,14 +123,10 @@ async def test_shutdown_hands_back_the_runs_read_ahead(real, queue) -> None:
 
 
 async def test_the_loop_sends_the_next_read_before_the_runs_of_the_last_start(real, queue) -> None:
-    ran: list = []
     release = asyncio.Event()
     release.set()  # handlers that never wait
-    app = _app(real, queue, ran, release)
-    for i in range(12):
-        app.enqueue("t", i)
-    d = app.dispatcher(redis=real.async_client())
-    w = app.worker(redis=real.async_client(), concurrency=4, read_ahead=4, read_batch=5)
+    app, ran, _, _, d, w = _queue(real, queue, range(12), release, concurrency=4, read_ahead=4,
+                                  read_batch=5)  # fmt: skip
     await w.setup()
     await d.tick()
     r = w.reader
@@ -170,13 +155,7 @@ async def test_the_loop_sends_the_next_read_before_the_runs_of_the_last_start(re
 async def test_a_worker_that_was_paused_drops_what_another_took_instead_of_running_it(
     real, queue
 ) -> None:
-    ran: list = []
-    release = asyncio.Event()
-    app = _app(real, queue, ran, release)
-    for i in range(3):
-        app.enqueue("t", i)
-    d = app.dispatcher(redis=real.async_client())
-    w = app.worker(redis=real.async_client(), concurrency=1, read_ahead=2)
+    app, ran, release, _, d, w = _queue(real, queue, range(3), concurrency=1, read_ahead=2)
     await w.setup()
     await d.tick()
     assert await w.reader.tick() == 1
