@@ -129,7 +129,7 @@ class _Deprecated(argparse.Action):
     """A flag's old spelling: stores into the new flag's place and says so on stderr."""
 
     def __call__(self, parser: Any, ns: argparse.Namespace, value: Any, flag: Any = None) -> None:
-        print(f"zsched: {flag} is deprecated, use {self.metavar}", file=sys.stderr)
+        print(f"{parser.prog}: {flag} is deprecated, use {self.metavar}", file=sys.stderr)
         setattr(ns, self.dest, value)
 
 
