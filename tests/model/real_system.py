@@ -268,11 +268,13 @@ class RealSystem:
     def _written(self, key: tuple[str, int], fate: Fate) -> bool:
         """The worker wrote the attempt's outcome: its stream entry is gone (a run's value
         in `runs` keeps its due tag while on the stream, so that says nothing), and a
-        finished run freed its lease."""
+        finished run freed its lease. Or a fire that waited under the same run id (a manual
+        fire whose forced twin went dead) took the lease again: that run is live again
+        (found by make model: waiting for the lease to change hung here)."""
         rid, k = key[0], self.app.keys
         if self.real.sync.hexists(k.entries, rid):
             return False
-        return fate.kind == "retry" or self.lease() != rid
+        return fate.kind == "retry" or self.lease() != rid or rid in self.live()
 
     async def _picked_up(self) -> None:
         """Wait until every run on the stream is running in a handler."""
@@ -288,5 +290,8 @@ class RealSystem:
     async def _until(self, cond: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + STUCK_S
         while not cond():
-            assert time.monotonic() < deadline, f"real system stuck waiting for {what}"
+            assert time.monotonic() < deadline, (
+                f"real system stuck waiting for {what}: lease {self.lease()!r}, live "
+                f"{sorted(self.live())}, on the stream {self.real.sync.hkeys(self.app.keys.entries)}"
+            )
             await asyncio.sleep(0.002)
