@@ -140,6 +140,8 @@ class RuleMachine(RuleBasedStateMachine):
             event(f"outcome {o} {r}".rstrip())
         if any(attempt > 1 for _, attempt, _ in m.started):
             event("a retried run")
+        if self.pair.system.conflicts():
+            event("a fire lost to a racing dispatcher")
 
     @initialize(data=st.data(), dispatchers=st.integers(1, 3), workers=st.integers(1, 3),
                 paused=st.booleans())  # fmt: skip
