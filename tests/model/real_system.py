@@ -75,7 +75,9 @@ class Racer:
         self.more, self.due_at = t.more, t.next_due_ms
 
     def restart(self) -> None:
-        """Up again: a new subscription, nothing known (what was published meanwhile is lost)."""
+        """Up again: subscribed anew, and as run() does then, the rules are read again (what
+        was published meanwhile is lost)."""
+        self.d._woken()
         self.woken, self.due_at, self.more = True, None, False
 
 
