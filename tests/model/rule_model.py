@@ -20,7 +20,8 @@ test_slots_vs_triggers.py); the policies are applied as the document states them
 - a backfill runs its slots now, without a lease; the rule never fires a backfilled slot
   again (`duplicate`; a waiting replay of it is recorded so at the backfill);
 - a manual fire (`run_now`, `<id>@manual:<now>`, recorded `manual` at now) obeys overlap
-  like any fire unless forced, and moves no slot;
+  like any fire unless forced, and moves no slot; a forced one started under the run id of
+  the fire waiting (a queued manual fire of the same instant) is that fire: it waits no more;
 - a paused queue starts nothing; rule slots are still fired and recorded on time;
 - pause: no slot fires; on resume the slots from the pause up to now are `skipped: paused`,
   the rule goes on from the first slot after now; catch-up replays waiting are kept;
@@ -211,6 +212,8 @@ class Model:
                 self.runs[rid] = Run(rid, self.now, due=self.now)
                 self.forced.add(rid)
                 self._record(self.now, "manual", "", rid)
+                if self.waiting is not None and self.waiting[0] == rid:
+                    self.waiting = None  # the fire that waited is this run now
         else:
             self._fire([(self.now, self.now, "manual")], rid)
         self.settle()
