@@ -16,9 +16,10 @@
 --   server's TIME, which stamps the entry ids; 0 = keep)
 -- ARGV[14] n_fires
 -- ARGV[15..] n_fires groups of 5: run_id, run_at_ms, slot_ms, envelope, outcome
---   (ran | ran_late | replay: a catch-up replay, recorded ran_late); then groups of 4 ledger
---   records decided by policy: slot_ms, outcome, reason, run_id (coalesced, skipped ...).
---   At most 1000 fires and 1000 records.
+--   (ran | ran_late | replay: a catch-up replay, recorded ran_late); then groups of 5 ledger
+--   records decided by policy: slot_ms, outcome, reason, run_id, last_ms (coalesced, skipped
+--   ...); last_ms > slot_ms makes one record of every slot in [slot_ms, last_ms] (a long
+--   pause), written with a last_ms field. At most 1000 fires and 1000 records.
 -- Returns {ok, fired, duplicates, overlap_skipped, queued}; ok = 0 when the compare-and-set
 --   failed (nothing written: another dispatcher fired, or the rule was edited, or a replay
 --   would start while a live run holds the lease of an overlap skip|queue rule).
@@ -245,8 +246,8 @@ if not (new_next and catchup_head and window_ms and lease_ms and maxlen and max_
   return redis.error_reply('ERR zsched fire: numeric arguments expected')
 end
 local first_rec = 15 + 5 * n_fires
-if n_fires > 1000 or first_rec - 1 > #ARGV or (#ARGV - first_rec + 1) % 4 ~= 0 or (#ARGV - first_rec + 1) > 4000 then
-  return redis.error_reply('ERR zsched fire: expected n_fires groups of 5 then groups of 4 (at most 1000 each)')
+if n_fires > 1000 or first_rec - 1 > #ARGV or (#ARGV - first_rec + 1) % 5 ~= 0 or (#ARGV - first_rec + 1) > 5000 then
+  return redis.error_reply('ERR zsched fire: expected n_fires groups of 5 then groups of 5 (at most 1000 each)')
 end
 
 -- Compare-and-set: the rule, its next fire and its state are still what the caller read.
@@ -262,9 +263,14 @@ end
 -- reason only for skipped slots and only its first word (grace_passed, overlap ...), so the
 -- collector's labels stay bounded.
 local counted = {}
-local function record(slot, outcome, reason, run_id)
-  redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
-    'reason', reason, 'run_id', run_id, 'at_ms', now_ms)
+local function record(slot, outcome, reason, run_id, last)
+  if last and last ~= slot then
+    redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
+      'reason', reason, 'run_id', run_id, 'at_ms', now_ms, 'last_ms', last)
+  else
+    redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
+      'reason', reason, 'run_id', run_id, 'at_ms', now_ms)
+  end
   local why = outcome == 'skipped' and (string.match(reason, '^[%w_]+') or '') or ''
   local f = 'ledger:' .. outcome .. ':' .. why .. ':' .. sid
   counted[f] = (counted[f] or 0) + 1
@@ -318,8 +324,8 @@ if overlap == 'queue' and redis.call('EXISTS', lease) == 0 then
 end
 
 -- Policy outcomes are for older slots than the fires: record them first.
-for i = first_rec, #ARGV, 4 do
-  record(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+for i = first_rec, #ARGV, 5 do
+  record(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
 end
 local fired, dups, skipped, queued, earliest = 0, 0, 0, 0, nil
 local waiting_id -- the waiting fire's run id (false: none), read at the first start

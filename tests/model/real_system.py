@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 import zsched.dispatch.firer
+from tests.model import slots as calendar
 from tests.model.rule_model import Fate, RuleDef
 from tests.model.workers import STUCK_S, ChildWorker, SharedClock
 from zsched.dispatch.dispatcher import Dispatcher
@@ -250,8 +251,14 @@ class RealSystem:
     # -- what can be read ---------------------------------------------------------------------
 
     def ledger(self) -> list[tuple[int, str, str]]:
-        return sorted((h["slot_ms"], h["outcome"], h["reason"])
-                      for h in history(self.app.redis, self.app.keys, self.sid, 10**6))  # fmt: skip
+        """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
+        for each slot of the rule in it."""
+        rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
+        trig = self.rule.trigger
+        return sorted((s, h["outcome"], h["reason"]) for h in rows
+                      for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
+                                calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
+                                                       10**7)))  # fmt: skip
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}

@@ -78,13 +78,24 @@ class RuleDef:
         return min(60_000, shortest_period(self.trigger) // 2)
 
 
+#: Two weeks of 2026 no zone the machine draws changes its offset in (mid-January, mid-June:
+#: both hemispheres, Lord Howe and Santiago included), for the period "outside DST changes".
+_QUIET_WEEKS_MS = (1_768_003_200_000, 1_781_049_600_000)  # 2026-01-10, 2026-06-10 (00:00Z)
+
+
 @functools.lru_cache(maxsize=256)
 def shortest_period(trigger: Trigger) -> int:
+    """The shortest gap between consecutive slots outside DST changes (docs: jitter and the
+    default grace): the smallest gap among 24 slots from each of two quiet weeks (not the
+    product's method: its 12 fires from 2000-01-01)."""
     spec = calendar.spec_of(trigger)
     if isinstance(spec, calendar.EverySpec):
         return spec.interval_ms
-    slots = calendar.slots_between(spec, 946_684_800_000, 2**53, 12)
-    return min(b - a for a, b in zip(slots, slots[1:], strict=False))
+    gaps = []
+    for t in _QUIET_WEEKS_MS:
+        slots = calendar.slots_between(spec, t, 2**53, 24)
+        gaps += [b - a for a, b in zip(slots, slots[1:], strict=False)]
+    return min(gaps)
 
 
 def run_id(sid: str, slot: int) -> str:
@@ -170,7 +181,9 @@ class Model:
         if not self.paused:
             return
         since = self.paused_at if self.paused_at is not None else self.now
-        for s in calendar.slots_between(self.rule.trigger, since - 1, self.now, 1000):
+        # "the slots from the pause to the resume are recorded `skipped: paused`": all of them
+        # (the product writes one range entry past 1,000; real_system.ledger lists its slots).
+        for s in calendar.slots_between(self.rule.trigger, since - 1, self.now, 10**7):
             self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
         self.paused, self.paused_at = False, None
         self.next_slot = self._first_after(self.now)
@@ -366,7 +379,7 @@ class Model:
         for s in late:
             if s != target:
                 self._record(s, "coalesced", f"into {into}", into)
-        return [] if on_time else [(target, self.now + self._jitter(target), "ran_late")]
+        return [] if on_time else [(target, self.now + self._jitter(target, self.now), "ran_late")]
 
     def _replay_room(self, new_fires: bool) -> int:
         """Replays that may start now: all (within the budget) under allow; else one, only
@@ -419,9 +432,16 @@ class Model:
                 self._record(g, "skipped", "dst_gap", run_id(self.rule.schedule_id, g))
         self.gap_checked = self.now
 
-    def _jitter(self, slot: int) -> int:
+    def _jitter(self, slot: int, base: int | None = None) -> int:
+        """The slot's spread, cut so that its fire (due at `base` + it) comes before the
+        rule's next slot (docs: "Jitter never reorders fires")."""
         j = self.rule.jitter_ms
-        return zlib.crc32(f"{self.rule.schedule_id}@{slot}".encode()) % j if j else 0
+        if not j:
+            return 0
+        spread = zlib.crc32(f"{self.rule.schedule_id}@{slot}".encode()) % j
+        nxt = self._first_after(slot)
+        room = spread if nxt is None else nxt - (slot if base is None else base) - 1
+        return max(0, min(spread, room))
 
     def _first_after(self, ms: int) -> int | None:
         return calendar.first_after(self.rule.trigger, ms)

@@ -288,3 +288,24 @@ async def test_a_queued_manual_fire_runs_again_after_its_forced_twin_went_dead(r
         assert [rid for rid, _, _ in p.system.started if rid == manual] == [manual]
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("misfire", ["coalesce", "skip"])
+async def test_jitter_keeps_the_two_fall_back_fires_of_a_repeat_both_rule_in_order(
+    real, queue, misfire
+) -> None:
+    """Review of issue 18, F1: the machine drew this rule (a daily 02:30 Berlin rule firing
+    both 02:30s of 2026-10-25, jitter 6 h, a quarter of its period) and could not see that
+    the 00:30Z slot fired at 03:23:30Z, after the 01:30Z slot's 02:01:30Z. Now the first
+    fire is cut to end before the second slot, and Pair.check asserts slot order."""
+    trig = Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both")
+    rule = RuleDef("r", trig, misfire=misfire, jitter_ms=6 * H)
+    start = 1_792_800_000_000  # 2026-10-24T00:00Z
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start()
+        await p.do("advance_to", start + 3 * 24 * H)
+        ran = [s for s, o, _ in p.system.ledger() if o == "ran"]
+        assert 1_792_888_200_000 in ran and 1_792_891_800_000 in ran  # both fall-back slots
+    finally:
+        await p.close()

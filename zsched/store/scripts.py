@@ -317,8 +317,9 @@ class FireArgs:
     lease_ms: int
     #: (run_id, run_at_ms, slot_ms, envelope, outcome)
     fires: Sequence[tuple[str, int, int, bytes, str]]
-    #: (slot_ms, outcome, reason, run_id)
-    records: Sequence[tuple[int, str, str, str]]
+    #: (slot_ms, outcome, reason, run_id, last_ms): last_ms > slot_ms records every slot of
+    #: [slot_ms, last_ms] at once (ledger.skipped_range)
+    records: Sequence[tuple[int, str, str, str, int]]
 
 
 def fire(
