@@ -104,7 +104,7 @@ local function bt_untag(v)
 end
 -- The leaf member whose range holds key k, or nil when k sorts before every bound.
 local function bt_floor(d, k)
-  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
+  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '1')[1]
 end
 -- (due, id) order of two runs without building their keys: ids in byte order on a tie.
 local function bt_before(due1, id1, due2, id2)
@@ -218,9 +218,9 @@ local function bt_remove(d, id, due)
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
-  local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
+  local m = redis.call('ZRANGE', d .. ':index', '0', '0')[1]
   if not m then return nil end
-  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
+  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), '0', '0', 'WITHSCORES')[2])
 end
 -- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
 -- caller reads it with pcall first); nil when all is well.

@@ -186,9 +186,9 @@ local function bt_add(d, items, want_head)
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
-  local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
+  local m = redis.call('ZRANGE', d .. ':index', '0', '0')[1]
   if not m then return nil end
-  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
+  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), '0', '0', 'WITHSCORES')[2])
 end
 -- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
 -- caller reads it with pcall first); nil when all is well.

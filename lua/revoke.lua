@@ -56,7 +56,7 @@ local function bt_untag(v)
 end
 -- The leaf member whose range holds key k, or nil when k sorts before every bound.
 local function bt_floor(d, k)
-  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
+  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '1')[1]
 end
 -- Remove one run; 1 if it was in the tree at that due, else 0.
 local function bt_remove(d, id, due)

@@ -33,9 +33,9 @@ local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true))
 local BT_NATIVE
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
-  local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
+  local m = redis.call('ZRANGE', d .. ':index', '0', '0')[1]
   if not m then return nil end
-  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
+  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), '0', '0', 'WITHSCORES')[2])
 end
 -- Runs in the tree.
 local function bt_size(d) return tonumber(redis.call('HGET', d, 'n') or '0') end

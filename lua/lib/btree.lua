@@ -83,7 +83,7 @@ local function bt_untag(v)
 end
 -- The leaf member whose range holds key k, or nil when k sorts before every bound.
 local function bt_floor(d, k)
-  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
+  return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '1')[1]
 end
 -- (due, id) order of two runs without building their keys: ids in byte order on a tie.
 local function bt_before(due1, id1, due2, id2)
@@ -208,10 +208,10 @@ local function bt_take(d, now_ms, limit)
   local now = string.format('%d', now_ms)
   local ids, n = {}, 0
   while n < limit do
-    local m = redis.call('ZRANGE', index, 0, 0)[1]
+    local m = redis.call('ZRANGE', index, '0', '0')[1]
     if not m then break end
     local leaf = d .. ':leaf:' .. bt_num(m)
-    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'LIMIT', 0, limit - n)
+    local due = redis.call('ZRANGEBYSCORE', leaf, '-inf', now, 'LIMIT', '0', limit - n)
     local got = #due
     if got == 0 then break end
     for j = 1, got do ids[n + j] = due[j] end
@@ -220,7 +220,7 @@ local function bt_take(d, now_ms, limit)
       redis.call('DEL', leaf)
       redis.call('ZREM', index, m)
     else
-      redis.call('ZREMRANGEBYRANK', leaf, 0, got - 1)
+      redis.call('ZREMRANGEBYRANK', leaf, '0', got - 1)
       break
     end
   end
@@ -229,9 +229,9 @@ local function bt_take(d, now_ms, limit)
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
-  local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
+  local m = redis.call('ZRANGE', d .. ':index', '0', '0')[1]
   if not m then return nil end
-  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
+  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), '0', '0', 'WITHSCORES')[2])
 end
 -- Runs in the tree.
 local function bt_size(d) return tonumber(redis.call('HGET', d, 'n') or '0') end
