@@ -23,7 +23,8 @@
 --   failed (nothing written: another dispatcher fired, or the rule was edited, or a replay
 --   would start while a live run holds the lease of an overlap skip|queue rule).
 -- Invariant: each slot gets exactly one ledger outcome and at most one run; a rule with
---   overlap skip|queue has at most one run holding its lease and at most one fire waiting.
+--   overlap skip|queue has at most one run holding its lease and at most one fire waiting;
+--   a fire started under the run id of the fire waiting (a forced manual fire) drops it.
 -- Publishes on `wake` when the rule's next fire becomes earlier (or appears: a resume) or it
 --   gains a catch-up backlog, and when a fire is the new head of `delayed`.
 -- Bound: 1000 fires and 1000 records per call.
@@ -299,15 +300,20 @@ end
 -- A lease whose run is no longer live (done or dead, but its worker died before unlease)
 -- is stale: free it now rather than wait for its TTL.
 if holder0 and redis.call('HEXISTS', runs, holder0) == 0 then redis.call('DEL', lease) end
+-- The rule's waiting fire: its run id and envelope, or nil.
+local function waiting_fire()
+  local w = redis.call('HGET', waiting, sid)
+  if not w then return nil end
+  local n = tonumber(string.match(w, '^(%d+):'))
+  local head = #tostring(n) + 1
+  return string.sub(w, head + 1, head + n), string.sub(w, head + n + 1)
+end
 -- A fire left waiting by a run whose lease expired or went stale goes first.
 if overlap == 'queue' and redis.call('EXISTS', lease) == 0 then
-  local w = redis.call('HGET', waiting, sid)
-  if w then
-    local n = tonumber(string.match(w, '^(%d+):'))
-    local head = #tostring(n) + 1
-    local wid = string.sub(w, head + 1, head + n)
+  local wid, wenv = waiting_fire()
+  if wid then
     -- Live or done again under its id (enqueued by hand): that run is the slot's.
-    if not live_or_done(wid) then start(wid, now_ms, string.sub(w, head + n + 1)) end
+    if not live_or_done(wid) then start(wid, now_ms, wenv) end
     redis.call('HDEL', waiting, sid)
   end
 end
@@ -317,6 +323,7 @@ for i = first_rec, #ARGV, 4 do
   record(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
 end
 local fired, dups, skipped, queued, earliest = 0, 0, 0, 0, nil
+local waiting_id -- the waiting fire's run id (false: none), read at the first start
 for i = 15, first_rec - 1, 5 do
   local run_id, at, slot, env, outcome = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   if outcome == 'replay' then outcome = 'ran_late' end
@@ -327,6 +334,7 @@ for i = 15, first_rec - 1, 5 do
   elseif overlap ~= 'allow' and holder then
     if overlap == 'queue' and redis.call('HEXISTS', waiting, sid) == 0 then
       redis.call('HSET', waiting, sid, #run_id .. ':' .. run_id .. env)
+      waiting_id = run_id
       record(slot, outcome, 'queued behind ' .. holder, run_id)
       queued = queued + 1
     else
@@ -335,6 +343,15 @@ for i = 15, first_rec - 1, 5 do
     end
   else
     start(run_id, at, env)
+    -- A fire waiting under this run id (a forced manual fire of the instant a queued one
+    -- waits for) is this run now: dropped, so it never runs after this one, however this
+    -- one ends (it ran again when this one went dead before the holder's unlease, not
+    -- after: the outcome hung on the order of two writes; found by make model).
+    if waiting_id == nil then waiting_id = waiting_fire() or false end
+    if waiting_id == run_id then
+      redis.call('HDEL', waiting, sid)
+      waiting_id = false
+    end
     record(slot, outcome, '', run_id)
     fired = fired + 1
     if not earliest or at < earliest then earliest = at end

@@ -1,9 +1,9 @@
 """An executable reference model of one recurring rule, written from docs/policies.md.
 
-Pure Python, no Redis, and it does not import the planner (zsched.rules.plan): it takes a rule's
-slot instants from its trigger (zsched.rules.triggers, whose calendar math is checked against a
-brute-force minute scan in tests/unit/rules/test_dst.py) and applies the policies as the
-document states them:
+Pure Python, no Redis, nothing of zsched.rules: a rule's slot instants come from the model's
+own enumerator (tests/model/slots.py, from the doc's cron fields, zones and DST choices; it
+reads a product trigger as data only, and is checked against the product's triggers in
+test_slots_vs_triggers.py); the policies are applied as the document states them:
 
 - a slot within `misfire_grace` of the pass that handles it is on time and fires (`ran`);
 - missed slots: `catch_up` replays them oldest first, at most `max_catch_up` (the newest),
@@ -20,7 +20,8 @@ document states them:
 - a backfill runs its slots now, without a lease; the rule never fires a backfilled slot
   again (`duplicate`; a waiting replay of it is recorded so at the backfill);
 - a manual fire (`run_now`, `<id>@manual:<now>`, recorded `manual` at now) obeys overlap
-  like any fire unless forced, and moves no slot;
+  like any fire unless forced, and moves no slot; a forced one started under the run id of
+  the fire waiting (a queued manual fire of the same instant) is that fire: it waits no more;
 - a paused queue starts nothing; rule slots are still fired and recorded on time;
 - pause: no slot fires; on resume the slots from the pause up to now are `skipped: paused`,
   the rule goes on from the first slot after now; catch-up replays waiting are kept;
@@ -44,9 +45,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from zsched.rules.triggers import Cron, Every
+from tests.model import slots as calendar
 
-Trigger = Cron | Every
+#: A product trigger (zsched.rules.triggers.Cron or Every, handed to the real system) or the
+#: enumerator's own spec; the model reads either as data through calendar.spec_of.
+Trigger = Any
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,10 @@ class RuleDef:
 
 @functools.lru_cache(maxsize=256)
 def shortest_period(trigger: Trigger) -> int:
-    if isinstance(trigger, Every):
-        return trigger.interval_ms
-    slots = trigger.slots_between(946_684_800_000, 2**53, 12)
+    spec = calendar.spec_of(trigger)
+    if isinstance(spec, calendar.EverySpec):
+        return spec.interval_ms
+    slots = calendar.slots_between(spec, 946_684_800_000, 2**53, 12)
     return min(b - a for a, b in zip(slots, slots[1:], strict=False))
 
 
@@ -166,7 +170,7 @@ class Model:
         if not self.paused:
             return
         since = self.paused_at if self.paused_at is not None else self.now
-        for s in self.rule.trigger.slots_between(since - 1, self.now, 1000):
+        for s in calendar.slots_between(self.rule.trigger, since - 1, self.now, 1000):
             self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
         self.paused, self.paused_at = False, None
         self.next_slot = self._first_after(self.now)
@@ -179,7 +183,7 @@ class Model:
         slot again: a replay of it still waiting is recorded `duplicate` now and leaves the
         backlog; a later fire or replay of it is recorded `duplicate`."""
         done = {s for s, o, _, _ in self.ledger if o in ("ran", "ran_late", "backfilled")}
-        for s in self.rule.trigger.slots_between(lo - 1, hi, 10_000):
+        for s in calendar.slots_between(self.rule.trigger, lo - 1, hi, 10_000):
             rid = run_id(self.rule.schedule_id, s)
             if s in done or (rid in self.runs and self.runs[rid].state != "dead"):
                 continue
@@ -208,6 +212,8 @@ class Model:
                 self.runs[rid] = Run(rid, self.now, due=self.now)
                 self.forced.add(rid)
                 self._record(self.now, "manual", "", rid)
+                if self.waiting is not None and self.waiting[0] == rid:
+                    self.waiting = None  # the fire that waited is this run now
         else:
             self._fire([(self.now, self.now, "manual")], rid)
         self.settle()
@@ -325,7 +331,7 @@ class Model:
             # The stored next fire first, even if an edit changed the trigger: "a slot that is
             # already due fires under the new definition".
             nxt = self.next_slot
-            slots = [nxt, *self.rule.trigger.slots_between(nxt, now, 999)]
+            slots = [nxt, *calendar.slots_between(self.rule.trigger, nxt, now, 999)]
             self.next_slot = self._first_after(now)
             self._dst_gaps()  # checked when the rule comes due
         on_time = [s for s in slots if now - s <= rule.grace()]
@@ -401,14 +407,14 @@ class Model:
         return bool(due)
 
     def _dst_gaps(self) -> None:
-        trig = self.rule.trigger
-        if not isinstance(trig, Cron) or trig.dst_gap != "skip" or self.gap_checked is None:
+        trig = calendar.spec_of(self.rule.trigger)
+        if not isinstance(trig, calendar.CronSpec) or self.gap_checked is None:
             return
-        if self.now <= self.gap_checked:
+        if calendar.policy(trig)[0] != "skip" or self.now <= self.gap_checked:
             return
-        shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
-        own = set(trig.slots_between(self.gap_checked, self.now, 1000))
-        for g in shifted.slots_between(self.gap_checked, self.now, 1000):
+        shifted = replace(trig, dst_gap="shift")
+        own = set(calendar.slots_between(trig, self.gap_checked, self.now, 1000))
+        for g in calendar.slots_between(shifted, self.gap_checked, self.now, 1000):
             if g not in own:
                 self._record(g, "skipped", "dst_gap", run_id(self.rule.schedule_id, g))
         self.gap_checked = self.now
@@ -418,8 +424,7 @@ class Model:
         return zlib.crc32(f"{self.rule.schedule_id}@{slot}".encode()) % j if j else 0
 
     def _first_after(self, ms: int) -> int | None:
-        nxt = self.rule.trigger.slots_between(ms, 2**53, 1)
-        return nxt[0] if nxt else None
+        return calendar.first_after(self.rule.trigger, ms)
 
     def _record(self, slot: int, outcome: str, reason: str, rid: str) -> None:
         self.ledger.append((slot, outcome, reason, rid))

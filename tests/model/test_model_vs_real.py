@@ -254,3 +254,37 @@ async def test_a_queued_manual_fire_run_forced_meanwhile_does_not_run_again(real
         assert manual == [manual_run_id("r", start)] * 2  # attempt 1 (retried) and 2, once each
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("attempt", range(6))
+async def test_a_queued_manual_fire_runs_again_after_its_forced_twin_went_dead(real, queue,
+                                                                             attempt) -> None:  # fmt: skip
+    """From make model's "stuck waiting for the outcome of ('r@manual:...', 1)" (Berlin */15,
+    catch_up x queue): a manual fire waits behind the rule's run (overlap queue); a forced
+    manual fire of the same instant runs the same run id and goes dead at the instant the
+    rule's run ends. When the dead letter was written before the rule's run's unlease,
+    unlease.lua started the waiting fire (its id neither live nor done), which took the lease
+    under that same id: the harness, waiting for the lease to leave that id, hung (5 of 6
+    runs); past that, the real system had run it again where the model had not (order of two
+    writes). Now the forced fire is the waiting one (fire.lua drops it), and the harness
+    sees a same-id run live again as written."""
+    rule = RuleDef("r", Cron("*/15 * * * *", "Europe/Berlin"), misfire="catch_up",
+                   max_catch_up=3, overlap="queue")  # fmt: skip
+    start = 1_774_740_600_000  # 2026-03-28T23:30Z, a slot: the rule's run starts at once
+    manual = manual_run_id("r", start)
+
+    def fate_of(rid: str, n: int) -> Fate:
+        if rid == manual and n == 1:
+            return Fate(450_000, "fail")
+        return Fate(450_000 if n == 1 else 0, "ok")
+
+    p = Pair(real, queue, rule, fate_of, start, dispatchers=1, workers=2)
+    try:
+        await p.start()
+        await p.do("run_now", False)  # waits behind the rule's run
+        await p.do("run_now", True)  # the same run id, forced: runs beside
+        await p.do("advance_to", start + 450_000)
+        await p.quiet(900_000)
+        assert [rid for rid, _, _ in p.system.started if rid == manual] == [manual]
+    finally:
+        await p.close()

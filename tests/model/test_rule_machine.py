@@ -97,8 +97,19 @@ def rule_defs(draw: Any) -> tuple[RuleDef, Trigger]:
         # Sampled, the simplest first: derandomised examples start from the first choice.
         max_catch_up=draw(st.sampled_from([3, 1, 0, 2])),
         jitter_ms=draw(st.sampled_from([0, 0, period // 4])),
+        grace_ms=grace_ms(draw(st.sampled_from(GRACES)), period),
     )
     return rule, trig
+
+
+#: misfire_grace in periods: None (the default: half the shortest period, at most 60 s), 0
+#: (only a slot handled at its very instant is on time), below the period (above the
+#: default), above it (several slots on time at once after an outage).
+GRACES = [None, 0.0, 0.75, 1.5]
+
+
+def grace_ms(periods: float | None, period: int) -> int | None:
+    return None if periods is None else int(period * periods)
 
 
 @st.composite
@@ -140,6 +151,8 @@ class RuleMachine(RuleBasedStateMachine):
             event(f"outcome {o} {r}".rstrip())
         if any(attempt > 1 for _, attempt, _ in m.started):
             event("a retried run")
+        if self.pair.system.conflicts():
+            event("a fire lost to a racing dispatcher")
 
     @initialize(data=st.data(), dispatchers=st.integers(1, 3), workers=st.integers(1, 3),
                 paused=st.booleans())  # fmt: skip
@@ -155,6 +168,9 @@ class RuleMachine(RuleBasedStateMachine):
         event(f"{dispatchers} dispatcher(s)")
         event(f"{workers} worker(s)")
         event(f"trigger {trig.rule!r}")
+        g = "default" if rule.grace_ms is None else f"{rule.grace_ms / self.period:g} periods"
+        event(f"misfire_grace {g}")
+        event(f"max_catch_up {rule.max_catch_up}")
 
     @rule(times=st.sampled_from([0.5, 1, 1.5, 3, 10]), extra=st.sampled_from([0, 5, 1000]))
     def advance(self, times: float, extra: int) -> None:
@@ -280,10 +296,12 @@ class RuleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.pair is not None and not self.pair.model.removed)
     @rule(misfire=st.sampled_from(["catch_up", "coalesce", "skip"]),
-          overlap=st.sampled_from(["allow", "skip", "queue"]), cap=st.sampled_from([3, 0, 1]))  # fmt: skip
-    def edit(self, misfire: str, overlap: str, cap: int) -> None:
+          overlap=st.sampled_from(["allow", "skip", "queue"]), cap=st.sampled_from([3, 0, 1]),
+          grace=st.sampled_from(GRACES))  # fmt: skip
+    def edit(self, misfire: str, overlap: str, cap: int, grace: float | None) -> None:
         assert self.pair
-        self.run(self.pair.edit(misfire=misfire, overlap=overlap, max_catch_up=cap))
+        self.run(self.pair.edit(misfire=misfire, overlap=overlap, max_catch_up=cap,
+                                grace_ms=grace_ms(grace, self.period)))  # fmt: skip
 
     def teardown(self) -> None:
         try:
