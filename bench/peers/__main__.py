@@ -88,6 +88,16 @@ def workloads(
             lambda c: W.e2e(c, n, timeout=20 if quick else 60),
             [("runs_per_s", True), *E2E_COST],
         ),
+        # The common handler: I/O-bound, milliseconds (bench/handler.py), every contender at
+        # the same settings; what the worker's defaults are chosen for.
+        "io_async": (
+            lambda c: W.e2e(c, n, timeout=20 if quick else 60, handler="async:2"),
+            [("runs_per_s", True), *E2E_COST],
+        ),
+        "io_sync": (
+            lambda c: W.e2e(c, n, timeout=20 if quick else 60, handler="sync:2"),
+            [("runs_per_s", True), *E2E_COST],
+        ),
         "lag_200": (
             lambda c: W.lag(c, 200, 2 if quick else 5),
             [("p50_ms", False), ("p99_ms", False)],
