@@ -311,6 +311,29 @@ async def test_jitter_keeps_the_two_fall_back_fires_of_a_repeat_both_rule_in_ord
         await p.close()
 
 
+@pytest.mark.parametrize("op", ["resume", "edit", "sync"])
+async def test_racing_dispatchers_hear_a_rule_operation_on_the_wake_channel(real, queue,
+                                                                           op) -> None:  # fmt: skip
+    """Three dispatchers asleep (nothing due: a paused rule, or one whose next fire is a day
+    away), then a resume or an edit (by schedule() or a declared sync) brings the next fire
+    within a minute: only the operation's wake-up can tell them (the harness has no safety
+    poll), so with fire.lua's or schedule.lua's PUBLISH taken out this fails."""
+    daily = Cron("0 12 * * *", "UTC")
+    rule = RuleDef("r", Every(60) if op == "resume" else daily, misfire="skip", overlap="skip")
+    p = Pair(real, queue, rule, [Fate(1000)], T0 + 1, dispatchers=3)
+    try:
+        await p.start(paused=op == "resume")
+        assert all(r.due_at != T0 + M for r in p.system.racers)  # nobody wakes for that slot
+        if op == "resume":
+            await p.do("resume")
+        else:
+            await p.edit(declared=op == "sync", trigger=Cron("* * * * *", "UTC"))
+        await p.do("advance_to", T0 + 3 * M)
+        assert [o for s, o, _, _ in p.model.ledger if s > T0] == ["ran", "ran", "ran"]
+    finally:
+        await p.close()
+
+
 @pytest.mark.parametrize("overlap", ["allow", "queue"])
 async def test_a_run_that_retries_to_exhaustion_goes_dead_and_frees_the_lease(real, queue,
                                                                               overlap) -> None:  # fmt: skip
