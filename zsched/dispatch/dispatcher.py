@@ -102,7 +102,7 @@ class Dispatcher:
         # is the slowest (a fresh `entries` hash, cold caches), and a full batch_size there
         # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail).
         self._limit = min(50, self.settings.batch_size)
-        #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
+        #: This dispatcher's beat in `dispatchers`, for consoles (every 5 s busy, 30 s idle).
         self.heartbeat = Heartbeat(ctx.keys, process_name())
 
     async def tick(self) -> TickResult:
@@ -288,7 +288,8 @@ class Dispatcher:
             if msg is not None:
                 self._woken()
                 return
-            await self.heartbeat.beat(self.redis, self.ctx.clock.now_ms())  # idle: every 5 s
+            # Asleep between passes: beat every 30 s, not 5 (the idle cost, heartbeat.py).
+            await self.heartbeat.beat(self.redis, self.ctx.clock.now_ms(), idle=True)
 
     def _woken(self) -> None:
         """Something was published on `wake`: a new earliest run, or a rule created or changed
