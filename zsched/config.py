@@ -81,8 +81,8 @@ class WorkerSettings:
     #: renewed, handed back at shutdown) and start as slots free, so a read is not cut to
     #: the slots just freed. 0: a read takes at most the free slots.
     read_ahead: int = 64
-    #: Memory budget of the entries read ahead (bytes of envelopes, estimated from the last
-    #: read's mean size): with large payloads fewer are read ahead.
+    #: Memory budget of the entries read ahead (bytes of envelopes): reads are sized from the
+    #: last read's mean size, and one read ahead past it waits as ids only (ReadLoop.spill).
     max_read_ahead_bytes: int = 4 * 1024 * 1024
     #: How long one blocking read waits for new entries (ms).
     block_ms: int = 5_000
