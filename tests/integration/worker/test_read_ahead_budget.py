@@ -1,8 +1,8 @@
 """A read takes up to the free slots plus the read-ahead budget (WorkerSettings.read_ahead,
 fewer when envelopes are large: max_read_ahead_bytes, estimated from the last read; past the
-budget an entry waits as ids only and its envelope is read again at its turn). Entries read ahead wait in the worker
-in stream order: held and renewed like running ones, started as slots free, cancellable
-before they start, handed back at shutdown."""
+budget an entry waits as ids only and its envelope is read again at its turn). Entries read
+ahead wait in the worker in stream order: held and renewed like running ones, started as
+slots free, cancellable before they start, handed back at shutdown."""
 
 from __future__ import annotations
 
