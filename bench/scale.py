@@ -169,6 +169,11 @@ def scale(
                     p.stop()
                 pinger.stop()
             out["drain_per_s"] = n / (t_w1 - t_w0)
+            # With one worker, any reclaim is of its own entries (reads outpacing its writes
+            # past the visibility timeout; ReadLoop.free_slots): they would run twice.
+            st = {k.decode(): int(v) for k, v in r.hgetall(app.keys.stats).items()}
+            out.update({f"drain_{k}": st.get(k, 0) for k in ("reclaimed", "fenced", "duplicate")})
+            out["drain_acked"] = st.get("acked", 0)
             out.update({f"dispatch_{k}": v for k, v in _pings(pings, t_d0, t_d1).items()})
             out.update({f"drain_{k}": v for k, v in _pings(pings, t_w0, t_w1).items()})
             out.update(_slowlog(r))
