@@ -63,13 +63,13 @@ def _slowlog(r: Any) -> dict[str, Any]:
     others = sorted({e["command"].split(b" ")[0].decode() for e in entries if e not in ours})
     if by_script or others:
         print(f"    slow log: scripts {by_script}, other commands {others}")
-        # Which calls: a dispatch call's limit is word 9 of `EVALSHA sha 5 k1..k5 now limit
-        # max_backlog`, so a call sized too big reads apart from a pause of the host.
+        # Which calls: a dispatch call's limit is the word after now_ms (`EVALSHA sha 6 k1..k6 now limit
+        # max_backlog`), so a call sized too big reads apart from a pause of the host.
         t0 = min(e["start_time"] for e in entries)
         for e in sorted(ours, key=lambda e: e["start_time"]):
             words = e["command"].split(b" ")
             name = names.get(words[1], "?")
-            limit = words[9].decode() if name == "dispatch" and len(words) > 9 else "-"
+            limit = _dispatch_limit(words) if name == "dispatch" else "-"
             print(
                 f"      {name} {e['duration'] / 1000:.2f} ms at +{e['start_time'] - t0} s, limit {limit}"
             )
@@ -78,6 +78,12 @@ def _slowlog(r: Any) -> dict[str, Any]:
         "slow_other": len(entries) - len(ours),
         "slowest_script_ms": max((e["duration"] for e in ours), default=0) / 1000,
     }
+
+
+def _dispatch_limit(words: list[bytes]) -> str:
+    """A dispatch call's limit: `EVALSHA sha numkeys keys... now_ms limit ...`."""
+    at = 4 + int(words[2])
+    return words[at].decode() if len(words) > at else "-"
 
 
 def _wait_stat(r: Any, key: str, field: str, n: int, timeout: float) -> float:

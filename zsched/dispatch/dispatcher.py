@@ -100,7 +100,8 @@ class Dispatcher:
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
         # It starts at the floor and grows while calls are fast: the first call of a burst
         # is the slowest (a fresh `entries` hash, cold caches), and a full batch_size there
-        # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail).
+        # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail). A pass that moves
+        # nothing puts it back at the floor, so a later burst starts small too.
         self._limit = min(50, self.settings.batch_size)
         #: This dispatcher's beat in `dispatchers`, for consoles (every 5 s busy, 30 s idle).
         self.heartbeat = Heartbeat(ctx.keys, process_name())
@@ -159,6 +160,10 @@ class Dispatcher:
                         moved += r.moved
                         self._observe(r)
                     more = r.moved == limit and not r.backlogged
+            if not moved:
+                # Idle: the next burst's first call meets a fresh `entries` and cold caches
+                # again, so it starts at the floor, as a new dispatcher's does.
+                self._limit = min(50, s.batch_size)
         except BaseException:
             for f in inflight:  # the other call in flight: stop it, or take its outcome
                 if not f.cancel() and not f.cancelled():
