@@ -116,6 +116,10 @@ class Dispatcher:
             if due is not None and (part_due is None or due < part_due):
                 part_due = due
         moved, more, r, sent_at = await self._dispatch()
+        if not moved:
+            # Idle: the next burst's first call meets a fresh `entries` and cold caches again,
+            # so it starts at the floor, as a new dispatcher's does.
+            self._limit = min(50, self.settings.batch_size)
         # Paused: the head of the delayed set is not a reason to wake (resume publishes on
         # wake); rule slots still are, as they are fired into the delayed set.
         next_due = None if r.paused else r.next_due_ms
@@ -160,10 +164,6 @@ class Dispatcher:
                         moved += r.moved
                         self._observe(r)
                     more = r.moved == limit and not r.backlogged
-            if not moved:
-                # Idle: the next burst's first call meets a fresh `entries` and cold caches
-                # again, so it starts at the floor, as a new dispatcher's does.
-                self._limit = min(50, s.batch_size)
         except BaseException:
             for f in inflight:  # the other call in flight: stop it, or take its outcome
                 if not f.cancel() and not f.cancelled():
