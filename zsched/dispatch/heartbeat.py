@@ -55,9 +55,7 @@ class Heartbeat:
     _last: float | None = None
     _beats: int = 0
 
-    async def beat(
-        self, redis: Any, now_ms: int, force: bool = False, idle: bool = False
-    ) -> bool:
+    async def beat(self, redis: Any, now_ms: int, force: bool = False, idle: bool = False) -> bool:
         """Write the beat if one is due (True when written): `every_s` after the last one, or
         `idle_every_s` when `idle` (the dispatcher sleeps between passes). `now_ms`: the Redis
         server's now (the dispatcher's ServerTime; a fake clock's in tests), never this host's
