@@ -32,6 +32,7 @@ from .common import (
 )
 from .contender import Contender
 from .cost import meter_for
+from .handler import ENV
 
 HOUR_MS = 3_600_000
 READY_TIMEOUT = 30.0
@@ -46,6 +47,14 @@ def _stop(procs: list[Proc]) -> None:
         p.stop()
 
 
+def _start(procs: list[Proc], handler: str) -> list[Proc]:
+    """Start the consumer processes with `handler` in their environment (bench/handler.py)."""
+    for p in procs:
+        p.env = {**(p.env or {}), ENV: handler}
+        p.start()
+    return procs
+
+
 def _enqueue_all(c: Contender, items: list[tuple[int, dict[str, Any]]]) -> None:
     if c.has_batch:
         for i in range(0, len(items), 10_000):
@@ -55,9 +64,12 @@ def _enqueue_all(c: Contender, items: list[tuple[int, dict[str, Any]]]) -> None:
             c.enqueue_one(due, p)
 
 
-def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0) -> dict[str, Any]:
+def e2e(
+    c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0, handler: str = ""
+) -> dict[str, Any]:
     """Runs/s from the first handler call to the last, for `n` runs already due when the
-    consumers start (enqueued while no consumer runs)."""
+    consumers start (enqueued while no consumer runs). `handler`: the consumers' handler
+    (bench/handler.py: "" the no-op, "async:2" awaits 2 ms, "sync:2" blocks 2 ms)."""
     with server() as srv:
         q = _queue()
         c.open(srv.url, q)
@@ -68,11 +80,14 @@ def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0)
             time.sleep(max(0.0, (due - now_ms()) / 1000) + 0.2)
             meter = meter_for(srv)
             meter.start()  # the drain: dispatch + read + ack (+ the consumers' start-up)
-            procs = [p.start() for p in c.consumers(srv.url, q, workers, None)]
+            procs = _start(c.consumers(srv.url, q, workers, None), handler)
             try:
                 t0 = time.time()
                 wait_ready(procs, READY_TIMEOUT)
+                pids = [pid for p in procs for pid in tree_pids(p.pid)]
+                cpu0 = sum(cpu_seconds(p) for p in pids)
                 count, first, last = wait_count(procs, n, timeout)
+                cpu = sum(cpu_seconds(p) for p in pids) - cpu0
                 drain = meter.stop()
             finally:
                 _stop(procs)
@@ -91,6 +106,11 @@ def e2e(c: Contender, n: int = 20_000, workers: int = 1, timeout: float = 120.0)
         "partial": count < n,
         "n": n,
         "workers": workers,
+        "handler": handler,
+        # The consumer processes' CPU (every process and thread, the dispatcher's too) from
+        # ready to the last handler call, per run: their own work, less moved by the load
+        # than a rate (clock ticks: 10 ms resolution).
+        "consumer_cpu_us_per_run": 1e6 * cpu / max(count, 1),
         "wall_s": last - t0,
         "handled": count,
         **drain.per_run(count, "drain"),

@@ -1,6 +1,7 @@
 """A zsched dispatcher or worker process for the benchmark: `python -m bench.zsched_proc ROLE`.
 
-The worker registers one no-op async task `noop` that reports progress (bench/reporter.py).
+The worker registers one task `noop` that reports progress (bench/reporter.py): a no-op, or
+the I/O wait of an io workload (bench/handler.py), async or sync as the workload asks.
 Both stop gracefully on SIGTERM, as `zsched dispatcher` / `zsched worker` do.
 """
 
@@ -11,21 +12,33 @@ import asyncio
 import json
 import logging
 import signal
+import time
 from typing import Any
 
 import zsched
 from zsched.observability.metrics import Metrics
 
+from . import handler
 from .reporter import Reporter, say
 
 
 def register(app: zsched.App, rep: Reporter, sync: bool, probe: Any) -> None:
-    """The no-op task `noop`: async, or sync (run in the worker's thread pool)."""
-    if sync:
+    """The task `noop`: async, or sync (run in the worker's thread pool); with the io
+    workloads' wait after the hit (the no-op stays as it was: no extra await per run)."""
+    kind, wait_s = handler.spec()
+    if sync or kind == "sync":
 
         @app.task(name="noop")
         def noop_sync(payload: object) -> None:
             rep.hit(payload)
+            if wait_s:
+                time.sleep(wait_s)
+    elif wait_s:
+
+        @app.task(name="noop")
+        async def io(payload: object) -> None:
+            rep.hit(payload)
+            await asyncio.sleep(wait_s)
     else:
 
         @app.task(name="noop")

@@ -72,7 +72,11 @@ def contenders(
     return out
 
 
-E2E_COST = [("drain_redis_us_per_run", False), ("drain_commands_per_run", False)]
+E2E_COST = [
+    ("drain_redis_us_per_run", False),
+    ("drain_commands_per_run", False),
+    ("consumer_cpu_us_per_run", False),
+]
 ENQ_COST = [
     (f"{p}_{m}", False) for p in ("one", "many") for m in ("redis_us_per_run", "commands_per_run")
 ]
@@ -86,6 +90,16 @@ def workloads(
     return {
         "e2e": (
             lambda c: W.e2e(c, n, timeout=20 if quick else 60),
+            [("runs_per_s", True), *E2E_COST],
+        ),
+        # The common handler: I/O-bound, milliseconds (bench/handler.py), every contender at
+        # the same settings; what the worker's defaults are chosen for.
+        "io_async": (
+            lambda c: W.e2e(c, n, timeout=20 if quick else 60, handler="async:2"),
+            [("runs_per_s", True), *E2E_COST],
+        ),
+        "io_sync": (
+            lambda c: W.e2e(c, n, timeout=20 if quick else 60, handler="sync:2"),
             [("runs_per_s", True), *E2E_COST],
         ),
         "lag_200": (

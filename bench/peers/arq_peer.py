@@ -8,12 +8,14 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import handler
 from .base import HitsPeer
 from .hits import hit
 
 
 async def noop(ctx: Any, payload: Any) -> None:
     hit(payload)
+    await handler.wait()
 
 
 class Arq(HitsPeer):

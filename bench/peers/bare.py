@@ -4,19 +4,26 @@ Enqueue: HSET (envelope) + ZADD (due time), pipelined. Consumer (one process): a
 that moves up to C due runs onto a stream, XREADGROUP COUNT C, one XACK per batch, C = 100
 (its tuned setting) or the equal-settings concurrency: at most C runs held at once. No
 fencing, dedupe, retries, metrics or recovery: the cost floor of this design in Python.
+With an io workload's handler (bench/handler.py) the batch's handlers run at once (awaited
+together on one event loop, or in a pool of C threads) and the batch is acked when all
+returned: the simplest consumer, a barrier per batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import redis
 
+from .. import handler
 from ..common import ROOT, Proc
 from ..contender import Item, py_module
 from ..reporter import Reporter, exit_on_sigterm
@@ -91,6 +98,35 @@ class Bare:
             self.r = None
 
 
+def _handle(rep: Reporter, count: int) -> Callable[[list[Any]], None] | None:
+    """The batch's handler calls, each io wait at once; None for the no-op (called inline
+    as each entry is decoded, as before the io workloads)."""
+    kind, wait_s = handler.spec()
+    if not wait_s:
+        return None
+    if kind == "sync":
+        pool = ThreadPoolExecutor(count)
+
+        def blocking(p: Any) -> None:
+            rep.hit(p)
+            time.sleep(wait_s)
+
+        def threads(payloads: list[Any]) -> None:
+            list(pool.map(blocking, payloads))
+
+        return threads
+    loop = asyncio.new_event_loop()
+
+    async def waiting(p: Any) -> None:
+        rep.hit(p)
+        await asyncio.sleep(wait_s)
+
+    async def batch(payloads: list[Any]) -> None:
+        await asyncio.gather(*(waiting(p) for p in payloads))
+
+    return lambda payloads: loop.run_until_complete(batch(payloads))
+
+
 def main() -> None:
     url, queue, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rep = Reporter(sys.argv[4] if len(sys.argv) > 4 else None)
@@ -102,18 +138,24 @@ def main() -> None:
     except redis.ResponseError:
         pass
     dispatch = r.register_script(DISPATCH)
+    handle = _handle(rep, count)
     rep.ready()
     while True:
         now = int(time.time() * 1000)
         moved, head = dispatch(keys=[delayed, runs, ready], args=[now, count])
         head = int(head)
         resp = r.xreadgroup("g", "c", {ready: ">"}, count=count)
-        ids = []
+        ids, payloads = [], []
         for _stream, entries in resp or []:
             for eid, fields in entries:
-                rep.hit(msgpack.unpackb(fields[b"env"]))
+                if handle is None:
+                    rep.hit(msgpack.unpackb(fields[b"env"]))
+                else:
+                    payloads.append(msgpack.unpackb(fields[b"env"]))
                 ids.append(eid)
         if ids:
+            if handle is not None:
+                handle(payloads)
             r.xack(ready, "g", *ids)
         elif not moved:
             # The bare minimum polls: every 50 ms, or at the next due time if sooner.

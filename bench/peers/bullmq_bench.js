@@ -14,6 +14,10 @@ const connection = { host: u.hostname, port: Number(u.port), maxRetriesPerReques
 // Recommended for production by BullMQ's docs: bounded auto-removal of finished jobs.
 const jobOpts = { removeOnComplete: 1000, removeOnFail: 5000 };
 
+// BENCH_HANDLER (bench/handler.py): "async:MS" or "sync:MS", the handler waits MS ms after
+// its hit (Node has no blocking wait that leaves the loop running: both kinds await).
+const waitMs = Number((process.env.BENCH_HANDLER || '').split(':')[1] || 0);
+
 function delayOf(due) { return Math.max(1, due - Date.now()); }
 
 async function worker(hitsPath, concurrency) {
@@ -25,6 +29,7 @@ async function worker(hitsPath, concurrency) {
     const t = Date.now();
     const at = job.data && job.data.at !== undefined ? job.data.at : t;
     buf.push(`${(t / 1000).toFixed(3)} ${t - at}\n`);
+    if (waitMs > 0) await new Promise((resolve) => setTimeout(resolve, waitMs));
   }, { connection, concurrency: Number(concurrency) });
   await w.waitUntilReady();
   process.stdout.write('ready\n');

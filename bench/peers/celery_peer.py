@@ -13,6 +13,7 @@ from typing import Any
 
 from celery import Celery
 
+from .. import handler
 from ..common import Proc
 from .base import HitsPeer
 from .hits import hit
@@ -29,6 +30,7 @@ app.conf.update(
 @app.task(name="noop")
 def noop(payload: Any) -> None:
     hit(payload)
+    handler.block()
 
 
 class CeleryPeer(HitsPeer):

@@ -7,12 +7,14 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import handler
 from .base import HitsPeer
 from .hits import hit
 
 
 def noop(payload: Any) -> None:
     hit(payload)
+    handler.block()
 
 
 class RQ(HitsPeer):

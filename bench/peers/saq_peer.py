@@ -8,12 +8,14 @@ import signal
 import sys
 from typing import Any
 
+from .. import handler
 from .base import HitsPeer
 from .hits import hit
 
 
 async def noop(ctx: Any, *, payload: Any) -> None:
     hit(payload)
+    await handler.wait()
 
 
 class Saq(HitsPeer):

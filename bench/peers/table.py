@@ -17,6 +17,11 @@ ROWS = [
     ("e2e", "runs_per_s", "e2e runs/s, due delayed runs"),
     ("e2e", "drain_redis_us_per_run", "drain: Redis CPU µs per run"),
     ("e2e", "drain_commands_per_run", "drain: Redis commands per run"),
+    ("e2e", "consumer_cpu_us_per_run", "drain: consumer processes' CPU µs per run"),
+    ("io_async", "runs_per_s", "io_async runs/s (the handler awaits 2 ms)"),
+    ("io_async", "consumer_cpu_us_per_run", "io_async: consumer CPU µs per run"),
+    ("io_sync", "runs_per_s", "io_sync runs/s (the handler blocks 2 ms)"),
+    ("io_sync", "consumer_cpu_us_per_run", "io_sync: consumer CPU µs per run"),
     ("lag_200", "p50_ms", "fire lag p50 at 200 runs/s (ms)"),
     ("lag_200", "p99_ms", "fire lag p99 at 200 runs/s (ms)"),
     ("enqueue", "one_per_s", "enqueue runs/s, one call each"),
@@ -61,6 +66,8 @@ def table(vals: dict[str, dict[str, list[float]]], names: list[str]) -> str:
 
 RATIOS = [
     ("e2e", "runs_per_s", True, "e2e runs/s"),
+    ("io_async", "runs_per_s", True, "io_async runs/s"),
+    ("io_sync", "runs_per_s", True, "io_sync runs/s"),
     ("lag_200", "p99_ms", False, "lag p99"),
     ("e2e", "drain_redis_us_per_run", False, "drain Redis CPU/run"),
     ("enqueue", "one_redis_us_per_run", False, "one-call enqueue Redis CPU/run"),

@@ -25,7 +25,8 @@ from typing import Any
 import redis
 
 import zsched.dispatch.firer
-from tests.model.rule_model import Fate, RuleDef
+from tests.model import slots as calendar
+from tests.model.rule_model import MAX_ATTEMPTS, Fate, RuleDef
 from tests.model.workers import STUCK_S, ChildWorker, SharedClock
 from zsched.dispatch.dispatcher import Dispatcher
 from zsched.protocol.keys import GROUP
@@ -91,7 +92,7 @@ class RealSystem:
         self.up = True
         self.gates: dict[tuple[str, int], Gate] = {}
         self.started: list[tuple[str, int, int]] = []
-        self.app.task(name="t", max_attempts=5)(_never)
+        self.app.task(name="t", max_attempts=MAX_ATTEMPTS)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
                             for _ in range(dispatchers)]  # fmt: skip
         self.racers = [Racer(d, d.redis.pubsub()) for d in self.dispatchers]
@@ -250,8 +251,14 @@ class RealSystem:
     # -- what can be read ---------------------------------------------------------------------
 
     def ledger(self) -> list[tuple[int, str, str]]:
-        return sorted((h["slot_ms"], h["outcome"], h["reason"])
-                      for h in history(self.app.redis, self.app.keys, self.sid, 10**6))  # fmt: skip
+        """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
+        for each slot of the rule in it."""
+        rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
+        trig = self.rule.trigger
+        return sorted((s, h["outcome"], h["reason"]) for h in rows
+                      for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
+                                calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
+                                                       10**7)))  # fmt: skip
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}
@@ -343,11 +350,14 @@ class RealSystem:
     def _written(self, key: tuple[str, int], fate: Fate) -> bool:
         """The worker wrote the attempt's outcome: its stream entry is gone (a run's value
         in `runs` keeps its due tag while on the stream, so that says nothing), and a
-        finished run freed its lease."""
+        finished run freed its lease. Or a fire that waited under the same run id (a manual
+        fire whose forced twin went dead) took the lease again: that run is live again
+        (found by make model: waiting for the lease to change hung here)."""
         rid, k = key[0], self.app.keys
         if self.real.sync.hexists(k.entries, rid):
             return False
-        return fate.kind == "retry" or self.lease() != rid
+        retried = fate.kind == "retry" and key[1] < MAX_ATTEMPTS  # else a dead letter
+        return retried or self.lease() != rid or rid in self.live()
 
     async def _picked_up(self) -> None:
         """Wait until every run on the stream is running in a handler."""
@@ -363,5 +373,8 @@ class RealSystem:
     async def _until(self, cond: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + STUCK_S
         while not cond():
-            assert time.monotonic() < deadline, f"real system stuck waiting for {what}"
+            assert time.monotonic() < deadline, (
+                f"real system stuck waiting for {what}: lease {self.lease()!r}, live "
+                f"{sorted(self.live())}, on the stream {self.real.sync.hkeys(self.app.keys.entries)}"
+            )
             await asyncio.sleep(0.002)

@@ -256,6 +256,61 @@ async def test_a_queued_manual_fire_run_forced_meanwhile_does_not_run_again(real
         await p.close()
 
 
+@pytest.mark.parametrize("attempt", range(6))
+async def test_a_queued_manual_fire_runs_again_after_its_forced_twin_went_dead(real, queue,
+                                                                             attempt) -> None:  # fmt: skip
+    """From make model's "stuck waiting for the outcome of ('r@manual:...', 1)" (Berlin */15,
+    catch_up x queue): a manual fire waits behind the rule's run (overlap queue); a forced
+    manual fire of the same instant runs the same run id and goes dead at the instant the
+    rule's run ends. When the dead letter was written before the rule's run's unlease,
+    unlease.lua started the waiting fire (its id neither live nor done), which took the lease
+    under that same id: the harness, waiting for the lease to leave that id, hung (5 of 6
+    runs); past that, the real system had run it again where the model had not (order of two
+    writes). Now the forced fire is the waiting one (fire.lua drops it), and the harness
+    sees a same-id run live again as written."""
+    rule = RuleDef("r", Cron("*/15 * * * *", "Europe/Berlin"), misfire="catch_up",
+                   max_catch_up=3, overlap="queue")  # fmt: skip
+    start = 1_774_740_600_000  # 2026-03-28T23:30Z, a slot: the rule's run starts at once
+    manual = manual_run_id("r", start)
+
+    def fate_of(rid: str, n: int) -> Fate:
+        if rid == manual and n == 1:
+            return Fate(450_000, "fail")
+        return Fate(450_000 if n == 1 else 0, "ok")
+
+    p = Pair(real, queue, rule, fate_of, start, dispatchers=1, workers=2)
+    try:
+        await p.start()
+        await p.do("run_now", False)  # waits behind the rule's run
+        await p.do("run_now", True)  # the same run id, forced: runs beside
+        await p.do("advance_to", start + 450_000)
+        await p.quiet(900_000)
+        assert [rid for rid, _, _ in p.system.started if rid == manual] == [manual]
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("misfire", ["coalesce", "skip"])
+async def test_jitter_keeps_the_two_fall_back_fires_of_a_repeat_both_rule_in_order(
+    real, queue, misfire
+) -> None:
+    """Review of issue 18, F1: the machine drew this rule (a daily 02:30 Berlin rule firing
+    both 02:30s of 2026-10-25, jitter 6 h, a quarter of its period) and could not see that
+    the 00:30Z slot fired at 03:23:30Z, after the 01:30Z slot's 02:01:30Z. Now the first
+    fire is cut to end before the second slot, and Pair.check asserts slot order."""
+    trig = Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both")
+    rule = RuleDef("r", trig, misfire=misfire, jitter_ms=6 * H)
+    start = 1_792_800_000_000  # 2026-10-24T00:00Z
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start()
+        await p.do("advance_to", start + 3 * 24 * H)
+        ran = [s for s, o, _ in p.system.ledger() if o == "ran"]
+        assert 1_792_888_200_000 in ran and 1_792_891_800_000 in ran  # both fall-back slots
+    finally:
+        await p.close()
+
+
 @pytest.mark.parametrize("op", ["resume", "edit", "sync"])
 async def test_racing_dispatchers_hear_a_rule_operation_on_the_wake_channel(real, queue,
                                                                            op) -> None:  # fmt: skip
@@ -275,5 +330,26 @@ async def test_racing_dispatchers_hear_a_rule_operation_on_the_wake_channel(real
             await p.edit(declared=op == "sync", trigger=Cron("* * * * *", "UTC"))
         await p.do("advance_to", T0 + 3 * M)
         assert [o for s, o, _, _ in p.model.ledger if s > T0] == ["ran", "ran", "ran"]
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "queue"])
+async def test_a_run_that_retries_to_exhaustion_goes_dead_and_frees_the_lease(real, queue,
+                                                                              overlap) -> None:  # fmt: skip
+    """Review of issue 18, M1.c: the machine retried only on a first attempt. The first
+    slot's run retries on every attempt: dead at max_attempts (5) in both, its lease freed,
+    the fire queued behind it started then."""
+    first = run_id("r", T0)
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        return Fate(5_000, "retry", 10_000) if rid == first else Fate(0)
+
+    p = Pair(real, queue, RuleDef("r", Every(60), overlap=overlap), fate_of, T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 5 * M)
+        assert p.model.runs[first].state == "dead" and p.model.runs[first].attempt == 5
+        assert [a for rid, a, _ in p.system.started if rid == first] == [1, 2, 3, 4, 5]
     finally:
         await p.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.model import slots as calendar
 from tests.model.harness import Backend
 from tests.model.rule_model import Fate, Model, RuleDef, shortest_period
 from zsched import FakeClock
@@ -50,7 +51,7 @@ def _model(rule: RuleDef, start: int, down_to: int, slow_ms: int) -> list[tuple[
     m.set_up(True)
     end = down_to
     for _ in range(SLOTS_AFTER):
-        end = rule.trigger.slots_between(end, 2**53, 1)[0]
+        end = calendar.slots_between(rule.trigger, end, 2**53, 1)[0]
     m.advance_to(end)
     return sorted((s, o, r) for s, o, r, _ in m.ledger)
 

@@ -141,6 +141,10 @@ class State:
     paused_at_ms: int | None = None
     created_ms: int | None = None
     updated_ms: int | None = None
+    #: Since when the rule's slots are those of its trigger, start_at and end_at (creation, or
+    #: the last edit of one of them): the audit expects outcomes from here, not from the last
+    #: write (a pause, a resume or a policy edit does not change which slots are due).
+    slots_from_ms: int | None = None
     #: Up to when DST gaps were checked for wall times a `dst_gap="skip"` rule dropped.
     gap_checked_ms: int | None = None
     #: When pause_schedule paused the rule, the note it was given and who paused it (shown
@@ -225,12 +229,13 @@ def build_spec(
 
 
 def _jitter_ms(schedule_id: str, trigger: Trigger, jitter: timedelta | float | None) -> int:
-    """A jitter up to the rule's shortest period: a longer one would reorder its fires."""
+    """A jitter up to the rule's shortest period outside DST changes (a longer one would be
+    cut at nearly every fire; plan.jitter_ms cuts it where DST shortens a gap)."""
     ms = _ms(jitter, "jitter") or 0
     gap = min_gap_ms(trigger)
     if ms > gap:
         raise RuleError(f"schedule {schedule_id}: jitter {ms / 1000:g}s is longer than the "
-                        f"rule's shortest period ({gap / 1000:g}s); it would reorder its fires")  # fmt: skip
+                        f"rule's shortest period ({gap / 1000:g}s)")  # fmt: skip
     return ms
 
 

@@ -15,7 +15,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +28,7 @@ from zsched.worker import admission
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
 from zsched.worker.tasks import RunInfo, Task, run_info, set_current
+from zsched.worker.threads import SyncPool
 from zsched.worker.writer import OverlapLease, Writer
 
 log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
@@ -62,9 +62,9 @@ class Runner:
         #: Deliveries read ahead of the free slots, in stream order: held by this worker
         #: (renewed with the others), started by the read loop as slots free.
         self.waiting: deque[Delivery] = deque()
-        self.executor = ThreadPoolExecutor(
-            max_workers=ctx.settings.concurrency, thread_name_prefix="zsched"
-        )
+        #: Sync handlers' threads (their results reach the loop in batches: threads.py).
+        self.threads = SyncPool(ctx.settings.concurrency, "zsched")
+        self.executor = self.threads.executor
         # Per-task metric children: labels() takes a lock and a dict lookup, three times per
         # run on the hot path otherwise.
         self._task_metrics: dict[str, TaskMetrics] = {}
@@ -229,14 +229,14 @@ class Runner:
             if task.timeout:
                 return await asyncio.wait_for(coro, task.timeout)
             return await coro
+        # In a copy of this context: the handler's thread sees the run span (tracing.py).
+        run = contextvars.copy_context().run
+        if not task.timeout:  # no start to hear of: one wake of the loop per batch of results
+            return await self.threads.submit(run, _call_sync, task.fn, env.payload, info, None)
         loop = asyncio.get_running_loop()
         began = asyncio.Event()
-        # In a copy of this context: the handler's thread sees the run span (tracing.py).
-        fut = loop.run_in_executor(self.executor, contextvars.copy_context().run, _call_sync,
-                                   task.fn, env.payload, info,
-                                   lambda: loop.call_soon_threadsafe(began.set))  # fmt: skip
-        if not task.timeout:
-            return await fut
+        fut = self.threads.submit(run, _call_sync, task.fn, env.payload, info,
+                                  lambda: loop.call_soon_threadsafe(began.set))  # fmt: skip
         await began.wait()  # waiting for a thread is not the handler's time
         try:
             return await asyncio.wait_for(asyncio.shield(fut), task.timeout)
@@ -300,8 +300,9 @@ class _ReturnedLate(TimeoutError):
     (and is retried), but its effect happened: the retry is a duplicate execution."""
 
 
-def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any]) -> Any:
-    began()
+def _call_sync(fn: Any, payload: Any, info: RunInfo, began: Callable[[], Any] | None) -> Any:
+    if began is not None:
+        began()
     set_current(info)
     try:
         return fn(payload)
