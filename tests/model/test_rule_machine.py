@@ -228,6 +228,18 @@ class RuleMachine(RuleBasedStateMachine):
         self.run(self.pair.do("pause"))
 
     @precondition(lambda self: self.pair is not None and self.pair.model.paused
+                  and not self.pair.model.removed and self.period < H)  # fmt: skip
+    @rule(periods=st.sampled_from([1001, 1500]))
+    def long_pause(self, periods: int) -> None:
+        """Paused for more slots than a resume lists one by one (review-18 F2): the real
+        system writes one range entry, the model every slot (docs: each is `skipped:
+        paused`). Rules of a short period only: a daily rule's 1,001 slots are 3 years."""
+        assert self.pair
+        self.run(self.pair.do("advance_to", self.pair.model.now + self.period * periods))
+        self.run(self.pair.do("resume"))
+        event("a pause over more than 1,000 slots")
+
+    @precondition(lambda self: self.pair is not None and self.pair.model.paused
                   and not self.pair.model.removed)  # fmt: skip
     @rule()
     def resume(self) -> None:
