@@ -374,3 +374,25 @@ async def test_a_pause_over_more_than_1000_slots_gives_each_slot_one_outcome(rea
         await p.quiet(M)
     finally:
         await p.close()
+
+
+async def test_an_edit_of_a_paused_rules_trigger_gives_each_slot_one_outcome(real, queue):
+    """Shrunk by hand from a random run (skip x queue, 9 x 50): a paused `30 2 * * *` Berlin
+    rule (dst_repeat both) edited to `0 0 * * *`, resumed 20 days later; the audit found the
+    new trigger's 00:00 Berlin slot before the old trigger's next slot without an outcome
+    (the resume recorded the new trigger's slots from the old one's next slot). Now the edit
+    records the old trigger's paused slots so far, and the resume the new one's from then."""
+    old = Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both")
+    rule = RuleDef("r", old, misfire="skip", overlap="queue")
+    start = 1_792_800_000_000  # 2026-10-24T00:00Z
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start()
+        await p.do("advance_to", start + 36 * H)  # 2026-10-25T12:00Z
+        await p.do("pause")  # the old trigger's next slot: 2026-10-26T01:30Z
+        await p.edit(trigger=Cron("0 0 * * *", "Europe/Berlin"))  # next: 2026-10-25T23:00Z
+        await p.do("advance_to", start + 20 * 24 * H)
+        await p.do("resume")
+        await p.quiet(24 * H)
+    finally:
+        await p.close()
