@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 )
 
 from tests.model.harness import Backend, Pair
-from tests.model.rule_model import Fate, RuleDef, shortest_period
+from tests.model.rule_model import MAX_ATTEMPTS, Fate, RuleDef, shortest_period
 from zsched.rules.triggers import Cron, Every
 
 #: What the examples covered (printed by make model, recorded in docs/reliability.md).
@@ -169,6 +169,8 @@ class RuleMachine(RuleBasedStateMachine):
             event(f"outcome {o} {r}".rstrip())
         if any(attempt > 1 for _, attempt, _ in m.started):
             event("a retried run")
+        if any(attempt == MAX_ATTEMPTS for _, attempt, _ in m.started):
+            event("a run retried to its last attempt")
         if self.pair.system.conflicts():
             event("a fire lost to a racing dispatcher")
 
