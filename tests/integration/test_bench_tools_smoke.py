@@ -62,3 +62,11 @@ def test_the_async_enqueue_benchmark_measures_every_variant(monkeypatch, capsys)
     results = aio_enqueue.main(1)
     assert set(results) == set(aio_enqueue.VARIANTS)
     assert all(len(r) == 1 and r[0] > 0 for r in results.values())
+
+
+def test_the_wake_benchmark_measures_every_rule_operation() -> None:
+    out = run("bench.wake", "--rounds", "1")
+    for op in ("create", "edit", "resume", "backfill", "sync"):
+        assert re.search(rf"^\| {op} \| 1 \| [\d.]+ / [\d.]+ \|", out, re.M), op
+    for op in ("pause", "remove"):  # the contract, not a speed: nothing fired after the call
+        assert re.search(rf"^\| {op} \| 1 \| atomic .* \| 0 \|$", out, re.M), op

@@ -33,7 +33,8 @@ Time moves in events (`advance_to`). At one instant, runs that end then end firs
 the lease, starting a waiting fire), then the dispatcher's pass, then due runs start at once
 (workers are never the bottleneck here), again until nothing changes. A run's fate is a
 function of (run id, attempt): its duration, and whether it succeeds, retries after a delay
-or fails (dead letter).
+or fails (dead letter); a retry asked on the task's last attempt (MAX_ATTEMPTS) is a dead
+letter too (docs/protocol.md, "Finish").
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ def run_id(sid: str, slot: int) -> str:
 def manual_run_id(sid: str, now: int) -> str:
     """`<schedule_id>@manual:<now in UTC ISO-8601>` (docs: "Run a rule now")."""
     return run_id(sid, now).replace("@", "@manual:", 1)
+
+
+#: The task's max_attempts in both systems (real_system.py, worker_child.py register it so).
+MAX_ATTEMPTS = 5
 
 
 @dataclass
@@ -313,7 +318,7 @@ class Model:
                        if r.state == "running" and r.finish <= self.now),
                       key=lambda r: (r.finish, r.run_id))  # fmt: skip
         for r in done:
-            if r.fate.kind == "retry":
+            if r.fate.kind == "retry" and r.attempt < MAX_ATTEMPTS:
                 r.attempt += 1
                 r.state, r.due = "delayed", r.finish + r.fate.retry_delay_ms
                 continue  # the lease stays with the run

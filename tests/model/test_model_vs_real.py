@@ -332,3 +332,24 @@ async def test_racing_dispatchers_hear_a_rule_operation_on_the_wake_channel(real
         assert [o for s, o, _, _ in p.model.ledger if s > T0] == ["ran", "ran", "ran"]
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "queue"])
+async def test_a_run_that_retries_to_exhaustion_goes_dead_and_frees_the_lease(real, queue,
+                                                                              overlap) -> None:  # fmt: skip
+    """Review of issue 18, M1.c: the machine retried only on a first attempt. The first
+    slot's run retries on every attempt: dead at max_attempts (5) in both, its lease freed,
+    the fire queued behind it started then."""
+    first = run_id("r", T0)
+
+    def fate_of(rid: str, attempt: int) -> Fate:
+        return Fate(5_000, "retry", 10_000) if rid == first else Fate(0)
+
+    p = Pair(real, queue, RuleDef("r", Every(60), overlap=overlap), fate_of, T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 5 * M)
+        assert p.model.runs[first].state == "dead" and p.model.runs[first].attempt == 5
+        assert [a for rid, a, _ in p.system.started if rid == first] == [1, 2, 3, 4, 5]
+    finally:
+        await p.close()

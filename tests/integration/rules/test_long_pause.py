@@ -78,3 +78,22 @@ def test_the_audit_sees_slots_from_before_the_last_edit_pause_and_resume(backend
     app.schedule("r", "t", every=120, misfire="skip")
     (report,) = audit(app, now_ms=T0 + 21 * M)
     assert (report.checked, report.unaccounted) == (0, [])
+
+
+def test_the_cli_history_shows_a_range_entry_as_its_first_and_last_slot(redis_url, queue, capsys):
+    import zsched
+    from zsched.cli.main import main
+
+    clock = FakeClock(T0)
+    app = zsched.App(redis_url, queue=queue, clock=clock)
+    app.schedule("r", "t", every=1, paused=True)
+    clock.set(T0 + 2500 * S)
+    assert app.resume_schedule("r")
+    assert main(["schedules", "history", "r", "--redis", redis_url, "--queue", queue]) == 0
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.split()[:4] == [
+        "2027-01-15T08:00:00+00:00",
+        "..",
+        "2027-01-15T08:41:40+00:00",
+        "skipped",
+    ]
