@@ -91,6 +91,9 @@ class RealSystem:
         self.queue, self.sid = queue, rule.schedule_id
         self.up = True
         self.gates: dict[tuple[str, int], Gate] = {}
+        #: Range entries' slots, by (first, last, written at); see ledger().
+        self._ranges: dict[tuple[int, int, int], list[int]] = {}
+        self._range_trigger: Any = None
         self.started: list[tuple[str, int, int]] = []
         self.app.task(name="t", max_attempts=MAX_ATTEMPTS)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
@@ -162,13 +165,16 @@ class RealSystem:
         await self.settle()
 
     async def edit(self, rule: RuleDef, declared: bool = False) -> None:
-        """schedule() the new definition, or declare it and sync (as a dispatcher start does)."""
-        self.rule = rule
+        """schedule() the new definition, or declare it and sync (as a dispatcher start does).
+        A paused rule's new trigger: the edit records the old one's paused slots so far."""
+        self._range_trigger, self.rule = self.rule.trigger, rule
         if declared:
             self.app.declare(self.sid, "t", **self._options())
             self.app.sync_schedules()
         else:
             self.app.schedule(self.sid, "t", **self._options())
+        self.ledger()  # the edit's range entries, with the old trigger's slots
+        self._range_trigger = None
         await self.settle()
 
     async def pause(self) -> None:
@@ -252,13 +258,18 @@ class RealSystem:
 
     def ledger(self) -> list[tuple[int, str, str]]:
         """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
-        for each slot of the rule in it."""
+        for each slot in it of the trigger in force when it was written (read at once)."""
         rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
-        trig = self.rule.trigger
-        return sorted((s, h["outcome"], h["reason"]) for h in rows
-                      for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
-                                calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
-                                                       10**7)))  # fmt: skip
+        return sorted((s, h["outcome"], h["reason"]) for h in rows for s in self._slots(h))
+
+    def _slots(self, h: dict[str, Any]) -> list[int]:
+        if h["last_ms"] == h["slot_ms"]:
+            return [h["slot_ms"]]
+        key = (h["slot_ms"], h["last_ms"], h["at_ms"])
+        if key not in self._ranges:
+            trig = self._range_trigger or self.rule.trigger
+            self._ranges[key] = calendar.slots_between(trig, key[0] - 1, key[1], 10**7)
+        return self._ranges[key]
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}
