@@ -109,13 +109,21 @@ class ReadLoop:
         """Start entries read ahead, in stream order, while slots are free; how many. One a
         renewal found taken by another consumer is dropped, not run (`Writer.lost`)."""
         waiting, lost, started = self.runner.waiting, self.writer.lost, 0
-        while waiting and self.free_slots() > 0:
+        # A start takes at most one slot (a run that ends at once frees its own, or holds it
+        # with a retry or dead letter), so the count goes down by one per start and is read
+        # again only when it reaches 0: free_slots() per start was ~4 % of the worker's time
+        # with millisecond I/O handlers (py-spy).
+        free = self.free_slots()
+        while waiting and free > 0:
             d = waiting.popleft()
             if lost and d.entry_id in lost:
                 lost.discard(d.entry_id)
                 continue
             self.runner.start(d)
             started += 1
+            free -= 1
+            if not free:
+                free = self.free_slots()
         return started
 
     async def check_waiting(self) -> None:
