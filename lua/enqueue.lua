@@ -31,7 +31,8 @@
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
--- A run in a batch is {run_id, due_ms}.
+-- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
+-- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
 local BT_MAX = 64
 local function bt_key(due, id)
   -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
@@ -118,28 +119,28 @@ local function bt_add(d, items, want_head)
   while i <= #items do
     local k = bt_key(items[i][2], items[i][1])
     -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
-    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 2)
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
     local m = found[1]
     -- The first write on d comes after the first read of the index, before any other write: a
     -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
-    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items) end
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
       if head == nil then head = true end
-      m = redis.call('ZRANGE', index, 0, 0)[1]
+      m = redis.call('ZRANGE', index, '0', '0')[1]
       if m then
         redis.call('ZREM', index, m)
         m = k .. bt_num(m)
       else
-        m = k .. redis.call('HINCRBY', meta, 'seq', 1)
+        m = k .. redis.call('HINCRBY', meta, 'seq', '1')
       end
-      redis.call('ZADD', index, 0, m)
+      redis.call('ZADD', index, '0', m)
     end
     local leaf = d .. ':leaf:' .. bt_num(m)
     if head == nil then
       head = false
       if want_head and not found[2] then
-        local low = redis.call('ZRANGE', leaf, 0, 0, 'WITHSCORES')
+        local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
         head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
       end
     end
@@ -148,7 +149,7 @@ local function bt_add(d, items, want_head)
     local function belongs(j)
       if j == first then return true end
       if not looked then
-        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', '0', '1')[1]
         upto, looked = nxt and bt_bound(nxt), true
         upto_due = upto and tonumber(string.sub(upto, 1, 15))
       end
@@ -161,8 +162,8 @@ local function bt_add(d, items, want_head)
     local args = {}
     while i <= #items and card < BT_MAX and belongs(i) do
       local due = items[i][2]
-      -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
-      args[#args + 1] = due < 1e14 and due or string.format('%d', due)
+      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+      args[#args + 1] = items[i][3] or due
       args[#args + 1] = items[i][1]
       card, i = card + 1, i + 1
     end
@@ -206,11 +207,11 @@ local function bt_check(d, script, index_too)
 end
 -- END btree
 local delayed, runs, done, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- Check types before any write: a script is atomic but not transactional. `runs`, `done` and
--- the index are checked by their first reads (pcall), `stats` by the first write (pcall), and
--- `delayed` by bt_add's first write, both taken back when the other refuses.
--- (Each redis.call is a fixed cost of thousands of instructions: one enqueue() into a leaf that
--- is not the first runs 11 commands, the EVALSHA included.)
+-- Check types before any write: a script is atomic but not transactional. `done`, `runs` and
+-- the index are checked by their first reads (pcall; one run's HSETNX reads and writes), `stats`
+-- by its first write (pcall), and `delayed` by bt_add's first write; what was written before a
+-- refusal is taken back. (Each redis.call is a fixed cost of thousands of instructions: one
+-- enqueue() into a leaf that is not the first runs 8 commands, the EVALSHA included.)
 local function wrong_type(key, want)
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched enqueue: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
@@ -273,7 +274,7 @@ local function is_utf8(s)
 end
 
 -- Validate the whole batch before writing anything: scripts are not transactional.
-local dues = {}
+local dues, texts = {}, {}
 for i = 4, #ARGV, 4 do
   local run_id, run_at, task, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local n = (i - 4) / 4
@@ -295,6 +296,8 @@ for i = 4, #ARGV, 4 do
     return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': run_at_ms must be a whole number of epoch milliseconds >= 0, got ' .. string.sub(run_at, 1, 40))
   end
   dues[n + 1] = at
+  -- The caller's digits go to the delayed set as they came (no number formatting).
+  texts[n + 1] = string.byte(run_at, 1) ~= 43 and run_at or false
   if task == '' then
     return redis.error_reply('ERR zsched enqueue: run ' .. run_id .. ': task is empty')
   end
@@ -310,15 +313,26 @@ for i = 4, #ARGV, 4 do
 end
 
 -- Dedupe for the whole batch with one read of each container, then write the new runs with
--- one HSET and one ZADD: per run, Redis does no command of its own beyond those.
+-- one HSET and one ZADD: per run, Redis does no command of its own beyond those (one run:
+-- HSETNX is the read of `runs` and its write).
 local n = nargs / 4
 local ids = {}
 for i = 1, n do ids[i] = ARGV[4 * i] end
 local live, done_at
-live, err = read('hash', 'HMGET', runs, unpack(ids))
-if err then return err end
 done_at, err = read('zset', 'ZMSCORE', done, unpack(ids))
 if err then return err end
+-- One run not done within the window (the one-call enqueue): HSETNX reads and writes `runs` in
+-- one command (taken back below when `stats` or the delayed set refuses the run).
+local single = n == 1 and not (done_at[1] and tonumber(done_at[1]) > now() - window_ms)
+if single then
+  local wrote
+  wrote, err = read('hash', 'HSETNX', runs, ids[1], bt_tag(dues[1], ARGV[7]))
+  if err then return err end
+  live = {wrote == 0}
+else
+  live, err = read('hash', 'HMGET', runs, unpack(ids))
+  if err then return err end
+end
 local codes, seen, envs, items = {}, {}, {}, {}
 local added, dups, dups_done = 0, 0, 0
 local earliest = nil
@@ -332,9 +346,11 @@ for i = 1, n do
   else
     local at = dues[i]
     seen[run_id] = true
-    envs[#envs + 1] = run_id
-    envs[#envs + 1] = bt_tag(at, ARGV[4 * i + 3])
-    items[#items + 1] = {run_id, at}
+    if not single then
+      envs[#envs + 1] = run_id
+      envs[#envs + 1] = bt_tag(at, ARGV[4 * i + 3])
+    end
+    items[#items + 1] = {run_id, at, texts[i] or nil}
     if not earliest or at < earliest then earliest = at end
     code = 1
   end
@@ -353,16 +369,20 @@ end
 local new_head = false
 if added > 0 then
   local counted
-  counted, err = count('enqueued', added)
-  if err then return err end
+  counted, err = count('enqueued', added == 1 and '1' or added)
+  if err then
+    if single then redis.call('HDEL', runs, ids[1]) end
+    return err
+  end
   local ok, res = pcall(bt_add, delayed, items, true)
   if not ok then
+    if single then redis.call('HDEL', runs, ids[1]) end
     -- Taken back: the counters only grow, so a field that now holds `added` was not there.
     if counted == added then redis.call('HDEL', stats, 'enqueued') else redis.call('HINCRBY', stats, 'enqueued', -added) end
     return bt_check(delayed, 'enqueue', true) or redis.error_reply(type(res) == 'table' and res['err'] or tostring(res))
   end
   new_head = res
-  redis.call('HSET', runs, unpack(envs))
+  if not single then redis.call('HSET', runs, unpack(envs)) end
 end
 if dups > 0 then
   local _, refused = count('duplicate', dups)

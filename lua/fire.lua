@@ -16,14 +16,16 @@
 --   server's TIME, which stamps the entry ids; 0 = keep)
 -- ARGV[14] n_fires
 -- ARGV[15..] n_fires groups of 5: run_id, run_at_ms, slot_ms, envelope, outcome
---   (ran | ran_late | replay: a catch-up replay, recorded ran_late); then groups of 4 ledger
---   records decided by policy: slot_ms, outcome, reason, run_id (coalesced, skipped ...).
---   At most 1000 fires and 1000 records.
+--   (ran | ran_late | replay: a catch-up replay, recorded ran_late); then groups of 5 ledger
+--   records decided by policy: slot_ms, outcome, reason, run_id, last_ms (coalesced, skipped
+--   ...); last_ms > slot_ms makes one record of every slot in [slot_ms, last_ms] (a long
+--   pause), written with a last_ms field. At most 1000 fires and 1000 records.
 -- Returns {ok, fired, duplicates, overlap_skipped, queued}; ok = 0 when the compare-and-set
 --   failed (nothing written: another dispatcher fired, or the rule was edited, or a replay
 --   would start while a live run holds the lease of an overlap skip|queue rule).
 -- Invariant: each slot gets exactly one ledger outcome and at most one run; a rule with
---   overlap skip|queue has at most one run holding its lease and at most one fire waiting.
+--   overlap skip|queue has at most one run holding its lease and at most one fire waiting;
+--   a fire started under the run id of the fire waiting (a forced manual fire) drops it.
 -- Publishes on `wake` when the rule's next fire becomes earlier (or appears: a resume) or it
 --   gains a catch-up backlog, and when a fire is the new head of `delayed`.
 -- Bound: 1000 fires and 1000 records per call.
@@ -43,7 +45,8 @@
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
--- A run in a batch is {run_id, due_ms}.
+-- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
+-- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
 local BT_MAX = 64
 local function bt_key(due, id)
   -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
@@ -130,28 +133,28 @@ local function bt_add(d, items, want_head)
   while i <= #items do
     local k = bt_key(items[i][2], items[i][1])
     -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
-    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 2)
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
     local m = found[1]
     -- The first write on d comes after the first read of the index, before any other write: a
     -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
-    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items) end
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
       if head == nil then head = true end
-      m = redis.call('ZRANGE', index, 0, 0)[1]
+      m = redis.call('ZRANGE', index, '0', '0')[1]
       if m then
         redis.call('ZREM', index, m)
         m = k .. bt_num(m)
       else
-        m = k .. redis.call('HINCRBY', meta, 'seq', 1)
+        m = k .. redis.call('HINCRBY', meta, 'seq', '1')
       end
-      redis.call('ZADD', index, 0, m)
+      redis.call('ZADD', index, '0', m)
     end
     local leaf = d .. ':leaf:' .. bt_num(m)
     if head == nil then
       head = false
       if want_head and not found[2] then
-        local low = redis.call('ZRANGE', leaf, 0, 0, 'WITHSCORES')
+        local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
         head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
       end
     end
@@ -160,7 +163,7 @@ local function bt_add(d, items, want_head)
     local function belongs(j)
       if j == first then return true end
       if not looked then
-        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', '0', '1')[1]
         upto, looked = nxt and bt_bound(nxt), true
         upto_due = upto and tonumber(string.sub(upto, 1, 15))
       end
@@ -173,8 +176,8 @@ local function bt_add(d, items, want_head)
     local args = {}
     while i <= #items and card < BT_MAX and belongs(i) do
       local due = items[i][2]
-      -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
-      args[#args + 1] = due < 1e14 and due or string.format('%d', due)
+      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+      args[#args + 1] = items[i][3] or due
       args[#args + 1] = items[i][1]
       card, i = card + 1, i + 1
     end
@@ -203,9 +206,9 @@ local function bt_add(d, items, want_head)
 end
 -- The earliest due in the tree, or nil when it is empty.
 local function bt_head(d)
-  local m = redis.call('ZRANGE', d .. ':index', 0, 0)[1]
+  local m = redis.call('ZRANGE', d .. ':index', '0', '0')[1]
   if not m then return nil end
-  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), 0, 0, 'WITHSCORES')[2])
+  return tonumber(redis.call('ZRANGE', d .. ':leaf:' .. bt_num(m), '0', '0', 'WITHSCORES')[2])
 end
 -- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
 -- caller reads it with pcall first); nil when all is well.
@@ -244,8 +247,8 @@ if not (new_next and catchup_head and window_ms and lease_ms and maxlen and max_
   return redis.error_reply('ERR zsched fire: numeric arguments expected')
 end
 local first_rec = 15 + 5 * n_fires
-if n_fires > 1000 or first_rec - 1 > #ARGV or (#ARGV - first_rec + 1) % 4 ~= 0 or (#ARGV - first_rec + 1) > 4000 then
-  return redis.error_reply('ERR zsched fire: expected n_fires groups of 5 then groups of 4 (at most 1000 each)')
+if n_fires > 1000 or first_rec - 1 > #ARGV or (#ARGV - first_rec + 1) % 5 ~= 0 or (#ARGV - first_rec + 1) > 5000 then
+  return redis.error_reply('ERR zsched fire: expected n_fires groups of 5 then groups of 5 (at most 1000 each)')
 end
 
 -- Compare-and-set: the rule, its next fire and its state are still what the caller read.
@@ -261,9 +264,14 @@ end
 -- reason only for skipped slots and only its first word (grace_passed, overlap ...), so the
 -- collector's labels stay bounded.
 local counted = {}
-local function record(slot, outcome, reason, run_id)
-  redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
-    'reason', reason, 'run_id', run_id, 'at_ms', now_ms)
+local function record(slot, outcome, reason, run_id, last)
+  if last and last ~= slot then
+    redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
+      'reason', reason, 'run_id', run_id, 'at_ms', now_ms, 'last_ms', last)
+  else
+    redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
+      'reason', reason, 'run_id', run_id, 'at_ms', now_ms)
+  end
   local why = outcome == 'skipped' and (string.match(reason, '^[%w_]+') or '') or ''
   local f = 'ledger:' .. outcome .. ':' .. why .. ':' .. sid
   counted[f] = (counted[f] or 0) + 1
@@ -298,24 +306,30 @@ end
 -- A lease whose run is no longer live (done or dead, but its worker died before unlease)
 -- is stale: free it now rather than wait for its TTL.
 if holder0 and redis.call('HEXISTS', runs, holder0) == 0 then redis.call('DEL', lease) end
+-- The rule's waiting fire: its run id and envelope, or nil.
+local function waiting_fire()
+  local w = redis.call('HGET', waiting, sid)
+  if not w then return nil end
+  local n = tonumber(string.match(w, '^(%d+):'))
+  local head = #tostring(n) + 1
+  return string.sub(w, head + 1, head + n), string.sub(w, head + n + 1)
+end
 -- A fire left waiting by a run whose lease expired or went stale goes first.
 if overlap == 'queue' and redis.call('EXISTS', lease) == 0 then
-  local w = redis.call('HGET', waiting, sid)
-  if w then
-    local n = tonumber(string.match(w, '^(%d+):'))
-    local head = #tostring(n) + 1
-    local wid = string.sub(w, head + 1, head + n)
+  local wid, wenv = waiting_fire()
+  if wid then
     -- Live or done again under its id (enqueued by hand): that run is the slot's.
-    if not live_or_done(wid) then start(wid, now_ms, string.sub(w, head + n + 1)) end
+    if not live_or_done(wid) then start(wid, now_ms, wenv) end
     redis.call('HDEL', waiting, sid)
   end
 end
 
 -- Policy outcomes are for older slots than the fires: record them first.
-for i = first_rec, #ARGV, 4 do
-  record(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+for i = first_rec, #ARGV, 5 do
+  record(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
 end
 local fired, dups, skipped, queued, earliest = 0, 0, 0, 0, nil
+local waiting_id -- the waiting fire's run id (false: none), read at the first start
 for i = 15, first_rec - 1, 5 do
   local run_id, at, slot, env, outcome = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   if outcome == 'replay' then outcome = 'ran_late' end
@@ -326,6 +340,7 @@ for i = 15, first_rec - 1, 5 do
   elseif overlap ~= 'allow' and holder then
     if overlap == 'queue' and redis.call('HEXISTS', waiting, sid) == 0 then
       redis.call('HSET', waiting, sid, #run_id .. ':' .. run_id .. env)
+      waiting_id = run_id
       record(slot, outcome, 'queued behind ' .. holder, run_id)
       queued = queued + 1
     else
@@ -334,6 +349,15 @@ for i = 15, first_rec - 1, 5 do
     end
   else
     start(run_id, at, env)
+    -- A fire waiting under this run id (a forced manual fire of the instant a queued one
+    -- waits for) is this run now: dropped, so it never runs after this one, however this
+    -- one ends (it ran again when this one went dead before the holder's unlease, not
+    -- after: the outcome hung on the order of two writes; found by make model).
+    if waiting_id == nil then waiting_id = waiting_fire() or false end
+    if waiting_id == run_id then
+      redis.call('HDEL', waiting, sid)
+      waiting_id = false
+    end
     record(slot, outcome, '', run_id)
     fired = fired + 1
     if not earliest or at < earliest then earliest = at end

@@ -29,7 +29,8 @@
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
--- A run in a batch is {run_id, due_ms}.
+-- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
+-- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
 local BT_MAX = 64
 local function bt_key(due, id)
   -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
@@ -116,28 +117,28 @@ local function bt_add(d, items, want_head)
   while i <= #items do
     local k = bt_key(items[i][2], items[i][1])
     -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
-    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 2)
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
     local m = found[1]
     -- The first write on d comes after the first read of the index, before any other write: a
     -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
-    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items) end
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
       if head == nil then head = true end
-      m = redis.call('ZRANGE', index, 0, 0)[1]
+      m = redis.call('ZRANGE', index, '0', '0')[1]
       if m then
         redis.call('ZREM', index, m)
         m = k .. bt_num(m)
       else
-        m = k .. redis.call('HINCRBY', meta, 'seq', 1)
+        m = k .. redis.call('HINCRBY', meta, 'seq', '1')
       end
-      redis.call('ZADD', index, 0, m)
+      redis.call('ZADD', index, '0', m)
     end
     local leaf = d .. ':leaf:' .. bt_num(m)
     if head == nil then
       head = false
       if want_head and not found[2] then
-        local low = redis.call('ZRANGE', leaf, 0, 0, 'WITHSCORES')
+        local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
         head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
       end
     end
@@ -146,7 +147,7 @@ local function bt_add(d, items, want_head)
     local function belongs(j)
       if j == first then return true end
       if not looked then
-        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', '0', '1')[1]
         upto, looked = nxt and bt_bound(nxt), true
         upto_due = upto and tonumber(string.sub(upto, 1, 15))
       end
@@ -159,8 +160,8 @@ local function bt_add(d, items, want_head)
     local args = {}
     while i <= #items and card < BT_MAX and belongs(i) do
       local due = items[i][2]
-      -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
-      args[#args + 1] = due < 1e14 and due or string.format('%d', due)
+      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+      args[#args + 1] = items[i][3] or due
       args[#args + 1] = items[i][1]
       card, i = card + 1, i + 1
     end
@@ -203,6 +204,47 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
+-- BEGIN lease: the end of a rule's overlap lease. Source: lua/lib/lease.lua; `make lua` copies
+--   it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- Uses the btree block (bt_tag, bt_add): a script that calls it has both blocks, btree first.
+-- A rule's run ended (done, dead or cancelled): free the rule's lease if the run holds it, and
+-- when the lease is free start the fire that waited for it (overlap = queue), due now, with
+-- the lease. A waiting fire whose run id is live, or done within window_ms (enqueued by hand,
+-- or a forced manual fire of its instant), is dropped: that run is the slot's. The caller
+-- checked the types of lease (string), waiting (hash), runs (hash), delayed and done (zset;
+-- done may be nil: the live check only). Publishes on `wake` when it frees the lease (a
+-- catch-up replay may wait for it) or starts a waiting fire.
+-- Returns released (1 if this run held the lease), started (the run id started, or '').
+local function lease_end(lease, waiting, runs, delayed, wake, done, window_ms, now_ms, sid, run_id)
+  local released = 0
+  if redis.call('GET', lease) == run_id then
+    redis.call('DEL', lease)
+    released = 1
+    redis.call('PUBLISH', wake, now_ms)
+  end
+  local started = ''
+  if redis.call('EXISTS', lease) == 0 then
+    local w = redis.call('HGET', waiting, sid)
+    if w then
+      local n = tonumber(string.match(w, '^(%d+):'))
+      local head = #tostring(n) + 1
+      started = string.sub(w, head + 1, head + n)
+      redis.call('HDEL', waiting, sid)
+      local finished = done and redis.call('ZSCORE', done, started)
+      if redis.call('HEXISTS', runs, started) == 1
+          or (finished and tonumber(finished) > now_ms - window_ms) then
+        started = ''
+      else
+        redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
+        bt_add(delayed, {{started, now_ms}})
+        redis.call('SET', lease, started) -- no TTL, as fire.lua's
+        redis.call('PUBLISH', wake, now_ms)
+      end
+    end
+  end
+  return released, started
+end
+-- END lease
 local lease, waiting, runs, delayed, wake, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local window_ms = tonumber(ARGV[5] or '') or 0
 local types = {[lease] = 'string', [waiting] = 'hash', [runs] = 'hash'}
@@ -219,31 +261,5 @@ if not now_ms then
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local sid, run_id = ARGV[2], ARGV[3]
-local released = 0
-if redis.call('GET', lease) == run_id then
-  redis.call('DEL', lease)
-  released = 1
-  -- Catch-up replays of the rule may wait for the lease: dispatchers look again now.
-  redis.call('PUBLISH', wake, now_ms)
-end
-local started = ''
-if redis.call('EXISTS', lease) == 0 then
-  local w = redis.call('HGET', waiting, sid)
-  if w then
-    local n = tonumber(string.match(w, '^(%d+):'))
-    local head = #tostring(n) + 1
-    started = string.sub(w, head + 1, head + n)
-    redis.call('HDEL', waiting, sid)
-    local finished = done and redis.call('ZSCORE', done, started)
-    if redis.call('HEXISTS', runs, started) == 1
-        or (finished and tonumber(finished) > now_ms - window_ms) then
-      started = ''  -- live or done again under its id (enqueued by hand): that run is the slot's
-    else
-      redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
-      bt_add(delayed, {{started, now_ms}})
-      redis.call('SET', lease, started)  -- no TTL, as fire.lua's
-      redis.call('PUBLISH', wake, now_ms)
-    end
-  end
-end
+local released, started = lease_end(lease, waiting, runs, delayed, wake, done, window_ms, now_ms, sid, run_id)
 return {released, started}

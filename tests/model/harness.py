@@ -70,8 +70,12 @@ class Pair:
         self.steps: list[str] = []
         #: Instants of manual fires (their ledger records are not a slot's outcome).
         self.manual_at: list[int] = []
-        #: Never overlap=allow: at most one live run at any time.
-        self.exclusive = rule.overlap != "allow"
+        #: Runs live when the policy last became skip or queue: started under allow, they may
+        #: run beside the rule's next run until they end (each instant is judged by the
+        #: policy in force then, not by a flag that an edit to allow turns off for good).
+        self.started_under_allow: set[str] = set()
+        #: Instants of edits: fires on either side of one need not keep slot order.
+        self.edits_at: list[int] = []
 
     async def start(self, paused: bool = False) -> None:
         await self.system.start()
@@ -100,7 +104,9 @@ class Pair:
 
     async def edit(self, declared: bool = False, **changes: Any) -> None:
         self.steps.append(f"edit(declared={declared}, **{changes!r})")
-        self.exclusive = self.exclusive and changes.get("overlap") != "allow"
+        if self.model.rule.overlap == "allow" and changes.get("overlap", "allow") != "allow":
+            self.started_under_allow = set(self.system.live())
+        self.edits_at.append(self.model.now)
         self.model.edit(**changes)
         await self.system.edit(self.model.rule, declared)
         self.check()
@@ -153,12 +159,29 @@ class Pair:
         fired = Counter(rid for rid, attempt, _ in s.started
                         if attempt == 1 and "@manual:" not in rid)  # fmt: skip
         assert all(n == 1 for n in fired.values()), f"a slot fired twice {where}"
-        if self.exclusive:
-            live = s.live() - self.model.backfilled - self.model.forced
+        if rule.overlap != "allow":
+            live = s.live() - self.model.backfilled - self.model.forced - self.started_under_allow
             assert len(live) <= 1, f"{len(live)} live runs under overlap={rule.overlap} {where}"
+        self._in_slot_order(where)
         if audited and s.up and not self.model.paused and not self.model.removed:
             (report,) = audit(s.app, now_ms=s.clock.now_ms())
             assert report.unaccounted == [], f"unaccounted slots {report.unaccounted} {where}"
+
+    def _in_slot_order(self, where: str) -> None:
+        """Jitter never reorders fires (docs/policies.md): the runs recorded `ran` start in
+        slot order (first attempts; replays and coalesced runs are `ran_late`, backfilled and
+        manual runs are not the rule's fires), unless an edit came between their slots."""
+        m, ran = self.model, {slot for slot, o, _ in self.system.ledger() if o == "ran"}
+        first: dict[int, int] = {}
+        for rid, attempt, t in self.system.started:
+            run = m.runs.get(rid)
+            mine = run is not None and "@manual:" not in rid and rid not in m.backfilled
+            if mine and attempt == 1 and run.slot in ran:
+                first.setdefault(run.slot, t)
+        starts = sorted(first.items())
+        for (a, ta), (b, tb) in zip(starts, starts[1:], strict=False):
+            if not any(a < e <= b for e in self.edits_at):
+                assert ta <= tb, f"slot {b} started at {tb}, before slot {a} at {ta} {where}"
 
     async def quiet(self, period: int) -> None:
         """Dispatchers up, the rule resumed, time enough for every run and retry to end: the

@@ -1,14 +1,16 @@
 """The real system under an injected clock, stepped like the model: real Dispatchers (1 to
-3, ticked) and real Workers (1 to 3, each in a child process: tests/model/workers.py) on the
-real redis-server; a handler holds each attempt until the clock reaches the end its fate
-says, then succeeds, retries or fails.
+3, racing: see Racer) and real Workers (1 to 3, each in a child process:
+tests/model/workers.py) on the real redis-server; a handler holds each attempt until the
+clock reaches the end its fate says, then succeeds, retries or fails.
 
 At one instant: release the handlers whose time is up and wait until a worker wrote their
-outcome; tick every dispatcher that is up (each hears a wake-up first, as a sleeping one would:
-every rule operation and unlease publish one); wait until the workers started every run on
-the stream; again until nothing changes. A worker dies by SIGKILL; time enough passes for
-its entries' visibility timeout (the harness ages them: Redis counts idle time in real time,
-which the FakeClock does not move), and a new worker reclaims them.
+outcome; every dispatcher that is up hears what was published on the queue's wake channel
+(rule operations, unlease, retries publish there); those woken, whose timer is up, or whose
+last pass left work, pass at once, concurrently (their calls interleave on the server); wait
+until the workers started every run on the stream; again until nothing changes. A worker
+dies by SIGKILL; time enough passes for its entries' visibility timeout (the harness ages
+them: Redis counts idle time in real time, which the FakeClock does not move), and a new
+worker reclaims them.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from typing import Any
 
 import redis
 
+import zsched.dispatch.firer
+from tests.model import slots as calendar
 from tests.model.rule_model import Fate, RuleDef
 from tests.model.workers import STUCK_S, ChildWorker, SharedClock
+from zsched.dispatch.dispatcher import Dispatcher
 from zsched.protocol.keys import GROUP
 from zsched.rules.ledger import history
 from zsched.rules.triggers import Every
@@ -48,6 +53,35 @@ async def _never(payload: Any) -> None:
     """Task "t" in the parent's App (handlers run in the workers' processes)."""
 
 
+@dataclass
+class Racer:
+    """One real Dispatcher, passing when its run() loop would (Dispatcher.run/_wait): when a
+    wake-up was heard on its own subscription (Dispatcher._woken: the parts read the rules
+    again), when its timer is up (the due time its last pass returned, on the FakeClock), or
+    at once when its last pass left work. Never on a safety poll: an operation that does not
+    wake it is seen by no dispatcher (RealSystem sets the rules' recheck out of reach)."""
+
+    d: Dispatcher
+    pubsub: Any
+    woken: bool = True  # run() invalidates when it (re)subscribes
+    due_at: int | None = None
+    more: bool = False
+
+    def due(self, now: int) -> bool:
+        return self.woken or self.more or (self.due_at is not None and self.due_at <= now)
+
+    async def tick(self) -> None:
+        self.woken = False
+        t = await self.d.tick()
+        self.more, self.due_at = t.more, t.next_due_ms
+
+    def restart(self) -> None:
+        """Up again: subscribed anew, and as run() does then, the rules are read again (what
+        was published meanwhile is lost)."""
+        self.d._woken()
+        self.woken, self.due_at, self.more = True, None, False
+
+
 class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
                  start_ms: int, dispatchers: int = 1, workers: int = 1) -> None:  # fmt: skip
@@ -61,6 +95,13 @@ class RealSystem:
         self.app.task(name="t", max_attempts=5)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
                             for _ in range(dispatchers)]  # fmt: skip
+        self.racers = [Racer(d, d.redis.pubsub()) for d in self.dispatchers]
+        #: Published after the wake-ups an instant made: heard, every one before it was too.
+        self.barrier = f"zsched-model-barrier-{queue}"
+        # Only a wake-up tells a dispatcher of a change (the 5 s recheck would hide a missing
+        # one, or not, depending on how loaded the machine is); restored at close().
+        self._recheck = zsched.dispatch.firer.RULES_RECHECK_S
+        zsched.dispatch.firer.RULES_RECHECK_S = 1e9
         self.n_workers = workers
         self.workers: list[ChildWorker] = []
         #: Attempts started again by a worker that reclaimed them (not a second fire).
@@ -79,7 +120,10 @@ class RealSystem:
         return w
 
     async def start(self) -> None:
-        """Start the workers (in parallel: each child answers on its own)."""
+        """Subscribe the dispatchers, start the workers (in parallel: each child answers on
+        its own)."""
+        for r in self.racers:
+            await r.pubsub.subscribe(self.app.keys.wake, self.barrier)
         self.workers = list(await asyncio.gather(*(self._new_worker()
                                                    for _ in range(self.n_workers))))  # fmt: skip
 
@@ -91,8 +135,10 @@ class RealSystem:
                 if isinstance(outcome, BaseException):
                     raise outcome
         finally:
-            for d in self.dispatchers:
-                await d.close()
+            zsched.dispatch.firer.RULES_RECHECK_S = self._recheck
+            for r in self.racers:
+                await r.pubsub.aclose()
+                await r.d.close()
             self.clock.close()
 
     # -- operations ---------------------------------------------------------------------------
@@ -186,7 +232,10 @@ class RealSystem:
             r.xclaim(k.ready, GROUP, consumer, 0, ids, idle=10 * VISIBILITY_MS, justid=True)
 
     async def set_up(self, up: bool) -> None:
+        await self._hear()  # what was published before, heard (up) or lost (down)
         self.up = up
+        for r in self.racers if up else []:
+            r.restart()
         await self.settle()
 
     async def advance_to(self, t: int) -> None:
@@ -202,8 +251,14 @@ class RealSystem:
     # -- what can be read ---------------------------------------------------------------------
 
     def ledger(self) -> list[tuple[int, str, str]]:
-        return sorted((h["slot_ms"], h["outcome"], h["reason"])
-                      for h in history(self.app.redis, self.app.keys, self.sid, 10**6))  # fmt: skip
+        """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
+        for each slot of the rule in it."""
+        rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
+        trig = self.rule.trigger
+        return sorted((s, h["outcome"], h["reason"]) for h in rows
+                      for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
+                                calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
+                                                       10**7)))  # fmt: skip
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}
@@ -227,6 +282,10 @@ class RealSystem:
             blocked = any(p.blocked for d in self.dispatchers for p in d.parts)
             if r.zcard(k.rule_catchup) and not blocked:
                 cands.append(t + 20)
+        # Not the dispatchers' timers: while replays wait for a run of days to end, each
+        # would pass every second (CATCH_UP_BLOCKED_MS, a poll behind unlease's wake-up), and
+        # a random example stepped through them for over 15 minutes. A timer that is up
+        # counts at the next instant above (Racer.due); one that is late shows as a divergence.
         later = [c for c in cands if c > t]
         return min(later) if later else None
 
@@ -240,19 +299,42 @@ class RealSystem:
 
     # -- one instant --------------------------------------------------------------------------
 
+    def conflicts(self) -> int:
+        """Fires a dispatcher planned and lost to another's (the fire script's compare-and-set)."""
+        return sum(getattr(p, "conflicts", 0) for d in self.dispatchers for p in d.parts)
+
     async def settle(self) -> None:
-        for _ in range(1000):
+        for i in range(1000):
             before = len(self.started)  # handlers start on their own once a run is dispatched
             changed = await self._release()
-            if self.up:
-                for d in self.dispatchers:
-                    for p in d.parts:
-                        p.invalidate()  # as the wake message of an operation or unlease does
-                    await d.tick()
+            await self._hear()
+            now = self.clock.now_ms()
+            due = [r for r in self.racers if self.up and r.due(now)]
+            # All at once, each round another first: which one's fire wins is the server's
+            # interleaving of their calls.
+            due = due[i % len(due) :] + due[: i % len(due)] if due else due
+            await asyncio.gather(*(r.tick() for r in due))
             await self._picked_up()
-            if not changed and len(self.started) == before:
+            if not changed and not due and len(self.started) == before:
                 return
         raise AssertionError("the real system did not settle")
+
+    async def _hear(self) -> None:
+        """Every dispatcher reads its subscription up to the barrier published now: each
+        wake-up before it wakes the dispatcher (while up; a dispatcher down hears nothing)."""
+        self.real.sync.publish(self.barrier, b"")
+        for r in self.racers:
+            deadline = time.monotonic() + STUCK_S
+            while True:
+                msg = await r.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                assert time.monotonic() < deadline, "the barrier was never heard"
+                if msg is None:
+                    continue
+                if msg["channel"].decode() == self.barrier:
+                    break
+                if self.up:
+                    r.d._woken()
+                    r.woken = True
 
     async def _release(self) -> bool:
         now = self.clock.now_ms()
@@ -268,11 +350,13 @@ class RealSystem:
     def _written(self, key: tuple[str, int], fate: Fate) -> bool:
         """The worker wrote the attempt's outcome: its stream entry is gone (a run's value
         in `runs` keeps its due tag while on the stream, so that says nothing), and a
-        finished run freed its lease."""
+        finished run freed its lease. Or a fire that waited under the same run id (a manual
+        fire whose forced twin went dead) took the lease again: that run is live again
+        (found by make model: waiting for the lease to change hung here)."""
         rid, k = key[0], self.app.keys
         if self.real.sync.hexists(k.entries, rid):
             return False
-        return fate.kind == "retry" or self.lease() != rid
+        return fate.kind == "retry" or self.lease() != rid or rid in self.live()
 
     async def _picked_up(self) -> None:
         """Wait until every run on the stream is running in a handler."""
@@ -288,5 +372,8 @@ class RealSystem:
     async def _until(self, cond: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + STUCK_S
         while not cond():
-            assert time.monotonic() < deadline, f"real system stuck waiting for {what}"
+            assert time.monotonic() < deadline, (
+                f"real system stuck waiting for {what}: lease {self.lease()!r}, live "
+                f"{sorted(self.live())}, on the stream {self.real.sync.hkeys(self.app.keys.entries)}"
+            )
             await asyncio.sleep(0.002)

@@ -1,9 +1,9 @@
 """An executable reference model of one recurring rule, written from docs/policies.md.
 
-Pure Python, no Redis, and it does not import the planner (zsched.rules.plan): it takes a rule's
-slot instants from its trigger (zsched.rules.triggers, whose calendar math is checked against a
-brute-force minute scan in tests/unit/rules/test_dst.py) and applies the policies as the
-document states them:
+Pure Python, no Redis, nothing of zsched.rules: a rule's slot instants come from the model's
+own enumerator (tests/model/slots.py, from the doc's cron fields, zones and DST choices; it
+reads a product trigger as data only, and is checked against the product's triggers in
+test_slots_vs_triggers.py); the policies are applied as the document states them:
 
 - a slot within `misfire_grace` of the pass that handles it is on time and fires (`ran`);
 - missed slots: `catch_up` replays them oldest first, at most `max_catch_up` (the newest),
@@ -20,7 +20,8 @@ document states them:
 - a backfill runs its slots now, without a lease; the rule never fires a backfilled slot
   again (`duplicate`; a waiting replay of it is recorded so at the backfill);
 - a manual fire (`run_now`, `<id>@manual:<now>`, recorded `manual` at now) obeys overlap
-  like any fire unless forced, and moves no slot;
+  like any fire unless forced, and moves no slot; a forced one started under the run id of
+  the fire waiting (a queued manual fire of the same instant) is that fire: it waits no more;
 - a paused queue starts nothing; rule slots are still fired and recorded on time;
 - pause: no slot fires; on resume the slots from the pause up to now are `skipped: paused`,
   the rule goes on from the first slot after now; catch-up replays waiting are kept;
@@ -44,9 +45,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from zsched.rules.triggers import Cron, Every
+from tests.model import slots as calendar
 
-Trigger = Cron | Every
+#: A product trigger (zsched.rules.triggers.Cron or Every, handed to the real system) or the
+#: enumerator's own spec; the model reads either as data through calendar.spec_of.
+Trigger = Any
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,24 @@ class RuleDef:
         return min(60_000, shortest_period(self.trigger) // 2)
 
 
+#: Two weeks of 2026 no zone the machine draws changes its offset in (mid-January, mid-June:
+#: both hemispheres, Lord Howe and Santiago included), for the period "outside DST changes".
+_QUIET_WEEKS_MS = (1_768_003_200_000, 1_781_049_600_000)  # 2026-01-10, 2026-06-10 (00:00Z)
+
+
 @functools.lru_cache(maxsize=256)
 def shortest_period(trigger: Trigger) -> int:
-    if isinstance(trigger, Every):
-        return trigger.interval_ms
-    slots = trigger.slots_between(946_684_800_000, 2**53, 12)
-    return min(b - a for a, b in zip(slots, slots[1:], strict=False))
+    """The shortest gap between consecutive slots outside DST changes (docs: jitter and the
+    default grace): the smallest gap among 24 slots from each of two quiet weeks (not the
+    product's method: its 12 fires from 2000-01-01)."""
+    spec = calendar.spec_of(trigger)
+    if isinstance(spec, calendar.EverySpec):
+        return spec.interval_ms
+    gaps = []
+    for t in _QUIET_WEEKS_MS:
+        slots = calendar.slots_between(spec, t, 2**53, 24)
+        gaps += [b - a for a, b in zip(slots, slots[1:], strict=False)]
+    return min(gaps)
 
 
 def run_id(sid: str, slot: int) -> str:
@@ -166,7 +181,9 @@ class Model:
         if not self.paused:
             return
         since = self.paused_at if self.paused_at is not None else self.now
-        for s in self.rule.trigger.slots_between(since - 1, self.now, 1000):
+        # "the slots from the pause to the resume are recorded `skipped: paused`": all of them
+        # (the product writes one range entry past 1,000; real_system.ledger lists its slots).
+        for s in calendar.slots_between(self.rule.trigger, since - 1, self.now, 10**7):
             self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
         self.paused, self.paused_at = False, None
         self.next_slot = self._first_after(self.now)
@@ -179,7 +196,7 @@ class Model:
         slot again: a replay of it still waiting is recorded `duplicate` now and leaves the
         backlog; a later fire or replay of it is recorded `duplicate`."""
         done = {s for s, o, _, _ in self.ledger if o in ("ran", "ran_late", "backfilled")}
-        for s in self.rule.trigger.slots_between(lo - 1, hi, 10_000):
+        for s in calendar.slots_between(self.rule.trigger, lo - 1, hi, 10_000):
             rid = run_id(self.rule.schedule_id, s)
             if s in done or (rid in self.runs and self.runs[rid].state != "dead"):
                 continue
@@ -208,6 +225,8 @@ class Model:
                 self.runs[rid] = Run(rid, self.now, due=self.now)
                 self.forced.add(rid)
                 self._record(self.now, "manual", "", rid)
+                if self.waiting is not None and self.waiting[0] == rid:
+                    self.waiting = None  # the fire that waited is this run now
         else:
             self._fire([(self.now, self.now, "manual")], rid)
         self.settle()
@@ -325,7 +344,7 @@ class Model:
             # The stored next fire first, even if an edit changed the trigger: "a slot that is
             # already due fires under the new definition".
             nxt = self.next_slot
-            slots = [nxt, *self.rule.trigger.slots_between(nxt, now, 999)]
+            slots = [nxt, *calendar.slots_between(self.rule.trigger, nxt, now, 999)]
             self.next_slot = self._first_after(now)
             self._dst_gaps()  # checked when the rule comes due
         on_time = [s for s in slots if now - s <= rule.grace()]
@@ -360,7 +379,7 @@ class Model:
         for s in late:
             if s != target:
                 self._record(s, "coalesced", f"into {into}", into)
-        return [] if on_time else [(target, self.now + self._jitter(target), "ran_late")]
+        return [] if on_time else [(target, self.now + self._jitter(target, self.now), "ran_late")]
 
     def _replay_room(self, new_fires: bool) -> int:
         """Replays that may start now: all (within the budget) under allow; else one, only
@@ -401,25 +420,31 @@ class Model:
         return bool(due)
 
     def _dst_gaps(self) -> None:
-        trig = self.rule.trigger
-        if not isinstance(trig, Cron) or trig.dst_gap != "skip" or self.gap_checked is None:
+        trig = calendar.spec_of(self.rule.trigger)
+        if not isinstance(trig, calendar.CronSpec) or self.gap_checked is None:
             return
-        if self.now <= self.gap_checked:
+        if calendar.policy(trig)[0] != "skip" or self.now <= self.gap_checked:
             return
-        shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
-        own = set(trig.slots_between(self.gap_checked, self.now, 1000))
-        for g in shifted.slots_between(self.gap_checked, self.now, 1000):
+        shifted = replace(trig, dst_gap="shift")
+        own = set(calendar.slots_between(trig, self.gap_checked, self.now, 1000))
+        for g in calendar.slots_between(shifted, self.gap_checked, self.now, 1000):
             if g not in own:
                 self._record(g, "skipped", "dst_gap", run_id(self.rule.schedule_id, g))
         self.gap_checked = self.now
 
-    def _jitter(self, slot: int) -> int:
+    def _jitter(self, slot: int, base: int | None = None) -> int:
+        """The slot's spread, cut so that its fire (due at `base` + it) comes before the
+        rule's next slot (docs: "Jitter never reorders fires")."""
         j = self.rule.jitter_ms
-        return zlib.crc32(f"{self.rule.schedule_id}@{slot}".encode()) % j if j else 0
+        if not j:
+            return 0
+        spread = zlib.crc32(f"{self.rule.schedule_id}@{slot}".encode()) % j
+        nxt = self._first_after(slot)
+        room = spread if nxt is None else nxt - (slot if base is None else base) - 1
+        return max(0, min(spread, room))
 
     def _first_after(self, ms: int) -> int | None:
-        nxt = self.rule.trigger.slots_between(ms, 2**53, 1)
-        return nxt[0] if nxt else None
+        return calendar.first_after(self.rule.trigger, ms)
 
     def _record(self, slot: int, outcome: str, reason: str, rid: str) -> None:
         self.ledger.append((slot, outcome, reason, rid))

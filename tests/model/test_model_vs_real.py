@@ -254,3 +254,81 @@ async def test_a_queued_manual_fire_run_forced_meanwhile_does_not_run_again(real
         assert manual == [manual_run_id("r", start)] * 2  # attempt 1 (retried) and 2, once each
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("attempt", range(6))
+async def test_a_queued_manual_fire_runs_again_after_its_forced_twin_went_dead(real, queue,
+                                                                             attempt) -> None:  # fmt: skip
+    """From make model's "stuck waiting for the outcome of ('r@manual:...', 1)" (Berlin */15,
+    catch_up x queue): a manual fire waits behind the rule's run (overlap queue); a forced
+    manual fire of the same instant runs the same run id and goes dead at the instant the
+    rule's run ends. When the dead letter was written before the rule's run's unlease,
+    unlease.lua started the waiting fire (its id neither live nor done), which took the lease
+    under that same id: the harness, waiting for the lease to leave that id, hung (5 of 6
+    runs); past that, the real system had run it again where the model had not (order of two
+    writes). Now the forced fire is the waiting one (fire.lua drops it), and the harness
+    sees a same-id run live again as written."""
+    rule = RuleDef("r", Cron("*/15 * * * *", "Europe/Berlin"), misfire="catch_up",
+                   max_catch_up=3, overlap="queue")  # fmt: skip
+    start = 1_774_740_600_000  # 2026-03-28T23:30Z, a slot: the rule's run starts at once
+    manual = manual_run_id("r", start)
+
+    def fate_of(rid: str, n: int) -> Fate:
+        if rid == manual and n == 1:
+            return Fate(450_000, "fail")
+        return Fate(450_000 if n == 1 else 0, "ok")
+
+    p = Pair(real, queue, rule, fate_of, start, dispatchers=1, workers=2)
+    try:
+        await p.start()
+        await p.do("run_now", False)  # waits behind the rule's run
+        await p.do("run_now", True)  # the same run id, forced: runs beside
+        await p.do("advance_to", start + 450_000)
+        await p.quiet(900_000)
+        assert [rid for rid, _, _ in p.system.started if rid == manual] == [manual]
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("misfire", ["coalesce", "skip"])
+async def test_jitter_keeps_the_two_fall_back_fires_of_a_repeat_both_rule_in_order(
+    real, queue, misfire
+) -> None:
+    """Review of issue 18, F1: the machine drew this rule (a daily 02:30 Berlin rule firing
+    both 02:30s of 2026-10-25, jitter 6 h, a quarter of its period) and could not see that
+    the 00:30Z slot fired at 03:23:30Z, after the 01:30Z slot's 02:01:30Z. Now the first
+    fire is cut to end before the second slot, and Pair.check asserts slot order."""
+    trig = Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both")
+    rule = RuleDef("r", trig, misfire=misfire, jitter_ms=6 * H)
+    start = 1_792_800_000_000  # 2026-10-24T00:00Z
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start()
+        await p.do("advance_to", start + 3 * 24 * H)
+        ran = [s for s, o, _ in p.system.ledger() if o == "ran"]
+        assert 1_792_888_200_000 in ran and 1_792_891_800_000 in ran  # both fall-back slots
+    finally:
+        await p.close()
+
+
+@pytest.mark.parametrize("op", ["resume", "edit", "sync"])
+async def test_racing_dispatchers_hear_a_rule_operation_on_the_wake_channel(real, queue,
+                                                                           op) -> None:  # fmt: skip
+    """Three dispatchers asleep (nothing due: a paused rule, or one whose next fire is a day
+    away), then a resume or an edit (by schedule() or a declared sync) brings the next fire
+    within a minute: only the operation's wake-up can tell them (the harness has no safety
+    poll), so with fire.lua's or schedule.lua's PUBLISH taken out this fails."""
+    daily = Cron("0 12 * * *", "UTC")
+    rule = RuleDef("r", Every(60) if op == "resume" else daily, misfire="skip", overlap="skip")
+    p = Pair(real, queue, rule, [Fate(1000)], T0 + 1, dispatchers=3)
+    try:
+        await p.start(paused=op == "resume")
+        assert all(r.due_at != T0 + M for r in p.system.racers)  # nobody wakes for that slot
+        if op == "resume":
+            await p.do("resume")
+        else:
+            await p.edit(declared=op == "sync", trigger=Cron("* * * * *", "UTC"))
+        await p.do("advance_to", T0 + 3 * M)
+        assert [o for s, o, _, _ in p.model.ledger if s > T0] == ["ran", "ran", "ran"]
+    finally:
+        await p.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.model import slots as calendar
 from tests.model.harness import Backend
 from tests.model.rule_model import Fate, Model, RuleDef, shortest_period
 from zsched import FakeClock
@@ -50,26 +51,54 @@ def _model(rule: RuleDef, start: int, down_to: int, slow_ms: int) -> list[tuple[
     m.set_up(True)
     end = down_to
     for _ in range(SLOTS_AFTER):
-        end = rule.trigger.slots_between(end, 2**53, 1)[0]
+        end = calendar.slots_between(rule.trigger, end, 2**53, 1)[0]
     m.advance_to(end)
     return sorted((s, o, r) for s, o, r, _ in m.ledger)
 
 
+#: (misfire_grace in periods, None: the default; max_catch_up) beside the default (None, 3):
+#: a grace of 0 (the first slot after the outage, 5 ms late, is missed too), below the
+#: period, above it (two slots on time at once); caps of 0 and 1 (catch_up only).
+VARIANTS = [(0.0, 3), (0.75, 3), (1.5, 3), (None, 0), (None, 1)]
+MISFIRES, OVERLAPS = ["catch_up", "coalesce", "skip"], ["allow", "skip", "queue"]
+
+
 @pytest.mark.parametrize("trigger", sorted(TRIGGERS))
 @pytest.mark.parametrize("slow", [0, 1.5])
-@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
-@pytest.mark.parametrize("misfire", ["catch_up", "coalesce", "skip"])
+@pytest.mark.parametrize("overlap", OVERLAPS)
+@pytest.mark.parametrize("misfire", MISFIRES)
 async def test_the_simulator_agrees_with_the_model(queue: str, trigger: str, slow: float,
                                                    overlap: str, misfire: str) -> None:  # fmt: skip
+    await _agree(queue, trigger, slow, overlap, misfire, None, 3)
+
+
+@pytest.mark.parametrize(
+    ("misfire", "overlap", "slow", "trigger", "grace", "cap"),
+    [(m, o, slow, t, g, c) for m in MISFIRES for o in OVERLAPS for slow in (0, 1.5)
+     for t in ("every", "berlin") for g, c in VARIANTS if m == "catch_up" or c == 3],
+)  # fmt: skip
+async def test_the_simulator_agrees_with_the_model_for_any_grace_and_cap(
+    queue: str, misfire: str, overlap: str, slow: float, trigger: str, grace: float | None,
+    cap: int,
+) -> None:  # fmt: skip
+    await _agree(queue, trigger, slow, overlap, misfire, grace, cap)
+
+
+async def _agree(queue: str, trigger: str, slow: float, overlap: str, misfire: str,
+                 grace: float | None, cap: int) -> None:  # fmt: skip
     # The simulator copies the rule into its own fakeredis, whatever the app's backend.
     backend = Backend(None)
     trig, start = TRIGGERS[trigger]
     period = shortest_period(trig)
     jitter = JITTER_MS.get(trigger, 0)
-    rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=3, jitter_ms=jitter)
+    grace_ms = None if grace is None else int(period * grace)
+    rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=cap,
+                   jitter_ms=jitter, grace_ms=grace_ms)  # fmt: skip
     app = backend.app(queue, clock=FakeClock(start))
-    opts: dict[str, Any] = {"misfire": misfire, "overlap": overlap, "max_catch_up": 3,
+    opts: dict[str, Any] = {"misfire": misfire, "overlap": overlap, "max_catch_up": cap,
                             "jitter": jitter / 1000}  # fmt: skip
+    if grace_ms is not None:
+        opts["misfire_grace"] = grace_ms / 1000
     if isinstance(trig, Every):
         opts["every"] = trig.interval_ms / 1000
     else:

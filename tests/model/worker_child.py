@@ -103,6 +103,9 @@ class Served:
     async def reclaim(self) -> int:
         """One reclaim pass now, as the read loop makes one when its reclaim is due."""
         w = self.worker
+        # The group first: a worker asked right after its start may not have made it yet
+        # (XAUTOCLAIM then fails with NOGROUP and the child died; make model at load 15).
+        await w.setup()
         found = await w.holds.reclaim(w.reader.free_slots())
         for d in found:
             w.runner.start(d)

@@ -182,3 +182,18 @@ def test_a_refused_delayed_set_leaves_the_counters_as_they_were(backend, queue) 
     with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue: key .*:index"):
         run(backend, queue, [group("c")])
     assert backend.sync.hgetall(app.keys.stats) == stats
+
+
+@pytest.mark.parametrize("bad_key", ["runs", "done", "stats", "delayed_index"])
+def test_a_one_run_enqueue_refused_by_any_key_leaves_every_key_as_it_was(backend, queue, bad_key):
+    """One run is written to `runs` by HSETNX before `stats` and the tree are checked: a refusal
+    takes it back."""
+    app = backend.app(queue)
+    run(backend, queue, [group("a"), group("b", NOW + 5)])
+    keys = [app.keys.runs, app.keys.delayed, app.keys.delayed_index, app.keys.done, app.keys.stats]
+    backend.sync.delete(getattr(app.keys, bad_key))
+    backend.sync.set(getattr(app.keys, bad_key), "oops")
+    before = {k: backend.sync.dump(k) for k in keys}
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue"):
+        run(backend, queue, [group("c", NOW + 3)])
+    assert {k: backend.sync.dump(k) for k in keys} == before

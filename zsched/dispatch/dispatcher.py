@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from zsched.clock import ServerTime
 from zsched.config import DispatcherSettings, settings_from
 from zsched.dispatch.heartbeat import Heartbeat, process_name
 from zsched.dispatch.watch import DataWatch
@@ -104,6 +105,11 @@ class Dispatcher:
         self._limit = min(50, self.settings.batch_size)
         #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
         self.heartbeat = Heartbeat(ctx.keys, process_name())
+        #: The server's clock for the beat (DESIGN.md invariant 3), learned from each pass's
+        #: dispatch reply: no command of its own.
+        self.server_time = ServerTime(ctx.clock)
+        #: Messages heard on `wake` since start (each also counts in the wakeups metric).
+        self.wakeups = 0
 
     async def tick(self) -> TickResult:
         """Dispatch due runs in bounded batches, then run the extensions once."""
@@ -115,13 +121,14 @@ class Dispatcher:
             if due is not None and (part_due is None or due < part_due):
                 part_due = due
         moved, more, r, sent_at = await self._dispatch()
+        self._learn_time(r.now_ms)
         # Paused: the head of the delayed set is not a reason to wake (resume publishes on
         # wake); rule slots still are, as they are fired into the delayed set.
         next_due = None if r.paused else r.next_due_ms
         if part_due is not None and (next_due is None or part_due < next_due):
             next_due = part_due
         self.metrics.heartbeat.labels(self._q, "dispatcher").set(time.time())
-        await self.heartbeat.beat(self.redis, clock.now_ms())
+        await self.heartbeat.beat(self.redis, self.server_time.now_ms())
         return TickResult(moved, next_due, r.now_ms, r.backlogged and not r.paused, more, sent_at)
 
     async def _dispatch(self) -> tuple[int, bool, S.DispatchResult, float]:
@@ -165,6 +172,12 @@ class Dispatcher:
                     f.exception()  # retrieved: no "exception was never retrieved" later
             raise
         return moved, more, r, sent_at
+
+    def _learn_time(self, server_ms: int) -> None:
+        """The server's now from a dispatch reply that just came back (the script read TIME):
+        the offset is off by at most the reply's trip, plenty for a beat."""
+        wall_ms = time.time() * 1000
+        self.server_time.learn((server_ms // 1000, server_ms % 1000 * 1000), wall_ms, wall_ms)
 
     async def _sized(self, c: S.Call[S.DispatchResult]) -> tuple[S.DispatchResult, int, float]:
         sent_at = time.monotonic()
@@ -276,7 +289,7 @@ class Dispatcher:
         if seconds <= 0:
             # Still drain pending wake-ups so they don't pile up while we are busy.
             while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.0):
-                self._woken()
+                self._heard()
             return
         deadline = time.monotonic() + seconds
         while not stop.is_set():
@@ -286,9 +299,14 @@ class Dispatcher:
             # Check `stop` at least every 0.5 s without costing any Redis command.
             msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(left, 0.5))
             if msg is not None:
-                self._woken()
+                self._heard()
                 return
-            await self.heartbeat.beat(self.redis, self.ctx.clock.now_ms())  # idle: every 5 s
+            await self.heartbeat.beat(self.redis, self.server_time.now_ms())  # idle: every 5 s
+
+    def _heard(self) -> None:
+        self.wakeups += 1
+        self.metrics.wakeups.labels(self._q).inc()
+        self._woken()
 
     def _woken(self) -> None:
         """Something was published on `wake`: a new earliest run, or a rule created or changed

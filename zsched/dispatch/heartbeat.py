@@ -48,14 +48,15 @@ class Heartbeat:
     _next: float = 0.0
     _beats: int = 0
 
-    async def beat(self, redis: Any, now_ms: int | None = None, force: bool = False) -> bool:
-        """Write the beat if one is due (True when written). `now_ms`: the app's clock (a
-        fake clock in tests), else this host's wall clock."""
+    async def beat(self, redis: Any, now_ms: int, force: bool = False) -> bool:
+        """Write the beat if one is due (True when written). `now_ms`: the Redis server's now
+        (the dispatcher's ServerTime; a fake clock's in tests), never this host's clock: a
+        host whose clock is off would show a wrong age and trim other dispatchers' beats."""
         mono = time.monotonic()
         if not force and mono < self._next:
             return False
         self._next = mono + self.every_s
-        ms = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        ms = int(now_ms)
         await redis.zadd(self.keys.dispatchers, {self.name: ms})
         if self._beats % TRIM_EVERY == 0:  # the first beat, then about once a minute
             await redis.zremrangebyscore(self.keys.dispatchers, "-inf", ms - KEEP_MS)

@@ -174,6 +174,12 @@ class Metrics:
             "Slots past their misfire grace that have no recorded outcome (the ledger audit).",
             ["queue", "schedule"], registry=r,
         )  # fmt: skip
+        self.wakeups = Counter(
+            "zsched_dispatcher_wakeups_total",
+            "Messages a dispatcher heard on the queue's wake channel (a sooner run, a rule "
+            "written, a lease freed), each ending its sleep before its timer.",
+            ["queue"], registry=r,
+        )  # fmt: skip
         self.heartbeat = Gauge(
             "zsched_process_heartbeat_timestamp_seconds",
             "Unix time of the last loop pass of this dispatcher or worker process.",

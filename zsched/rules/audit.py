@@ -51,16 +51,20 @@ def check(schedule_id: str, spec: Spec, state: State, entries: list[Any], now_ms
     """One rule against its ledger `entries` (XRANGE or XREVRANGE replies, any order)."""
     expected = _expected(spec, *_window(spec, state, now_ms), state.gap_checked_ms)
     seen = {int(f[b"slot_ms"]) for _, f in entries}
+    ranges = [(int(f[b"slot_ms"]), int(f[b"last_ms"])) for _, f in entries if b"last_ms" in f]
     waiting = [s for s in expected if s in state.backlog]
-    missing = [s for s in expected if s not in seen and s not in state.backlog]
+    missing = [s for s in expected if s not in seen and s not in state.backlog
+               and not any(lo <= s <= hi for lo, hi in ranges)]  # fmt: skip
     return AuditResult(schedule_id, len(expected), len(expected) - len(missing) - len(waiting),
                        len(waiting), missing)  # fmt: skip
 
 
 def _window(spec: Spec, state: State, now: int) -> tuple[int, int]:
-    """The slots audited: since the rule was last written (at most the ledger's age and the
-    newest MAX_AUDITED_SLOTS), up to its grace plus SLACK_MS ago."""
-    start = max(state.updated_ms or state.created_ms or now, now - LEDGER_MAX_AGE_MS)
+    """The slots audited: since the rule's slots were last set (its creation, or an edit of
+    its trigger, start_at or end_at; a state written before that was kept: its last write), at
+    most the ledger's age and the newest MAX_AUDITED_SLOTS, up to its grace plus SLACK_MS ago."""
+    since = state.slots_from_ms if state.slots_from_ms is not None else state.updated_ms
+    start = max(since or state.created_ms or now, now - LEDGER_MAX_AGE_MS)
     if spec.start_ms is not None:
         start = max(start, spec.start_ms - 1)
     end = now - spec.misfire_grace_ms - SLACK_MS

@@ -47,13 +47,20 @@ REPLAY = "replay"
 #: Outcomes whose slot has had its run: a backfill does not enqueue these slots again.
 HAS_RUN = frozenset({Outcome.RAN, Outcome.RAN_LATE, Outcome.BACKFILLED})
 
-#: A ledger entry decided in Python and written by fire.lua: (slot_ms, outcome, reason, run_id).
-Record = tuple[int, str, str, str]
+#: A ledger entry decided in Python and written by fire.lua: (slot_ms, outcome, reason, run_id,
+#: last_ms); last_ms == slot_ms for one slot, later for a range (`skipped_range`).
+Record = tuple[int, str, str, str, int]
 
 
 def skipped(schedule_id: str, slot_ms: int, reason: str) -> Record:
     """The record of a slot that gets no run, and why."""
-    return (slot_ms, Outcome.SKIPPED, reason, slot_run_id(schedule_id, slot_ms))
+    return (slot_ms, Outcome.SKIPPED, reason, slot_run_id(schedule_id, slot_ms), slot_ms)
+
+
+def skipped_range(first_ms: int, last_ms: int, reason: str) -> Record:
+    """One record for every slot in [first_ms, last_ms] that gets no run (a pause too long to
+    list its slots one by one: a year of a 1 s rule is one entry, not 31.5 million)."""
+    return (first_ms, Outcome.SKIPPED, reason, "", last_ms)
 
 
 #: The reason of a `duplicate` slot (fire.lua writes the same for a run id live or done).
@@ -62,12 +69,13 @@ DUPLICATE_REASON = "run id already live or done"
 
 def duplicate(schedule_id: str, slot_ms: int) -> Record:
     """The record of a slot a backfill already ran: its rule does not fire it again."""
-    return (slot_ms, Outcome.DUPLICATE, DUPLICATE_REASON, slot_run_id(schedule_id, slot_ms))
+    return (slot_ms, Outcome.DUPLICATE, DUPLICATE_REASON, slot_run_id(schedule_id, slot_ms),
+            slot_ms)  # fmt: skip
 
 
 def coalesced(slot_ms: int, reason: str, into: str) -> Record:
     """The record of a slot folded into the run `into` ("" when a later pass picks it)."""
-    return (slot_ms, Outcome.COALESCED, reason, into)
+    return (slot_ms, Outcome.COALESCED, reason, into, slot_ms)
 
 
 def fire(
@@ -88,13 +96,15 @@ def backfill(k: QueueKeys, schedule_id: str, slots: Sequence[tuple[str, int, byt
 
 
 def rows(entries: list[Any]) -> list[dict[str, Any]]:
-    """Decoded XRANGE/XREVRANGE entries: slot_ms, outcome, reason, run_id, at_ms each."""
+    """Decoded XRANGE/XREVRANGE entries: slot_ms, outcome, reason, run_id, at_ms, last_ms each
+    (last_ms: the last slot the entry records; slot_ms but for a range)."""
     out = []
     for _, f in entries:
         d = {k.decode(): v.decode() for k, v in f.items()}
-        out.append({"slot_ms": int(d["slot_ms"]), "outcome": d["outcome"],
+        slot = int(d["slot_ms"])
+        out.append({"slot_ms": slot, "outcome": d["outcome"],
                     "reason": d.get("reason", ""), "run_id": d.get("run_id", ""),
-                    "at_ms": int(d.get("at_ms", 0))})  # fmt: skip
+                    "at_ms": int(d.get("at_ms", 0)), "last_ms": int(d.get("last_ms", slot))})  # fmt: skip
     return out
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from zsched.context import QueueContext
 
 log = logging.getLogger(__name__)
-#: Slots listed one by one when a paused rule resumes; more are counted, not listed.
+#: Slots listed one by one when a paused rule resumes; a longer pause is one range record.
 MAX_PAUSED_RECORDS = 1000
 #: Read-then-write attempts of an edit or a pause racing a dispatcher that fires the rule.
 CAS_ATTEMPTS = 5
@@ -72,7 +72,8 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     new_raw = spec.encode()
     expected = (raw_old or b"", old_next, raw_state or b"")
     if raw_old is None:
-        state = State(created_ms=now, updated_ms=now, paused_at_ms=now if spec.paused else None)
+        state = State(created_ms=now, updated_ms=now, slots_from_ms=now,
+                      paused_at_ms=now if spec.paused else None)  # fmt: skip
         nxt = None if spec.paused else spec.first_slot_after(now - 1)
         return ctx.scripts.run(
             S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(), expected=expected)
@@ -95,6 +96,8 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         # DST gaps are judged by the trigger in force when they happen: the new one only
         # from now (else it could record a gap where the old one had a slot: two outcomes).
         state = replace(state, gap_checked_ms=now)
+    if _slots_differ(old, spec):
+        state = replace(state, slots_from_ms=now)  # the audit expects the new slots from now
     if spec.paused:
         nxt = None
     elif old_next is not None and old_next <= now:
@@ -104,6 +107,11 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     head = None if spec.paused else state.catchup_head
     return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(),
                                       catchup_head=head, expected=expected))  # fmt: skip
+
+
+def _slots_differ(old: Spec, new: Spec) -> bool:
+    """Whether an edit changes which instants are the rule's slots."""
+    return (old.trigger, old.start_ms, old.end_ms) != (new.trigger, new.start_ms, new.end_ms)
 
 
 def remove(ctx: QueueContext, schedule_id: str) -> bool:
@@ -159,10 +167,7 @@ def resume(ctx: QueueContext, schedule_id: str) -> bool:
     raw_live = live.encode()
     ctx.scripts.run(S.schedule(ctx.keys, schedule_id, raw_live, None))  # still inactive
     since = state.paused_at_ms if state.paused_at_ms is not None else now
-    slots = [s for s in live.trigger.slots_between(since - 1, now, MAX_PAUSED_RECORDS)
-             if live.end_ms is None or s <= live.end_ms]  # fmt: skip
-    why = paused_reason(state.pause_note, state.paused_by)
-    records = [ledger.skipped(schedule_id, s, why) for s in slots]
+    records = paused_records(live, state, since, now)
     # The schedule call kept the stored state, so what `load` read is still the CAS token.
     new_state = replace(state, paused_at_ms=None, updated_ms=now, paused_ms=None, pause_note=None,
                         paused_by=None)  # fmt: skip
@@ -176,6 +181,18 @@ def resume(ctx: QueueContext, schedule_id: str) -> bool:
     if not r.ok:
         raise RuleError(f"schedule {schedule_id} changed while resuming; try again")
     return True
+
+
+def paused_records(spec: Spec, state: State, since: int, now: int) -> list[ledger.Record]:
+    """The `skipped: paused` records of the slots in [since, now]: one each, or one range
+    record when there are more than MAX_PAUSED_RECORDS (bounded: one fire call either way)."""
+    lo = since - 1 if spec.start_ms is None else max(since, spec.start_ms) - 1
+    hi = now if spec.end_ms is None else min(now, spec.end_ms)
+    slots = spec.trigger.slots_between(lo, hi, MAX_PAUSED_RECORDS + 1)
+    why = paused_reason(state.pause_note, state.paused_by)
+    if len(slots) > MAX_PAUSED_RECORDS:
+        return [ledger.skipped_range(slots[0], hi, why)]
+    return [ledger.skipped(spec.schedule_id, s, why) for s in slots if s <= hi]
 
 
 def backfill(

@@ -39,11 +39,15 @@ class Plan:
     budget_used: int = 0
 
 
-def jitter_ms(spec: Spec, slot_ms: int) -> int:
-    """A deterministic spread in [0, jitter): the same slot always gets the same delay."""
+def jitter_ms(spec: Spec, slot_ms: int, base_ms: int | None = None) -> int:
+    """A deterministic spread in [0, jitter): the same slot always gets the same delay, cut so
+    the fire (due at `base_ms` + delay; `base_ms` the slot by default) comes before the rule's
+    next slot: jitter never reorders fires, also where a DST change shortens a gap."""
     if not spec.jitter_ms:
         return 0
-    return zlib.crc32(f"{spec.schedule_id}@{slot_ms}".encode()) % spec.jitter_ms
+    spread = zlib.crc32(f"{spec.schedule_id}@{slot_ms}".encode()) % spec.jitter_ms
+    room = spec.trigger.next_after_ms(slot_ms) - (slot_ms if base_ms is None else base_ms) - 1
+    return max(0, min(spread, room))
 
 
 def due_slots(spec: Spec, next_ms: int, now_ms: int) -> tuple[list[int], int | None]:
@@ -161,7 +165,8 @@ def _coalesce(spec: Spec, p: Plan, on_time: list[int], late: list[int], now_ms: 
         if s != target:
             p.records.append(ledger.coalesced(s, f"into {into}", into))
     if not on_time:
-        p.fires.append((target, now_ms + jitter_ms(spec, target), ledger.Outcome.RAN_LATE))
+        p.fires.append((target, now_ms + jitter_ms(spec, target, now_ms),
+                        ledger.Outcome.RAN_LATE))  # fmt: skip
 
 
 _OFFSET_STEP_MS = 7 * 86_400_000

@@ -141,6 +141,10 @@ class State:
     paused_at_ms: int | None = None
     created_ms: int | None = None
     updated_ms: int | None = None
+    #: Since when the rule's slots are those of its trigger, start_at and end_at (creation, or
+    #: the last edit of one of them): the audit expects outcomes from here, not from the last
+    #: write (a pause, a resume or a policy edit does not change which slots are due).
+    slots_from_ms: int | None = None
     #: Up to when DST gaps were checked for wall times a `dst_gap="skip"` rule dropped.
     gap_checked_ms: int | None = None
     #: When pause_schedule paused the rule, the note it was given and who paused it (shown

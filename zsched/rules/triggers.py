@@ -21,7 +21,7 @@ from croniter import CroniterBadDateError, croniter
 
 from zsched.clock import ms_to_datetime
 from zsched.errors import RuleError
-from zsched.rules import dst
+from zsched.rules import cronfields, dst
 from zsched.rules.policies import Misfire as Misfire  # re-exported (their home before)
 from zsched.rules.policies import Overlap as Overlap
 
@@ -286,7 +286,7 @@ def _cron_fields(expr: object) -> tuple[str, ...]:
 
 
 def _matcher(fields: tuple[str, ...]) -> Any:
-    text = " ".join(fields)
+    text = " ".join(cronfields.for_croniter(fields))
     seconds_first = len(fields) == 6
     try:
         matcher = croniter(text, _PROBE_START, day_or=True, second_at_beginning=seconds_first)

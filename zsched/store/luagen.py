@@ -70,13 +70,19 @@ def _subset(lib: str, script_code: str) -> str:
 
 def expand(text: str, lib: Path) -> str:
     """`text` with each shared block replaced by the current lua/lib/<name>.lua, cut to the
-    functions the rest of `text` calls."""
-    rest = _code(_BLOCK.sub("", text))
-
-    def sub(m: re.Match[str]) -> str:
-        return _subset((lib / f"{m.group(1)}.lua").read_text(encoding="utf-8"), rest)
-
-    return _BLOCK.sub(sub, text)
+    functions the rest of `text` calls, or another block it has calls (the lease block calls
+    the btree block's functions): repeated until no block grows."""
+    own = _code(_BLOCK.sub("", text))
+    names = [m.group(1) for m in _BLOCK.finditer(text)]
+    libs = {n: (lib / f"{n}.lua").read_text(encoding="utf-8") for n in names}
+    subsets = dict.fromkeys(names, "")
+    while True:
+        rest = own + "".join(_code(t) for t in subsets.values())
+        grown = {n: _subset(libs[n], rest) for n in names}
+        if grown == subsets:
+            break
+        subsets = grown
+    return _BLOCK.sub(lambda m: subsets[m.group(1)], text)
 
 
 def stale(root: Path | None = None) -> list[Path]:

@@ -110,8 +110,10 @@ def ack(
     now_ms: int | None,
     dedupe_window_ms: int,
     trim_limit: int = 200,
+    leases: Sequence[tuple[str, str]] = (),
 ) -> Call[list[int]]:
-    """pairs: (entry_id, run_id). Reply: a HoldCode per pair, in the order given.
+    """pairs: (entry_id, run_id); leases: (schedule_id, run_id) of the rule runs among them
+    that hold an overlap lease, ended in the same call. Reply: a HoldCode per pair, in order.
 
     The pairs go to ack.lua in stream order: its ownership check reads the pending entries
     between the first and the last id once, and checks an id outside that range alone.
@@ -131,8 +133,9 @@ def ack(
         return out
 
     head = [_now(now_ms), GROUP, consumer, dedupe_window_ms, trim_limit]
-    args = head + _flatten(pairs[i] for i in order)
-    return Call("ack", [k.ready, k.runs, k.entries, k.done, k.stats], args, decode)
+    args = head + _flatten(pairs[i] for i in order) + _flatten(leases)
+    keys = [k.ready, k.runs, k.entries, k.done, k.stats, k.rule_waiting, k.delayed, k.wake]
+    return Call("ack", keys + [k.lease(sid) for sid, _ in leases], args, decode)
 
 
 def retry(
@@ -314,8 +317,9 @@ class FireArgs:
     lease_ms: int
     #: (run_id, run_at_ms, slot_ms, envelope, outcome)
     fires: Sequence[tuple[str, int, int, bytes, str]]
-    #: (slot_ms, outcome, reason, run_id)
-    records: Sequence[tuple[int, str, str, str]]
+    #: (slot_ms, outcome, reason, run_id, last_ms): last_ms > slot_ms records every slot of
+    #: [slot_ms, last_ms] at once (ledger.skipped_range)
+    records: Sequence[tuple[int, str, str, str, int]]
 
 
 def fire(

@@ -3,7 +3,8 @@
 Handlers end faster than Redis round trips: outcomes wait here and go out in batches (one ack
 script call for up to FLUSH_BATCH runs). Every write is fenced: a consumer that no longer owns
 an entry cannot ack, retry or dead-letter it. A rule's run frees its overlap lease when its
-outcome is written (unlease.lua), or keeps it for a retry's wait (extend.lua).
+outcome is written (in the ack script itself; unlease.lua after a dead letter or a cancel), or
+keeps it for a retry's wait (extend.lua).
 """
 
 from __future__ import annotations
@@ -145,12 +146,18 @@ class Writer:
                 self.slot_free.set()
 
     async def _write_acks(self, acks: list[tuple[str, str]], now: int | None) -> None:
+        """The ack also ends the runs' overlap leases (one script: a crash after the ack can
+        no longer leave a finished run's lease held and a queued fire waiting)."""
         ctx, window = self.ctx, self.ctx.queue_settings.dedupe_window_ms
+        held = [self.overlap_leases.get(a[0]) for a in acks]
+        leases = [(lease.schedule_id, lease.run_id) for lease in held if lease is not None]
         codes = await ctx.scripts.run(S.ack(ctx.keys, ctx.consumer, acks, now_ms=now,
-                                            dedupe_window_ms=window))  # fmt: skip
+                                            dedupe_window_ms=window, leases=leases))  # fmt: skip
+        if leases:  # kept until written: a failed call is sent again, leases and all
+            for a in acks:
+                self.overlap_leases.pop(a[0], None)
         written = _taken(acks)
         self._fenced("ack", written, codes)
-        await self._unlease(written, codes)
         await self._record(written, codes)
 
     async def _write_retries(

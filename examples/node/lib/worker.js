@@ -157,7 +157,7 @@ export class Worker {
       return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}` };
     }
     // A rule's fire that holds the rule's overlap lease (no TTL: it lasts while the run lives):
-    // freed with unlease.lua once it is done or dead (flush).
+    // freed by ack.lua once it is done, with unlease.lua once it is dead (flush).
     const lease = env.lease_ms && env.schedule_id ? [env.schedule_id, env.run_id, env.lease_ms] : null;
     const base = { ...d, task: env.task, attempt: env.attempt, payload: env.payload, lease };
     const handler = Object.hasOwn(this.handlers, env.task) ? this.handlers[env.task] : null;
@@ -219,14 +219,23 @@ export class Worker {
       const mine = outcomes.filter((o) => o.outcome === kind);
       for (let i = 0; i < mine.length; i += MAX_BATCH) {
         const chunk = mine.slice(i, i + MAX_BATCH);
-        const codes = await runScript(this.redis, spec.script, spec.keys, [...spec.fixed, ...chunk.flatMap(spec.group)]);
+        let keys = spec.keys;
+        let args = [...spec.fixed, ...chunk.flatMap(spec.group)];
+        // ack.lua ends the leases of the rule runs it finishes, in the same call: a worker
+        // that dies right after it leaves no lease held by a finished run.
+        const withLease = kind === 'ack' ? chunk.filter((o) => o.lease) : [];
+        if (withLease.length > 0) {
+          keys = [...keys, k.rule_waiting, k.delayed, k.wake, ...withLease.map((o) => k.lease(o.lease[0]))];
+          args = [...args, ...withLease.flatMap((o) => [o.lease[0], o.lease[1]])];
+        }
+        const codes = await runScript(this.redis, spec.script, keys, args);
         chunk.forEach((o, j) => {
           o.written = codes[j] === OK;
           if (!o.written) o.fenced = true; // another consumer owns the entry now
         });
         const leased = chunk.filter((o) => o.written && o.lease);
         if (kind === 'retry') await this.extend(leased);
-        else await this.unlease(leased);
+        else if (kind === 'dead') await this.unlease(leased);
       }
     }
   }
@@ -239,7 +248,7 @@ export class Worker {
     }
   }
 
-  /** Runs of rules that finished (done or dead): free each rule's lease, start a waiting fire. */
+  /** Runs of rules that went dead: free each rule's lease, start a waiting fire. */
   async unlease(finished) {
     const k = this.keys;
     for (const { lease: [scheduleId, runId, leaseMs] } of finished) {

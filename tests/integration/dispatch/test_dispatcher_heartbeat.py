@@ -11,6 +11,14 @@ from zsched.dispatch import heartbeat as H
 from zsched.observability.metrics import Metrics
 
 NOW = 1_800_000_000_000
+HOUR_S = 3600.0
+#: Far below the hour of skew; a loaded host's round trips stay well inside it.
+NEAR_MS = 60_000
+
+
+def _server_ms(real) -> int:
+    sec, usec = real.sync.time()
+    return int(sec) * 1000 + int(usec) // 1000
 
 
 async def test_an_idle_dispatcher_beats_and_removes_its_beat_when_it_stops(real, queue) -> None:
@@ -56,3 +64,25 @@ async def test_a_dispatcher_closed_after_ticks_leaves_no_beat(backend, queue) ->
     assert H.dispatchers(backend.sync, app.keys) == [(d.heartbeat.name, NOW)]
     await d.close()
     assert H.dispatchers(backend.sync, app.keys) == []
+
+
+async def test_a_dispatcher_whose_clock_is_an_hour_fast_beats_in_server_time(
+    real, queue, monkeypatch
+) -> None:
+    """DESIGN.md invariant 3 (review of issue 18, F4): the beat's score and the trim of old
+    beats follow the Redis server's clock, not the dispatcher host's. A host an hour fast
+    would otherwise show a beat an hour in the future and trim others' beats an hour early."""
+    app = real.app(queue, metrics=Metrics())
+    recent = _server_ms(real) - H.KEEP_MS + 600_000  # 50 min old: kept by the server's clock
+    real.sync.zadd(app.keys.dispatchers, {"other": recent})
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + HOUR_S)
+    d = app.dispatcher(redis=real.async_client())
+    await d.tick()  # the first beat, and the first trim
+    server = _server_ms(real)
+    beat = real.sync.zscore(app.keys.dispatchers, d.heartbeat.name)
+    assert beat is not None and abs(beat - server) < NEAR_MS  # not an hour ahead
+    assert real.sync.zscore(app.keys.dispatchers, "other") == recent  # not trimmed
+    # Between passes (an idle beat in the loop's wait) it keeps the offset it learned.
+    assert abs(d.server_time.now_ms() - server) < NEAR_MS
+    await d.close()

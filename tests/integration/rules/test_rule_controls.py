@@ -14,6 +14,7 @@ from zsched import FakeClock, ManualOutcome
 from zsched.cli.main import main
 from zsched.rules.controls import manual_run_id
 from zsched.rules.triggers import slot_run_id
+from zsched.store import scripts as S
 from zsched.store.partitions import partition_for, run_partition
 
 H = 3_600_000
@@ -87,6 +88,28 @@ def test_overlap_queue_waits_behind_the_running_fire(backend, queue) -> None:
     clock.set(T0 + 5)
     assert app.run_schedule_now("q").outcome is ManualOutcome.QUEUED
     assert backend.sync.hexists(app.keys.rule_waiting, "q")
+
+
+def test_a_forced_fire_of_the_instant_a_manual_fire_waits_for_is_that_fire(backend, queue):
+    """Found by make model (catch_up x queue): a manual fire waited (overlap queue) and a
+    forced one of the same instant ran the same run id. The waiting fire stayed, and whether
+    it ran again hung on which of two writes came first: the forced run's dead letter before
+    the holder's unlease (its id then neither live nor done), or after. Now the forced fire
+    is the waiting one: it waits no more, however the forced run ends."""
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("q", "t", every=3600, overlap="queue")
+    holder = app.run_schedule_now("q")
+    clock.set(T0 + 5)
+    assert app.run_schedule_now("q").outcome is ManualOutcome.QUEUED
+    forced = app.run_schedule_now("q", force=True)
+    assert forced.outcome is ManualOutcome.STARTED
+    assert not backend.sync.hexists(app.keys.rule_waiting, "q")
+    backend.sync.hdel(app.keys.runs, forced.run_id)  # it went dead (the dead letter's effect)
+    released, started = app.scripts.run(S.unlease(app.keys, "q", holder.run_id, 1000, now_ms=T0 + 5,
+                                                  dedupe_window_ms=3_600_000))  # fmt: skip
+    assert (released, started) == (True, "")
+    assert backend.sync.get(app.keys.lease("q")) is None
 
 
 def test_the_same_instant_twice_is_a_duplicate_and_unknown_rules_raise(backend, queue) -> None:

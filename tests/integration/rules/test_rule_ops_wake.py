@@ -1,32 +1,25 @@
 """Every rule operation wakes a sleeping dispatcher (issue 18, defect 1): create, edit, resume,
 backfill and declared sync make the rule's next fire (or run) happen without waiting for the
-dispatcher's idle poll (max_idle_ms, 30 s by default). Pause and remove need no wake-up: they
-take the rule out of `rule_next` atomically, so a running dispatcher fires none of its slots
-after the call (tested below with a witness rule). The `unlease` script wakes a dispatcher for
-a catch-up replay waiting for the lease (tested with the dispatcher's polls an hour long: with
-the PUBLISH taken out of unlease.lua, that test fails)."""
+dispatcher's idle poll. Pause and remove need no wake-up: they take the rule out of
+`rule_next` atomically, so a running dispatcher fires none of its slots after the call (tested
+below with a witness rule). The `unlease` script wakes a dispatcher for a catch-up replay
+waiting for the lease.
+
+Nothing here sleeps or bounds a time: each test awaits the dispatcher's passes (tests/passes.py)
+with its polls an hour long, so a pass that follows an operation can only come from the
+wake-up the operation published (a missing PUBLISH hangs the test until pytest-timeout), and
+`Dispatcher.wakeups` shows it heard one. How fast it acts is measured in bench/wake.py
+(BENCHMARKS.md, "Rule operations wake the dispatcher")."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-#: Far below the dispatcher's 30 s idle poll: a fire that waits for the poll fails the test.
-WITHIN_S = 10.0
-#: For the tests below, whose dispatcher polls are an hour long (or which need no poll).
-GENEROUS_S = 120.0
-
-
-async def _wait_for(cond: Callable[[], bool], what: str, within: float = WITHIN_S) -> None:
-    deadline = time.monotonic() + within
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+from tests.passes import HOUR_MS, Passes
 
 
 def _dispatched(real: Any, app: Any) -> int:
@@ -70,42 +63,83 @@ OPS = {"create": _create, "edit": _edit, "resume": _resume, "backfill": _backfil
 
 @pytest.mark.parametrize("op", sorted(OPS))
 async def test_a_rule_operation_wakes_a_sleeping_dispatcher(real: Any, queue: str, op: str) -> None:
+    """Asleep for an hour after its first pass, the dispatcher passes again once the operation
+    is written, because it heard the wake-up: that pass learns the rule's new next fire (or
+    dispatches the backfilled runs), and the slot it learned is the one that then fires."""
     app = real.app(queue)
     _before(op, app)
-    d = app.dispatcher(redis=real.async_client())  # idle poll: 30 s
+    d = app.dispatcher(redis=real.async_client(), max_idle_ms=HOUR_MS)
+    passes = Passes(d)
     stop = asyncio.Event()
     run = asyncio.create_task(d.run(stop))
     try:
-        # Asleep: its first pass is over (nothing due) and the next is 30 s away.
-        await _wait_for(lambda: not d.parts[0]._dirty, "the dispatcher's first pass")
-        await asyncio.sleep(0.3)
-        before = _dispatched(real, app)
-        OPS[op](app)
-        await _wait_for(lambda: _dispatched(real, app) > before, f"a run after {op}")
+        first = await passes.next()  # nothing due: the next pass is an hour away
+        assert first.moved == 0 and d.wakeups == 0
+        await asyncio.to_thread(OPS[op], app)
+        woken = await passes.next()
+        assert woken.wakeups >= 1  # a wake-up, not the hour-long poll, brought this pass
+        if op == "backfill":
+            assert woken.moved >= 1  # the backfilled runs went straight onto the stream
+            return
+        assert woken.next_due_ms is not None and woken.next_due_ms != first.next_due_ms
+        await passes.until(lambda: _dispatched(real, app) >= 1)  # on the timer it set
+        ran = [h["slot_ms"] for h in app.schedule_history("r") if h["outcome"] == "ran"]
+        assert ran == [woken.next_due_ms]
     finally:
         stop.set()
         await asyncio.wait_for(run, 10)
         await d.close()
 
 
-async def test_resume_does_not_record_the_slots_after_it_as_missed(real: Any, queue: str) -> None:
-    """The issue's case: every=1 (there: 2), misfire=skip, paused, resumed: the slots after
-    the resume fire; none is recorded skipped/grace_passed because the dispatcher slept."""
-    app = real.app(queue)
-    app.schedule("r", "t", every=1, misfire="skip", paused=True)
-    d = app.dispatcher(redis=real.async_client())
+async def test_the_issues_case_a_firing_rule_paused_two_slots_and_resumed_fires_after_it(
+    real: Any, queue: str
+) -> None:
+    """The issue's case, on a FakeClock: an `every=2, misfire="skip"` rule that has been
+    firing is paused for two slots (4 s) and resumed while its dispatcher sleeps; the slots
+    after the resume fire (`ran`), none is recorded `skipped: grace_passed`, and the two in
+    the pause are `skipped: paused`. Before the fix the resume did not wake the dispatcher,
+    and the slots after it were skipped until its 30 s poll."""
+    from tests.integration.rules.test_schedules import T0
+    from zsched import FakeClock
+
+    clock = FakeClock(T0)
+    app = real.app(queue, clock=clock)
+    app.schedule("r", "t", every=2, misfire="skip")
+    d = app.dispatcher(redis=real.async_client(), max_idle_ms=HOUR_MS)
+    for at in (0, 2000, 4000):  # firing: three slots on time
+        clock.set(T0 + at)
+        await d.tick()
+    clock.set(T0 + 4500)
+    assert app.pause_schedule("r")
+    passes = Passes(d)
     stop = asyncio.Event()
     run = asyncio.create_task(d.run(stop))
     try:
-        await asyncio.sleep(0.3)
-        app.resume_schedule("r")
-        await _wait_for(lambda: _dispatched(real, app) >= 2, "two fires after resume")
-        outcomes = [(h["outcome"], h["reason"]) for h in app.schedule_history("r")]
-        assert ("skipped", "grace_passed") not in outcomes
+        await passes.next()  # paused: nothing due, asleep for an hour
+        clock.set(T0 + 8500)  # two slots (6 s, 8 s) passed in the pause
+        await asyncio.to_thread(app.resume_schedule, "r")
+        woken = await passes.next()
+        assert woken.wakeups >= 1 and woken.next_due_ms == T0 + 10_000
+        for at in (10_000, 12_000, 14_000):  # each slot after the resume, as it comes due
+            clock.set(T0 + at + 5)
+            await passes.until(lambda at=at: _outcome(app, T0 + at) is not None)
     finally:
         stop.set()
         await asyncio.wait_for(run, 10)
         await d.close()
+    got = {h["slot_ms"] - T0: (h["outcome"], h["reason"]) for h in app.schedule_history("r")}
+    assert got == {
+        0: ("ran", ""), 2000: ("ran", ""), 4000: ("ran", ""),
+        6000: ("skipped", "paused"), 8000: ("skipped", "paused"),
+        10_000: ("ran", ""), 12_000: ("ran", ""), 14_000: ("ran", ""),
+    }  # fmt: skip
+
+
+def _outcome(app: Any, slot_ms: int) -> str | None:
+    for h in app.schedule_history("r"):
+        if h["slot_ms"] == slot_ms:
+            return str(h["outcome"])
+    return None
 
 
 def _ready_slots(real: Any, app: Any, sid: str) -> list[int]:
@@ -134,19 +168,17 @@ async def test_a_running_dispatcher_stops_firing_a_paused_or_removed_rule_at_onc
     app = real.app(queue)
     app.schedule("r", "t", every=1, misfire="skip")
     app.schedule("witness", "t", every=1, misfire="skip")
-    d = app.dispatcher(redis=real.async_client())
+    d = app.dispatcher(redis=real.async_client(), max_idle_ms=HOUR_MS)
+    passes = Passes(d)
     stop = asyncio.Event()
     run = asyncio.create_task(d.run(stop))
     try:
-        await _wait_for(
-            lambda: len(_ready_slots(real, app, "r")) >= 2, "the rule's fires", GENEROUS_S
-        )
-        assert app.pause_schedule("r") if op == "pause" else app.unschedule("r")
+        await passes.until(lambda: len(_ready_slots(real, app, "r")) >= 2)
+        done = app.pause_schedule if op == "pause" else app.unschedule
+        assert await asyncio.to_thread(done, "r")
         after = _server_ms(real)  # no slot later than this may fire
-        await _wait_for(
-            lambda: any(s >= after + 3000 for s in _ready_slots(real, app, "witness")),
-            "three more slots of the witness",
-            GENEROUS_S,
+        await passes.until(
+            lambda: any(s >= after + 3000 for s in _ready_slots(real, app, "witness"))
         )
         assert [s for s in _ready_slots(real, app, "r") if s > after] == []
         if op == "pause":  # still paused, nothing recorded as fired after the pause
@@ -164,14 +196,16 @@ async def test_unlease_wakes_a_dispatcher_for_a_waiting_catch_up_replay(
 ) -> None:
     """After an outage, the replays of a catch_up rule wait for the run holding the lease;
     when it ends, `unlease` publishes on `wake` and a sleeping dispatcher starts the next
-    replay. The dispatcher's own polls (the catch-up retry and the idle poll) are made an
-    hour long here, so only the wake can start the replays within the bound."""
+    replay. The dispatcher's own polls (the catch-up retry, the rules recheck and the idle
+    poll) are made an hour long here, so only the wake can start the replays: with the
+    PUBLISH taken out of unlease.lua the test hangs."""
     import zsched.dispatch.firer as firer
     from tests.integration.rules.test_schedules import T0, H
     from zsched import FakeClock
     from zsched.rules.triggers import slot_run_id
 
     monkeypatch.setattr(firer, "CATCH_UP_BLOCKED_MS", H)
+    monkeypatch.setattr(firer, "RULES_RECHECK_S", H / 1000)
     clock = FakeClock(T0)
     app = real.app(queue, clock=clock)
     ran: list[str] = []
@@ -194,15 +228,19 @@ async def test_unlease_wakes_a_dispatcher_for_a_waiting_catch_up_replay(
     await d.tick()  # the replays are blocked: the next try would be CATCH_UP_BLOCKED_MS on
     assert d.parts[0].blocked == 1  # type: ignore[attr-defined]
     d.parts[0].invalidate()
+    passes = Passes(d)
     stop = asyncio.Event()
     loop = asyncio.create_task(d.run(stop))
     try:
-        # Its first pass is over (subscribed; the replays still wait): asleep for an hour.
         firer_ = d.parts[0]
-        await _wait_for(lambda: not firer_._dirty, "its first pass", GENEROUS_S)  # type: ignore[attr-defined]
-        for n in (3, 4, 5):  # the run holding the lease ends: unlease frees it, publishes
-            assert await w.tick() == 1
-            await _wait_for(lambda n=n: _dispatched(real, app) >= n, f"fire {n}", GENEROUS_S)
+        for n in (3, 4, 5):
+            # Asleep for an hour: it has read that the replays wait for the lease (also after
+            # the wake-up of its own last fire, whose read is then such a pass).
+            await passes.until(lambda: firer_.blocked == 1)  # type: ignore[attr-defined]
+            before = d.wakeups
+            assert await w.tick() == 1  # the run holding the lease ends: unlease publishes
+            fired = await passes.until(lambda n=n: _dispatched(real, app) >= n)
+            assert fired.wakeups > before
         assert await w.tick() == 1
     finally:
         stop.set()

@@ -32,7 +32,7 @@ def test_dst_gap_record_when_the_offsets_around_the_check_window_agree() -> None
     state = State(created_ms=prev - M, gap_checked_ms=prev, last_slot_ms=prev)
     p = plan(s, state, nxt, nxt + 5, budget=100)
     gap_end = utc(2026, 3, 8, 7)
-    assert (gap_end, "skipped", "dst_gap", slot_run_id("y", gap_end)) in p.records
+    assert (gap_end, "skipped", "dst_gap", slot_run_id("y", gap_end), gap_end) in p.records
 
 
 def test_dst_gap_record_after_an_outage_spanning_both_transitions() -> None:

@@ -77,3 +77,15 @@ def test_an_alias_file_is_the_same_script_as_the_one_it_names(alias: str, name: 
     assert h.startswith(f"-- {alias}: the former name of {name}.lua")
     for part in ("Returns", "Invariant:", "Bound:"):
         assert part in h, f"{alias}.lua header lacks {part}"
+
+
+@pytest.mark.parametrize(("alias", "name"), sorted(S.ALIASES.items()))
+def test_an_alias_header_declares_the_keys_and_argv_of_the_script_it_names(
+    alias: str, name: str
+) -> None:
+    # The code is equal (above); its contract lines must be too, or a client reading the
+    # alias's header calls it with the wrong KEYS or ARGV.
+    def contract(n: str) -> list[str]:
+        return [line for line in header(n).splitlines() if re.match(r"-- (KEYS|ARGV)\[", line)]
+
+    assert contract(alias) and contract(alias) == contract(name)

@@ -1,0 +1,80 @@
+"""A pause over more slots than one fire call lists still gives every slot one outcome, and
+the audit looks back past the rule's last write (review of issue 18, F2)."""
+
+from __future__ import annotations
+
+from zsched import FakeClock
+from zsched.rules.audit import SLACK_MS, audit
+from zsched.rules.ops import MAX_PAUSED_RECORDS
+
+S = 1000
+M = 60_000
+T0 = 1_800_000_000_000 // M * M
+
+
+def _after_grace(app, at_ms):
+    """The audit of the slots up to `at_ms` (grace and slack of an every=1 rule past)."""
+    (report,) = audit(app, now_ms=at_ms + 500 + SLACK_MS)
+    return report
+
+
+def test_a_pause_of_2500_slots_records_every_one_of_them(backend, queue) -> None:
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=1, paused=True)  # paused from T0: slots T0 .. T0+2500 s
+    clock.set(T0 + 2500 * S)
+    assert app.resume_schedule("r")
+    (entry,) = app.schedule_history("r")  # one entry for the 2,501 slots: not 1,000 of them
+    assert (entry["outcome"], entry["reason"]) == ("skipped", "paused")
+    assert (entry["slot_ms"], entry["last_ms"]) == (T0, T0 + 2500 * S)
+    report = _after_grace(app, T0 + 2500 * S)
+    assert report.checked == 2000 and report.unaccounted == []  # the newest 2,000 audited
+
+
+def test_a_pause_of_at_most_1000_slots_lists_each_slot(backend, queue) -> None:
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=1, paused=True)
+    clock.set(T0 + (MAX_PAUSED_RECORDS - 1) * S)
+    assert app.resume_schedule("r")
+    rows = app.schedule_history("r", count=2 * MAX_PAUSED_RECORDS)
+    assert sorted(r["slot_ms"] for r in rows) == [T0 + i * S for i in range(MAX_PAUSED_RECORDS)]
+    assert all(r["last_ms"] == r["slot_ms"] for r in rows)
+    assert _after_grace(app, T0 + (MAX_PAUSED_RECORDS - 1) * S).unaccounted == []
+
+
+def test_a_year_long_pause_of_a_one_second_rule_is_one_entry(backend, queue) -> None:
+    year = 365 * 24 * 3600 * S
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=1, end_at=(T0 + year // 2) / 1000)
+    assert app.pause_schedule("r", note="migration", by="ana")
+    clock.set(T0 + year)
+    assert app.resume_schedule("r")
+    (entry,) = app.schedule_history("r")
+    assert (entry["slot_ms"], entry["last_ms"]) == (T0, T0 + year // 2)  # up to its end_at
+    assert entry["reason"] == "paused by ana: migration" and entry["run_id"] == ""
+
+
+def test_the_audit_sees_slots_from_before_the_last_edit_pause_and_resume(backend, queue):
+    """No dispatcher runs: every slot since the creation lacks an outcome, and an edit of a
+    policy must not hide them (the audit's window began at the rule's last write)."""
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=60)
+    clock.set(T0 + 10 * M)
+    app.schedule("r", "t", every=60, misfire="skip")  # an edit that keeps the slots
+    (report,) = audit(app, now_ms=T0 + 13 * M)  # grace 30 s + slack 5 s: up to T0 + 12:25
+    assert report.unaccounted == [T0 + i * M for i in range(1, 13)]
+    # The pause takes over from the first slot not handled (T0 + 1 min): on resume they are
+    # all `skipped: paused`, and the audit, still looking back to the creation, agrees.
+    assert app.pause_schedule("r")
+    clock.set(T0 + 14 * M)
+    assert app.resume_schedule("r")
+    (report,) = audit(app, now_ms=T0 + 14 * M + 35_000)
+    assert (report.checked, report.unaccounted) == (14, [])
+    # An edit of the trigger changes the slots: the audit starts again from it.
+    clock.set(T0 + 20 * M)
+    app.schedule("r", "t", every=120, misfire="skip")
+    (report,) = audit(app, now_ms=T0 + 21 * M)
+    assert (report.checked, report.unaccounted) == (0, [])
