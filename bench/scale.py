@@ -63,13 +63,13 @@ def _slowlog(r: Any) -> dict[str, Any]:
     others = sorted({e["command"].split(b" ")[0].decode() for e in entries if e not in ours})
     if by_script or others:
         print(f"    slow log: scripts {by_script}, other commands {others}")
-        # Which calls: a dispatch call's limit is word 9 of `EVALSHA sha 5 k1..k5 now limit
-        # max_backlog`, so a call sized too big reads apart from a pause of the host.
+        # Which calls: a dispatch call's limit is the word after now_ms (`EVALSHA sha 6 k1..k6 now limit
+        # max_backlog`), so a call sized too big reads apart from a pause of the host.
         t0 = min(e["start_time"] for e in entries)
         for e in sorted(ours, key=lambda e: e["start_time"]):
             words = e["command"].split(b" ")
             name = names.get(words[1], "?")
-            limit = words[9].decode() if name == "dispatch" and len(words) > 9 else "-"
+            limit = _dispatch_limit(words) if name == "dispatch" else "-"
             print(
                 f"      {name} {e['duration'] / 1000:.2f} ms at +{e['start_time'] - t0} s, limit {limit}"
             )
@@ -78,6 +78,12 @@ def _slowlog(r: Any) -> dict[str, Any]:
         "slow_other": len(entries) - len(ours),
         "slowest_script_ms": max((e["duration"] for e in ours), default=0) / 1000,
     }
+
+
+def _dispatch_limit(words: list[bytes]) -> str:
+    """A dispatch call's limit: `EVALSHA sha numkeys keys... now_ms limit ...`."""
+    at = 4 + int(words[2])
+    return words[at].decode() if len(words) > at else "-"
 
 
 def _wait_stat(r: Any, key: str, field: str, n: int, timeout: float) -> float:
@@ -169,6 +175,11 @@ def scale(
                     p.stop()
                 pinger.stop()
             out["drain_per_s"] = n / (t_w1 - t_w0)
+            # With one worker, any reclaim is of its own entries (reads outpacing its writes
+            # past the visibility timeout; ReadLoop.free_slots): they would run twice.
+            st = {k.decode(): int(v) for k, v in r.hgetall(app.keys.stats).items()}
+            out.update({f"drain_{k}": st.get(k, 0) for k in ("reclaimed", "fenced", "duplicate")})
+            out["drain_acked"] = st.get("acked", 0)
             out.update({f"dispatch_{k}": v for k, v in _pings(pings, t_d0, t_d1).items()})
             out.update({f"drain_{k}": v for k, v in _pings(pings, t_w0, t_w1).items()})
             out.update(_slowlog(r))

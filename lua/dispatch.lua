@@ -15,7 +15,9 @@
 --   Redis's own time; then the run_at_ms of each moved run, for lag metrics.
 -- Invariant: a run leaves `delayed` only in the call that adds it to `ready`; a run id in
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
--- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to 128 runs).
+-- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to BT_MAX = 64
+--   runs, one HSET of their entry ids; a call of BIG_CALL = 64 runs or more first makes
+--   `entries` a hash table: OBJECT ENCODING, a stray 1025-byte field in that HSET, one HDEL).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of

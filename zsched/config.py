@@ -74,15 +74,16 @@ class WorkerSettings:
     #: Entries read per XREADGROUP call at most.
     read_batch: int = 100
     #: Finished runs whose ack is not written yet that do not hold a handler slot: reads run
-    #: ahead of the writes by this many (+26-30 % end to end at concurrency 50, BENCHMARKS.md);
-    #: a worker holds at most concurrency + this many pending entries. 0: an ack holds its slot.
+    #: ahead of the writes by this many (+11 % / +24 % end to end at concurrency 50, against 0;
+    #: BENCHMARKS.md); a worker holds at most concurrency + this many pending entries. 0: an
+    #: ack holds its slot.
     max_unwritten_acks: int = 1000
     #: Entries a read may take beyond the free handler slots; they wait in the worker (held,
     #: renewed, handed back at shutdown) and start as slots free, so a read is not cut to
     #: the slots just freed. 0: a read takes at most the free slots.
     read_ahead: int = 64
-    #: Memory budget of the entries read ahead (bytes of envelopes, estimated from the last
-    #: read's mean size): with large payloads fewer are read ahead.
+    #: Memory budget of the entries read ahead (bytes of envelopes): reads are sized from the
+    #: last read's mean size, and one read ahead past it waits as ids only (ReadLoop.spill).
     max_read_ahead_bytes: int = 4 * 1024 * 1024
     #: How long one blocking read waits for new entries (ms).
     block_ms: int = 5_000

@@ -47,10 +47,14 @@ class Backend:
 
 
 def fate_table(table: Sequence[Fate]) -> Any:
-    """A fate per (run id, attempt), the same in the model and the real system: a retry only
-    on a first attempt (the second then succeeds)."""
+    """A fate per (run id, attempt), the same in the model and the real system: a retry on a
+    first attempt, then success; but one run id in four whose first attempt retries keeps
+    that fate on every attempt, to a dead letter at max_attempts (rule_model.MAX_ATTEMPTS)."""
 
     def fate_of(rid: str, attempt: int) -> Fate:
+        first = table[zlib.crc32(f"{rid}|1".encode()) % len(table)]
+        if first.kind == "retry" and zlib.crc32(f"{rid}|exhaust".encode()) % 4 == 0:
+            return first
         f = table[zlib.crc32(f"{rid}|{attempt}".encode()) % len(table)]
         if attempt > 1 and f.kind == "retry":
             return replace(f, kind="ok")

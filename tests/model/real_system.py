@@ -26,7 +26,7 @@ import redis
 
 import zsched.dispatch.firer
 from tests.model import slots as calendar
-from tests.model.rule_model import Fate, RuleDef
+from tests.model.rule_model import MAX_ATTEMPTS, Fate, RuleDef
 from tests.model.workers import STUCK_S, ChildWorker, SharedClock
 from zsched.dispatch.dispatcher import Dispatcher
 from zsched.protocol.keys import GROUP
@@ -92,7 +92,7 @@ class RealSystem:
         self.up = True
         self.gates: dict[tuple[str, int], Gate] = {}
         self.started: list[tuple[str, int, int]] = []
-        self.app.task(name="t", max_attempts=5)(_never)
+        self.app.task(name="t", max_attempts=MAX_ATTEMPTS)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
                             for _ in range(dispatchers)]  # fmt: skip
         self.racers = [Racer(d, d.redis.pubsub()) for d in self.dispatchers]
@@ -356,7 +356,8 @@ class RealSystem:
         rid, k = key[0], self.app.keys
         if self.real.sync.hexists(k.entries, rid):
             return False
-        return fate.kind == "retry" or self.lease() != rid or rid in self.live()
+        retried = fate.kind == "retry" and key[1] < MAX_ATTEMPTS  # else a dead letter
+        return retried or self.lease() != rid or rid in self.live()
 
     async def _picked_up(self) -> None:
         """Wait until every run on the stream is running in a handler."""

@@ -33,7 +33,8 @@ Time moves in events (`advance_to`). At one instant, runs that end then end firs
 the lease, starting a waiting fire), then the dispatcher's pass, then due runs start at once
 (workers are never the bottleneck here), again until nothing changes. A run's fate is a
 function of (run id, attempt): its duration, and whether it succeeds, retries after a delay
-or fails (dead letter).
+or fails (dead letter); a retry asked on the task's last attempt (MAX_ATTEMPTS) is a dead
+letter too (docs/protocol.md, "Finish").
 """
 
 from __future__ import annotations
@@ -110,6 +111,10 @@ def manual_run_id(sid: str, now: int) -> str:
     return run_id(sid, now).replace("@", "@manual:", 1)
 
 
+#: The task's max_attempts in both systems (real_system.py, worker_child.py register it so).
+MAX_ATTEMPTS = 5
+
+
 @dataclass
 class Run:
     run_id: str
@@ -161,6 +166,11 @@ class Model:
         """Change the rule: a slot already due fires under the new definition; otherwise the
         next fire is recomputed from now; waiting replays are kept."""
         old = self.rule.trigger
+        if self.paused and self.paused_at is not None and changes.get("trigger", old) != old:
+            # "Each slot is judged by the trigger in force when it happens": the old
+            # trigger's slots of the pause so far are `skipped: paused`, recorded now.
+            self._record_paused(self.paused_at)
+            self.paused_at = self.now + 1
         self.rule = replace(self.rule, **changes)
         if self.rule.trigger != old:
             self.gap_checked = self.now  # DST gaps from now on are the new trigger's
@@ -181,13 +191,16 @@ class Model:
         if not self.paused:
             return
         since = self.paused_at if self.paused_at is not None else self.now
+        self._record_paused(since)
+        self.paused, self.paused_at = False, None
+        self.next_slot = self._first_after(self.now)
+        self.settle()
+
+    def _record_paused(self, since: int) -> None:
         # "the slots from the pause to the resume are recorded `skipped: paused`": all of them
         # (the product writes one range entry past 1,000; real_system.ledger lists its slots).
         for s in calendar.slots_between(self.rule.trigger, since - 1, self.now, 10**7):
             self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
-        self.paused, self.paused_at = False, None
-        self.next_slot = self._first_after(self.now)
-        self.settle()
 
     def backfill(self, lo: int, hi: int) -> None:
         """The rule's slots in [lo, hi] that the ledger does not show as run, due now with
@@ -313,7 +326,7 @@ class Model:
                        if r.state == "running" and r.finish <= self.now),
                       key=lambda r: (r.finish, r.run_id))  # fmt: skip
         for r in done:
-            if r.fate.kind == "retry":
+            if r.fate.kind == "retry" and r.attempt < MAX_ATTEMPTS:
                 r.attempt += 1
                 r.state, r.due = "delayed", r.finish + r.fate.retry_delay_ms
                 continue  # the lease stays with the run

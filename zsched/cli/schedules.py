@@ -236,9 +236,15 @@ def cmd_next(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     rows = make_app(args).schedule_history(args.schedule_id, args.count)
-    lines = [f"{_iso(r['slot_ms'])}  {r['outcome']:<10} {r['reason']}" for r in rows]
+    lines = [f"{_slots(r)}  {r['outcome']:<10} {r['reason']}" for r in rows]
     emit(args, rows, "\n".join(lines) or "no history")
     return 0
+
+
+def _slots(row: dict[str, Any]) -> str:
+    """A history row's slot, or its range of slots (a long pause: one entry for all)."""
+    one = _iso(row["slot_ms"])
+    return one if row["last_ms"] == row["slot_ms"] else f"{one} .. {_iso(row['last_ms'])}"
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

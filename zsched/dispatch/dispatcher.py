@@ -101,9 +101,10 @@ class Dispatcher:
         # CALL_TARGET_S (a big delayed set or a slow host), so no call holds Redis for long.
         # It starts at the floor and grows while calls are fast: the first call of a burst
         # is the slowest (a fresh `entries` hash, cold caches), and a full batch_size there
-        # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail).
+        # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail). A pass that moves
+        # nothing puts it back at the floor, so a later burst starts small too.
         self._limit = min(50, self.settings.batch_size)
-        #: This dispatcher's beat in `dispatchers`, for consoles (at most every 5 s).
+        #: This dispatcher's beat in `dispatchers`, for consoles (every 5 s busy, 30 s idle).
         self.heartbeat = Heartbeat(ctx.keys, process_name())
         #: The server's clock for the beat (DESIGN.md invariant 3), learned from each pass's
         #: dispatch reply: no command of its own.
@@ -122,6 +123,10 @@ class Dispatcher:
                 part_due = due
         moved, more, r, sent_at = await self._dispatch()
         self._learn_time(r.now_ms)
+        if not moved:
+            # Idle: the next burst's first call meets a fresh `entries` and cold caches again,
+            # so it starts at the floor, as a new dispatcher's does.
+            self._limit = min(50, self.settings.batch_size)
         # Paused: the head of the delayed set is not a reason to wake (resume publishes on
         # wake); rule slots still are, as they are fired into the delayed set.
         next_due = None if r.paused else r.next_due_ms
@@ -301,7 +306,8 @@ class Dispatcher:
             if msg is not None:
                 self._heard()
                 return
-            await self.heartbeat.beat(self.redis, self.server_time.now_ms())  # idle: every 5 s
+            # Asleep between passes: beat every 30 s, not 5 (the idle cost, heartbeat.py).
+            await self.heartbeat.beat(self.redis, self.server_time.now_ms(), idle=True)
 
     def _heard(self) -> None:
         self.wakeups += 1

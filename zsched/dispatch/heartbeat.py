@@ -3,10 +3,12 @@ each was last seen (workers show up in the consumer group already; dispatchers l
 other trace).
 
 One ZSET per queue partition (`QueueKeys.dispatchers`): member the dispatcher's name, score
-its last beat in ms. A dispatcher beats at most every BEAT_EVERY_S (one ZADD), trims members
-older than KEEP_MS at its first beat and then every TRIM_EVERY beats (one ZREMRANGEBYSCORE,
-so dead dispatchers' entries do not pile up), and removes itself when it stops. Idle, that
-is about 13 commands a minute.
+its last beat in ms. A busy dispatcher beats at most every BEAT_EVERY_S (one ZADD), an idle
+one (asleep between passes) every IDLE_BEAT_EVERY_S; it trims members older than KEEP_MS at
+its first beat and then every TRIM_EVERY beats (one ZREMRANGEBYSCORE, so dead dispatchers'
+entries do not pile up), and removes itself when it stops. Idle, that is about 2 commands a
+minute, inside the budget of 1 command a second for an idle queue (BENCHMARKS.md). A
+console therefore sees an idle dispatcher's beat up to ~30 s old; it calls one stale at 60 s.
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ log = logging.getLogger(__name__)
 
 #: Least time between two beats of one dispatcher.
 BEAT_EVERY_S = 5.0
+#: Least time between two beats of an idle one: a beat every 5 s was 0.2 of the ~1 command a
+#: second an idle queue may cost. Half the console's 60 s staleness, so one late beat is not
+#: taken for a dead dispatcher.
+IDLE_BEAT_EVERY_S = 30.0
 #: Beats older than this are trimmed by any beating dispatcher.
 KEEP_MS = 3_600_000
-#: Beats between two trims of old beats (12 x 5 s: about a minute).
+#: Beats between two trims of old beats (12 x 5 s: about a minute busy, 6 minutes idle).
 TRIM_EVERY = 12
 #: Most dispatchers a reader lists (the newest beats).
 LIST_MAX = 20
@@ -45,17 +51,21 @@ class Heartbeat:
     keys: QueueKeys
     name: str
     every_s: float = BEAT_EVERY_S
-    _next: float = 0.0
+    idle_every_s: float = IDLE_BEAT_EVERY_S
+    _last: float | None = None
     _beats: int = 0
 
-    async def beat(self, redis: Any, now_ms: int, force: bool = False) -> bool:
-        """Write the beat if one is due (True when written). `now_ms`: the Redis server's now
-        (the dispatcher's ServerTime; a fake clock's in tests), never this host's clock: a
-        host whose clock is off would show a wrong age and trim other dispatchers' beats."""
+    async def beat(self, redis: Any, now_ms: int, force: bool = False, idle: bool = False) -> bool:
+        """Write the beat if one is due (True when written): `every_s` after the last one, or
+        `idle_every_s` when `idle` (the dispatcher sleeps between passes). `now_ms`: the Redis
+        server's now (the dispatcher's ServerTime; a fake clock's in tests), never this host's
+        clock: a host whose clock is off would show a wrong age and trim other dispatchers'
+        beats."""
         mono = time.monotonic()
-        if not force and mono < self._next:
+        every = self.idle_every_s if idle else self.every_s
+        if not force and self._last is not None and mono < self._last + every:
             return False
-        self._next = mono + self.every_s
+        self._last = mono
         ms = int(now_ms)
         await redis.zadd(self.keys.dispatchers, {self.name: ms})
         if self._beats % TRIM_EVERY == 0:  # the first beat, then about once a minute

@@ -32,7 +32,7 @@ class Thresholds:
     stale_worker_ms: int = 60_000
     #: A rule's next fire is this far in the past.
     late_rule_ms: int = 60_000
-    #: A dispatcher's heartbeat (every 5 s while it runs) is this old.
+    #: A dispatcher's heartbeat (every 5 s while busy, 30 s while idle) is this old.
     stale_dispatcher_ms: int = 60_000
 
 

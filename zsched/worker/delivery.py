@@ -32,6 +32,9 @@ class Delivery:
     task_name: str | None = None
     limit_key: str | None = None
     limited: bool = False
+    #: Read ahead past `max_read_ahead_bytes`: `raw` was dropped (ids kept, still held) and is
+    #: read again when a slot comes (ReadLoop.refill).
+    spilled: bool = False
 
 
 def from_entry(entry_id: Any, fields: dict[bytes, bytes]) -> Delivery:

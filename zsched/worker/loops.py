@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -99,15 +100,60 @@ class ReadLoop:
 
     def read_ahead(self) -> int:
         """Entries a read may take beyond the free slots: `read_ahead`, fewer when the last
-        read's envelopes were large (`max_read_ahead_bytes` over their mean size)."""
+        read's envelopes were large (`max_read_ahead_bytes` over their mean size). Only an
+        estimate (the next envelopes may be larger): `spill` makes the budget a bound."""
         s = self.ctx.settings
         if self.envelope_bytes <= 0:
             return int(s.read_ahead)
         return min(int(s.read_ahead), int(s.max_read_ahead_bytes) // self.envelope_bytes)
 
+    def arrived(self, batch: list[Delivery]) -> None:
+        """Entries just read join the waiting ones (held from now on), within the budget."""
+        if batch:
+            self.envelope_bytes = sum(len(d.raw) for d in batch) // len(batch) or 1
+            self.runner.waiting.extend(batch)
+            self.spill()
+
+    def spill(self) -> None:
+        """Keep the envelopes waiting beyond the free slots under `max_read_ahead_bytes`: one
+        that would go over keeps only its ids (still held, renewed, in order) and is read again
+        when its slot comes. So the budget bounds what waits, whatever the read's estimate."""
+        budget, held = int(self.ctx.settings.max_read_ahead_bytes), 0
+        for d in itertools.islice(self.runner.waiting, max(0, self.free_slots()), None):
+            if d.spilled:
+                continue
+            if held + len(d.raw) > budget:
+                d.raw, d.spilled = b"", True
+            else:
+                held += len(d.raw)
+
+    async def refill(self) -> None:
+        """Read again (one pipelined round trip) the envelopes of the spilled entries the free
+        slots take next. One gone from the stream meanwhile (trimmed, deleted) is acked and
+        dropped, as a reclaim drops it."""
+        waiting = self.runner.waiting
+        need = [d for d in itertools.islice(waiting, max(0, self.free_slots())) if d.spilled]
+        if not need:
+            return
+        r, k = self.ctx.redis, self.ctx.keys
+        async with r.pipeline(transaction=False) as p:
+            for d in need:
+                p.xrange(k.ready, d.entry_id, d.entry_id)
+            replies = await p.execute()
+        gone = []
+        for d, rows in zip(need, replies, strict=True):
+            d.raw, d.spilled = (rows[0][1].get(b"envelope", b""), False) if rows else (b"", True)
+            if not rows:
+                gone.append(d)
+        if gone:
+            await r.xack(k.ready, GROUP, *[d.entry_id for d in gone])
+            for d in gone:
+                waiting.remove(d)
+
     def start_waiting(self) -> int:
         """Start entries read ahead, in stream order, while slots are free; how many. One a
-        renewal found taken by another consumer is dropped, not run (`Writer.lost`)."""
+        renewal found taken by another consumer is dropped, not run (`Writer.lost`). A spilled
+        one stops it: `refill` reads its envelope first."""
         waiting, lost, started = self.runner.waiting, self.writer.lost, 0
         # A start takes at most one slot (a run that ends at once frees its own, or holds it
         # with a retry or dead letter), so the count goes down by one per start and is read
@@ -115,6 +161,8 @@ class ReadLoop:
         # with millisecond I/O handlers (py-spy).
         free = self.free_slots()
         while waiting and free > 0:
+            if waiting[0].spilled and not (lost and waiting[0].entry_id in lost):
+                break
             d = waiting.popleft()
             if lost and d.entry_id in lost:
                 lost.discard(d.entry_id)
@@ -151,7 +199,7 @@ class ReadLoop:
         result while every slot was busy, they went idle past the visibility timeout: the
         chaos smoke's duplicates)."""
         if not t.cancelled() and t.exception() is None:
-            self.runner.waiting.extend(t.result())
+            self.arrived(t.result())
 
     async def _next_batch(self, count: int, wait_ms: int | None) -> tuple[list[Delivery], int]:
         """The prefetched read's entries, else (none, or it found none) a read of `count`,
@@ -162,7 +210,7 @@ class ReadLoop:
             if batch:
                 return batch, self.prefetch_count
         batch = await self.read(count, wait_ms)
-        self.runner.waiting.extend(batch)
+        self.arrived(batch)
         return batch, count
 
     def _drop_prefetch(self) -> None:
@@ -180,6 +228,7 @@ class ReadLoop:
         is due, at most `block_ms`). Returns how many it started."""
         ctx, s = self.ctx, self.ctx.settings
         await self.check_waiting()
+        await self.refill()
         started = self.start_waiting()
         free = self.free_slots()
         if free > 0 and time.monotonic() >= self.next_reclaim:
@@ -196,7 +245,6 @@ class ReadLoop:
         count = min(free + self.read_ahead(), s.read_batch)
         batch, asked = await self._next_batch(count, wait_ms)
         if batch:
-            self.envelope_bytes = sum(len(d.raw) for d in batch) // len(batch) or 1
             if self.prefetching and len(batch) >= asked:  # likely more ready: ask now
                 self._prefetch()
             started += self.start_waiting()

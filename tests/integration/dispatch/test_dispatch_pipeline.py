@@ -167,6 +167,14 @@ async def test_the_first_call_is_small_and_calls_grow_while_redis_runs_them_fast
     d._sized = recorded
     assert (await d.tick()).moved == 1_000
     assert limits[0] == 50 and max(limits) == 400 and limits == sorted(limits)
+    # A long-running dispatcher: a pass that moved nothing sizes the next burst's first call
+    # as a fresh dispatcher's, not at the size the last burst grew to.
+    assert (await d.tick()).moved == 0 and d._limit == 50
+    app.enqueue_many({"task": "t", "run_id": f"s{i:05d}", "run_at": (NOW - 1000) / 1000}
+                     for i in range(1_000))  # fmt: skip
+    limits.clear()
+    assert (await d.tick()).moved == 1_000
+    assert limits[0] == 50 and max(limits) == 400
     await d.close()
 
 

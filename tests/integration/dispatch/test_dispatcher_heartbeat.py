@@ -9,6 +9,7 @@ import time
 from zsched import FakeClock
 from zsched.dispatch import heartbeat as H
 from zsched.observability.metrics import Metrics
+from zsched.web.health import Thresholds
 
 NOW = 1_800_000_000_000
 HOUR_S = 3600.0
@@ -24,7 +25,7 @@ def _server_ms(real) -> int:
 async def test_an_idle_dispatcher_beats_and_removes_its_beat_when_it_stops(real, queue) -> None:
     app = real.app(queue, metrics=Metrics())
     d = app.dispatcher(redis=real.async_client())  # nothing due: it sleeps max_idle (30 s)
-    d.heartbeat.every_s = 0.05
+    d.heartbeat.every_s = d.heartbeat.idle_every_s = 0.05
     stop = asyncio.Event()
     loop = asyncio.create_task(d.run(stop))
     seen: set[float] = set()
@@ -54,6 +55,18 @@ async def test_beats_are_rate_limited_and_old_ones_trimmed(backend, queue) -> No
     assert backend.sync.zscore(app.keys.dispatchers, "me") == NOW + 7
     await beat.leave(r)
     assert H.dispatchers(backend.sync, app.keys) == [("recent", NOW - 10)]
+    await r.aclose()
+
+
+async def test_an_idle_beat_waits_the_idle_interval_and_a_pass_the_busy_one(backend, queue) -> None:
+    app = backend.app(queue, clock=FakeClock(NOW))
+    r = backend.async_client()
+    beat = H.Heartbeat(app.keys, "me", every_s=0.0, idle_every_s=3600.0)
+    assert await beat.beat(r, NOW, idle=True)  # the first beat is never held back
+    assert not await beat.beat(r, NOW + 1, idle=True)  # asleep: once per idle interval
+    assert await beat.beat(r, NOW + 2)  # a pass (busy): once per busy interval
+    assert H.dispatchers(backend.sync, app.keys) == [("me", NOW + 2)]
+    assert H.IDLE_BEAT_EVERY_S * 2 <= Thresholds().stale_dispatcher_ms / 1000  # not stale
     await r.aclose()
 
 

@@ -1,7 +1,8 @@
 """A read takes up to the free slots plus the read-ahead budget (WorkerSettings.read_ahead,
-fewer when envelopes are large: max_read_ahead_bytes). Entries read ahead wait in the worker
-in stream order: held and renewed like running ones, started as slots free, cancellable
-before they start, handed back at shutdown."""
+fewer when envelopes are large: max_read_ahead_bytes, estimated from the last read; past the
+budget an entry waits as ids only and its envelope is read again at its turn). Entries read
+ahead wait in the worker in stream order: held and renewed like running ones, started as
+slots free, cancellable before they start, handed back at shutdown."""
 
 from __future__ import annotations
 
@@ -83,6 +84,58 @@ async def test_large_envelopes_read_ahead_fewer(real, queue) -> None:
     assert w.reader.envelope_bytes > 1000 and w.reader.read_ahead() == 2
     for t in list(w.runner.tasks):
         t.cancel()
+    await d.close()
+    await w.close()
+
+
+def _held_bytes(w) -> int:
+    return sum(len(x.raw) for x in w.runner.waiting)
+
+
+async def test_the_byte_budget_bounds_what_waits_even_when_the_read_was_sized_too_large(
+    real, queue
+) -> None:
+    # Nothing read yet, so the estimate lets the first read take 1 + 10 large envelopes:
+    # past the budget they wait as ids only (held, in order) and are read again at their turn.
+    big = ["x" * 1000 + str(i) for i in range(11)]
+    app, ran, release, _, d, w = _queue(real, queue, big, concurrency=1, read_ahead=10,
+                                        max_read_ahead_bytes=2500)  # fmt: skip
+    await w.setup()
+    await d.tick()
+    assert await w.reader.tick() == 1 and len(w.runner.waiting) == 10
+    assert 2000 < _held_bytes(w) <= 2500  # two envelopes kept, eight spilled
+    assert sum(x.spilled for x in w.runner.waiting) == 8
+    assert {x.entry_id for x in w.runner.waiting} <= set(w.holds.entry_ids())
+    assert await w.holds.renew() == 0
+    release.set()
+    while len(ran) < len(big):
+        await w.runner.drain()
+        assert await w.reader.tick() > 0
+        assert _held_bytes(w) <= 2500
+    assert ran == big  # each once, in stream order, with its own payload
+    await w.flush()
+    assert _pending(app, w) == 0
+    await d.close()
+    await w.close()
+
+
+async def test_a_spilled_entry_gone_from_the_stream_is_acked_and_dropped(real, queue) -> None:
+    big = ["x" * 1000 + str(i) for i in range(3)]
+    app, ran, release, _, d, w = _queue(real, queue, big, concurrency=1, read_ahead=2,
+                                        max_read_ahead_bytes=1500)  # fmt: skip
+    await w.setup()
+    await d.tick()
+    assert await w.reader.tick() == 1
+    gone = w.runner.waiting[1]
+    assert gone.spilled and not w.runner.waiting[0].spilled
+    app.redis.xdel(app.keys.ready, gone.entry_id)
+    release.set()
+    while w.runner.waiting:
+        await w.runner.drain()
+        await w.reader.tick()
+    await w.runner.drain()
+    await w.flush()
+    assert ran == big[:2] and _pending(app, w) == 0
     await d.close()
     await w.close()
 

@@ -276,7 +276,11 @@ def test_the_half_hourly_worked_examples_of_policies_md(
 
 
 def test_the_other_berlin_and_new_york_worked_examples_of_policies_md() -> None:
-    """docs/policies.md, worked examples 1 (its New York half), 5 and 6, as written."""
+    """docs/policies.md, worked examples 1 (the days around Berlin's gap, and New York), 5 and
+    6, as written (1's gap day itself: test_fixed_time_rule_in_the_spring_gap_...)."""
+    fixed = Cron("30 2 * * *", BERLIN)
+    assert day_fires(fixed, BERLIN, datetime(2026, 3, 28)) == ["2026-03-28T01:30Z"]
+    assert day_fires(fixed, BERLIN, datetime(2026, 3, 30)) == ["2026-03-30T00:30Z"]
     ny = "America/New_York"
     assert day_fires(Cron("30 2 * * *", ny), ny, datetime(2026, 3, 8)) == ["2026-03-08T07:00Z"]
     skip = Cron("30 2 * * *", BERLIN, dst_gap="skip")
@@ -287,6 +291,42 @@ def test_the_other_berlin_and_new_york_worked_examples_of_policies_md() -> None:
         "2026-10-25T00:30Z",
         "2026-10-25T01:30Z",
     ]
+
+
+def test_the_lord_howe_and_santiago_worked_examples_of_policies_md_as_written() -> None:
+    """docs/policies.md, worked examples 10 and 11, every instant they give, with the default
+    policies unless the example names an override (10: `45 1 * * *` without one fires once,
+    at 14:45Z, the first of the two 01:45s)."""
+    lh = "Australia/Lord_Howe"
+    assert day_fires(Cron("15 2 * * *", lh), lh, datetime(2026, 10, 4)) == ["2026-10-03T15:30Z"]
+    assert day_fires(Cron("45 1 * * *", lh), lh, datetime(2026, 4, 5)) == ["2026-04-04T14:45Z"]
+    both = Cron("45 1 * * *", lh, dst_repeat="both")
+    assert day_fires(both, lh, datetime(2026, 4, 5)) == ["2026-04-04T14:45Z", "2026-04-04T15:15Z"]
+    quarter = day_fires(Cron("*/15 * * * *", lh), lh, datetime(2026, 4, 5))
+    assert len(quarter) == 98
+    assert quarter.count("2026-04-04T14:30Z") == 1 and "2026-04-04T15:00Z" in quarter
+    sa = "America/Santiago"
+    midnight = Cron("0 0 * * *", sa)
+    assert day_fires(midnight, sa, datetime(2026, 9, 6)) == ["2026-09-06T04:00Z"]
+    assert day_fires(midnight, sa, datetime(2026, 9, 5)) == ["2026-09-05T04:00Z"]
+    assert day_fires(Cron("30 23 * * *", sa), sa, datetime(2026, 4, 4)) == ["2026-04-05T02:30Z"]
+
+
+def test_the_interval_worked_example_of_policies_md_as_written() -> None:
+    """docs/policies.md, worked example 13: `Every(hours=1)` fires at 2026-03-29T00:00Z,
+    01:00Z and 02:00Z, one hour apart, while Berlin's clock reads 01:00, 03:00 and 04:00."""
+    from zsched.rules.triggers import Every
+
+    rule = Every(hours=1)
+    start = ms_of(datetime(2026, 3, 28, 23, 0, tzinfo=UTC))
+    slots = rule.slots_between(start, start + 3 * HOUR_MS, 10)
+    assert [utc(s).strftime("%Y-%m-%dT%H:%MZ") for s in slots] == [
+        "2026-03-29T00:00Z", "2026-03-29T01:00Z", "2026-03-29T02:00Z",
+    ]  # fmt: skip
+    berlin = ZoneInfo(BERLIN)
+    assert [utc(s).astimezone(berlin).strftime("%H:%M") for s in slots] == [
+        "01:00", "03:00", "04:00",
+    ]  # fmt: skip
 
 
 def test_fires_that_land_on_the_same_instant_are_one_fire() -> None:

@@ -17,17 +17,17 @@ SHORTENED = {
     "berlin-repeat-both": (
         dict(cron="30 2 * * *", tz="Europe/Berlin", dst_repeat="both", jitter=6 * 3600),
         1_792_800_000_000,
-    ),  # fmt: skip
+    ),
     # Berlin springs forward 2026-03-29T01:00Z: 01:00 and 03:00 wall time are 1 h apart.
     "berlin-spring-two-a-day": (
         dict(cron="0 1,3 * * *", tz="Europe/Berlin", jitter=2 * 3600),
         1_774_656_000_000,
-    ),  # fmt: skip
+    ),
     # Lord Howe falls back 30 minutes on 2026-04-04T15:00Z (02:00 wall back to 01:30).
     "lord-howe-repeat-both": (
         dict(cron="45 1 * * *", tz="Australia/Lord_Howe", dst_repeat="both", jitter=12 * 3600),
         1_775_174_400_000,
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -76,3 +76,32 @@ def test_app_enqueue_refuses_a_run_at_before_1970_naming_the_field(backend, queu
             app.enqueue("t", {}, run_at=value)
         assert e.value.field == "run_at"
     assert app.enqueue("t", {}, run_at=datetime(1970, 1, 1, tzinfo=UTC))  # 1970 itself is fine
+
+
+@pytest.mark.parametrize("field", ["start", "end"])
+@pytest.mark.parametrize("value", [BEFORE_1970, -60.0])
+def test_a_backfill_start_or_end_before_1970_is_refused_naming_the_field(
+    backend, queue, field, value
+) -> None:
+    """A ValueError naming the field (RuleError is an InvalidArgument), before any script
+    runs: nothing is backfilled, nothing reaches Redis as an error reply."""
+    app = backend.app(queue)
+    app.schedule("r", "t", cron="0 0 * * *", tz="UTC")
+    window = {"start": datetime(1970, 1, 1, tzinfo=UTC), "end": datetime(1970, 1, 3, tzinfo=UTC)}
+    with pytest.raises(ValueError, match=f"^{field} .*1970") as e:
+        app.backfill("r", **{**window, field: value})
+    assert isinstance(e.value, InvalidArgument) and e.value.field == field
+    assert app.status().delayed == 0
+
+
+@pytest.mark.parametrize("value", [BEFORE_1970, -1.0])
+def test_a_reschedule_to_a_run_at_before_1970_is_refused_naming_the_field(
+    backend, queue, value
+) -> None:
+    app = backend.app(queue)
+    rid = app.enqueue("t", {}, delay=60)
+    due = app.get_run(rid)
+    with pytest.raises(ValueError, match="^run_at") as e:
+        app.reschedule(rid, run_at=value)
+    assert isinstance(e.value, InvalidArgument) and e.value.field == "run_at"
+    assert app.get_run(rid) == due  # unchanged
