@@ -10,8 +10,9 @@
 -- ARGV[5] trim_limit         at most this many old completion records removed per call
 -- ARGV[6..] pairs: entry_id, run_id (at most 1000), best in stream order (ascending ids);
 --   then, for each key of KEYS[9..] in order: schedule_id, run_id (a run among the pairs)
--- Returns {code, ...} one per pair: 1 acked, 0 refused because `consumer` does not own the
---   entry (fenced: it was reclaimed by another consumer, or already acked).
+-- Returns {code, ...} one per pair: 1 acked; 0 refused, the entry is pending with another
+--   consumer (fenced: reclaimed); 2 refused, the entry is pending with no consumer (acked
+--   already: by whoever reclaimed it, or by this consumer's earlier call whose reply was lost).
 -- Invariant: only the consumer that owns a pending entry can finish it; an entry leaves the
 --   stream in the call that acknowledges it; a run leaves `runs` in the same call that
 --   records it in `done`, and frees its rule's lease in that call too (lua/lib/lease.lua,
@@ -22,7 +23,8 @@
 -- Publishes on `wake` when it frees a lease or starts a waiting fire.
 -- Bound: 1000 pairs, as many leases, and trim_limit records per call; the ownership check reads at most
 --   2 * pairs + 1000 pending entries between the first and the last pair's entry, then checks
---   the rest one by one (pairs in stream order are the fast case); the trim of the
+--   the rest one by one (pairs in stream order are the fast case), and a refused pair costs
+--   one more XPENDING (code 0 or 2); the trim of the
 --   acknowledged prefix (calls of 16 entries or more) reads XINFO GROUPS and one XPENDING
 --   summary per group (at most 4 groups of 256 consumers, else no trim) and frees whole
 --   stream nodes only (XTRIM ~, Redis's default LIMIT: 100 nodes).
@@ -335,7 +337,7 @@ local function owns(id)
   return redis.call('XPENDING', ready, group, id, id, 1, consumer)[1] ~= nil
 end
 
-local codes, owned, owned_runs, taken, fenced, o = {}, {}, {}, {}, 0, 0
+local codes, owned, owned_runs, taken, fenced, gone, o = {}, {}, {}, {}, 0, 0, 0
 for i = 1, n do
   local id = ids[i]
   if not taken[id] and owns(id) then
@@ -343,9 +345,12 @@ for i = 1, n do
     o = o + 1 -- a counter, not #t: the length operator is a search on every append
     owned[o], owned_runs[o] = id, run_ids[i]
     codes[i] = 1
-  else
+  elseif taken[id] or redis.call('XPENDING', ready, group, id, id, 1)[1] then
     fenced = fenced + 1
     codes[i] = 0
+  else
+    gone = gone + 1 -- a resend after a lost reply lands here: the caller judges (protocol.md)
+    codes[i] = 2
   end
 end
 
@@ -422,6 +427,7 @@ if #owned > 0 then
   redis.call('HINCRBY', stats, 'acked', #owned)
 end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
+if gone > 0 then redis.call('HINCRBY', stats, 'gone', gone) end
 if trim_limit > 0 then
   local old = redis.call('ZRANGEBYSCORE', done, '-inf', now_ms - window_ms, 'LIMIT', 0, trim_limit)
   if #old > 0 then redis.call('ZREM', done, unpack(old)) end
