@@ -82,7 +82,8 @@ if n_leases > 0 then
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
--- A run in a batch is {run_id, due_ms}.
+-- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
+-- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
 local BT_MAX = 64
 local function bt_key(due, id)
   -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
@@ -169,28 +170,28 @@ local function bt_add(d, items, want_head)
   while i <= #items do
     local k = bt_key(items[i][2], items[i][1])
     -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
-    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 2)
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
     local m = found[1]
     -- The first write on d comes after the first read of the index, before any other write: a
     -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
-    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items) end
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
       if head == nil then head = true end
-      m = redis.call('ZRANGE', index, 0, 0)[1]
+      m = redis.call('ZRANGE', index, '0', '0')[1]
       if m then
         redis.call('ZREM', index, m)
         m = k .. bt_num(m)
       else
-        m = k .. redis.call('HINCRBY', meta, 'seq', 1)
+        m = k .. redis.call('HINCRBY', meta, 'seq', '1')
       end
-      redis.call('ZADD', index, 0, m)
+      redis.call('ZADD', index, '0', m)
     end
     local leaf = d .. ':leaf:' .. bt_num(m)
     if head == nil then
       head = false
       if want_head and not found[2] then
-        local low = redis.call('ZRANGE', leaf, 0, 0, 'WITHSCORES')
+        local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
         head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
       end
     end
@@ -199,7 +200,7 @@ local function bt_add(d, items, want_head)
     local function belongs(j)
       if j == first then return true end
       if not looked then
-        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', '0', '1')[1]
         upto, looked = nxt and bt_bound(nxt), true
         upto_due = upto and tonumber(string.sub(upto, 1, 15))
       end
@@ -212,8 +213,8 @@ local function bt_add(d, items, want_head)
     local args = {}
     while i <= #items and card < BT_MAX and belongs(i) do
       local due = items[i][2]
-      -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
-      args[#args + 1] = due < 1e14 and due or string.format('%d', due)
+      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+      args[#args + 1] = items[i][3] or due
       args[#args + 1] = items[i][1]
       card, i = card + 1, i + 1
     end

@@ -166,6 +166,11 @@ class Model:
         """Change the rule: a slot already due fires under the new definition; otherwise the
         next fire is recomputed from now; waiting replays are kept."""
         old = self.rule.trigger
+        if self.paused and self.paused_at is not None and changes.get("trigger", old) != old:
+            # "Each slot is judged by the trigger in force when it happens": the old
+            # trigger's slots of the pause so far are `skipped: paused`, recorded now.
+            self._record_paused(self.paused_at)
+            self.paused_at = self.now + 1
         self.rule = replace(self.rule, **changes)
         if self.rule.trigger != old:
             self.gap_checked = self.now  # DST gaps from now on are the new trigger's
@@ -186,13 +191,16 @@ class Model:
         if not self.paused:
             return
         since = self.paused_at if self.paused_at is not None else self.now
+        self._record_paused(since)
+        self.paused, self.paused_at = False, None
+        self.next_slot = self._first_after(self.now)
+        self.settle()
+
+    def _record_paused(self, since: int) -> None:
         # "the slots from the pause to the resume are recorded `skipped: paused`": all of them
         # (the product writes one range entry past 1,000; real_system.ledger lists its slots).
         for s in calendar.slots_between(self.rule.trigger, since - 1, self.now, 10**7):
             self._record(s, "skipped", "paused", run_id(self.rule.schedule_id, s))
-        self.paused, self.paused_at = False, None
-        self.next_slot = self._first_after(self.now)
-        self.settle()
 
     def backfill(self, lo: int, hi: int) -> None:
         """The rule's slots in [lo, hi] that the ledger does not show as run, due now with

@@ -353,3 +353,46 @@ async def test_a_run_that_retries_to_exhaustion_goes_dead_and_frees_the_lease(re
         assert [a for rid, a, _ in p.system.started if rid == first] == [1, 2, 3, 4, 5]
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("misfire", ["catch_up", "coalesce"])
+async def test_a_pause_over_more_than_1000_slots_gives_each_slot_one_outcome(real, queue,
+                                                                             misfire) -> None:  # fmt: skip
+    """Review of issue 18, F2: the real system records a 1,500-slot pause as one range entry,
+    the model each slot; they agree slot by slot, and the audit afterwards finds nothing."""
+    rule = RuleDef("r", Every(60), misfire=misfire, overlap="skip", max_catch_up=3)
+    p = Pair(real, queue, rule, [Fate(90_000), Fate(0)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0 + 3 * M + 5)
+        await p.do("pause")
+        await p.do("advance_to", T0 + 1503 * M + 7)
+        await p.do("resume")
+        rows = p.system.app.schedule_history("r", count=100)
+        paused = [(r["slot_ms"], r["last_ms"]) for r in rows if r["reason"] == "paused"]
+        assert paused == [(T0 + 4 * M, T0 + 1503 * M + 7)]  # the first slot to the resume
+        await p.quiet(M)
+    finally:
+        await p.close()
+
+
+async def test_an_edit_of_a_paused_rules_trigger_gives_each_slot_one_outcome(real, queue):
+    """Shrunk by hand from a random run (skip x queue, 9 x 50): a paused `30 2 * * *` Berlin
+    rule (dst_repeat both) edited to `0 0 * * *`, resumed 20 days later; the audit found the
+    new trigger's 00:00 Berlin slot before the old trigger's next slot without an outcome
+    (the resume recorded the new trigger's slots from the old one's next slot). Now the edit
+    records the old trigger's paused slots so far, and the resume the new one's from then."""
+    old = Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both")
+    rule = RuleDef("r", old, misfire="skip", overlap="queue")
+    start = 1_792_800_000_000  # 2026-10-24T00:00Z
+    p = Pair(real, queue, rule, [Fate(0)], start)
+    try:
+        await p.start()
+        await p.do("advance_to", start + 36 * H)  # 2026-10-25T12:00Z
+        await p.do("pause")  # the old trigger's next slot: 2026-10-26T01:30Z
+        await p.edit(trigger=Cron("0 0 * * *", "Europe/Berlin"))  # next: 2026-10-25T23:00Z
+        await p.do("advance_to", start + 20 * 24 * H)
+        await p.do("resume")
+        await p.quiet(24 * H)
+    finally:
+        await p.close()

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 )
 
 from tests.model.harness import Backend, Pair
-from tests.model.rule_model import Fate, RuleDef, shortest_period
+from tests.model.rule_model import MAX_ATTEMPTS, Fate, RuleDef, shortest_period
 from zsched.rules.triggers import Cron, Every
 
 #: What the examples covered (printed by make model, recorded in docs/reliability.md).
@@ -169,6 +169,8 @@ class RuleMachine(RuleBasedStateMachine):
             event(f"outcome {o} {r}".rstrip())
         if any(attempt > 1 for _, attempt, _ in m.started):
             event("a retried run")
+        if any(attempt == MAX_ATTEMPTS for _, attempt, _ in m.started):
+            event("a run retried to its last attempt")
         if self.pair.system.conflicts():
             event("a fire lost to a racing dispatcher")
 
@@ -226,6 +228,18 @@ class RuleMachine(RuleBasedStateMachine):
     def pause(self) -> None:
         assert self.pair
         self.run(self.pair.do("pause"))
+
+    @precondition(lambda self: self.pair is not None and self.pair.model.paused
+                  and not self.pair.model.removed and self.period < H)  # fmt: skip
+    @rule(periods=st.sampled_from([1001, 1500]))
+    def long_pause(self, periods: int) -> None:
+        """Paused for more slots than a resume lists one by one (review-18 F2): the real
+        system writes one range entry, the model every slot (docs: each is `skipped:
+        paused`). Rules of a short period only: a daily rule's 1,001 slots are 3 years."""
+        assert self.pair
+        self.run(self.pair.do("advance_to", self.pair.model.now + self.period * periods))
+        self.run(self.pair.do("resume"))
+        event("a pause over more than 1,000 slots")
 
     @precondition(lambda self: self.pair is not None and self.pair.model.paused
                   and not self.pair.model.removed)  # fmt: skip

@@ -91,13 +91,11 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     if old.paused != spec.paused:
         raise RuleError(f"schedule {schedule_id}: use pause_schedule/resume_schedule to pause")
     # Catch-up replays still waiting stay (replayed under the new spec): none is lost.
-    state = replace(decode_state(raw_state), updated_ms=now)
-    if old.trigger != spec.trigger:
-        # DST gaps are judged by the trigger in force when they happen: the new one only
-        # from now (else it could record a gap where the old one had a slot: two outcomes).
-        state = replace(state, gap_checked_ms=now)
-    if _slots_differ(old, spec):
-        state = replace(state, slots_from_ms=now)  # the audit expects the new slots from now
+    raw_state = _record_pause_so_far(ctx, old, spec, raw_old, raw_state or b"", now)
+    if raw_state is None:
+        return ScheduleCode.CHANGED
+    expected = (raw_old, old_next, raw_state)
+    state = _edited_state(old, spec, decode_state(raw_state), now)
     if spec.paused:
         nxt = None
     elif old_next is not None and old_next <= now:
@@ -107,6 +105,36 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     head = None if spec.paused else state.catchup_head
     return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(),
                                       catchup_head=head, expected=expected))  # fmt: skip
+
+
+def _edited_state(old: Spec, new: Spec, state: State, now: int) -> State:
+    state = replace(state, updated_ms=now)
+    if old.trigger != new.trigger:
+        # DST gaps are judged by the trigger in force when they happen: the new one only
+        # from now (else it could record a gap where the old one had a slot: two outcomes).
+        state = replace(state, gap_checked_ms=now)
+    if _slots_differ(old, new):
+        state = replace(state, slots_from_ms=now)  # the audit expects the new slots from now
+    return state
+
+
+def _record_pause_so_far(ctx: QueueContext, old: Spec, new: Spec, raw_old: bytes,
+                         raw_state: bytes, now: int) -> bytes | None:  # fmt: skip
+    """An edit of a paused rule's trigger: record the old trigger's slots of the pause up to
+    `now` (`skipped: paused`) and move the pause's start past them, so the resume records
+    the new trigger's from here (else the new one's slots before the old one's next slot
+    got no outcome; the audit, looking past the last write, found it). Returns the stored
+    state then (as it was when nothing is to record), or None if the rule changed meanwhile."""
+    state = decode_state(raw_state)
+    if not new.paused or old.trigger == new.trigger or state.paused_at_ms is None:
+        return raw_state
+    records = paused_records(old, state, state.paused_at_ms, now)
+    moved = replace(state, paused_at_ms=now + 1).encode()
+    args = S.FireArgs(old.schedule_id, raw_old, None, raw_state, None, moved, None,
+                      str(old.overlap), old.lease_ms, [], records)  # fmt: skip
+    r = ctx.scripts.run(ledger.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                                    dedupe_window_ms=ctx.settings.dedupe_window_ms, trim=False))  # fmt: skip
+    return moved if r.ok else None
 
 
 def _slots_differ(old: Spec, new: Spec) -> bool:

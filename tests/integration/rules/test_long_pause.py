@@ -97,3 +97,32 @@ def test_the_cli_history_shows_a_range_entry_as_its_first_and_last_slot(redis_ur
         "2027-01-15T08:41:40+00:00",
         "skipped",
     ]
+
+
+def test_an_edit_of_a_paused_rules_trigger_keeps_one_outcome_per_slot(backend, queue):
+    """Found by the random machine once the audit looked past the last write: the trigger of
+    a paused rule edited, the resume recorded the new trigger's slots only from the old one's
+    next slot on: the new trigger's slot before it (00:00 Berlin) got no outcome. Now the
+    edit records the old trigger's slots of the pause so far, the resume the new one's."""
+    from datetime import UTC, datetime
+
+    def at(*ymdh: int) -> int:
+        return int(datetime(*ymdh, tzinfo=UTC).timestamp() * 1000)
+
+    clock = FakeClock(at(2026, 10, 24, 12))
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", cron="30 2 * * *", tz="Europe/Berlin")
+    assert app.pause_schedule("r")
+    clock.set(at(2026, 10, 26, 12))
+    app.schedule("r", "t", cron="0 0 * * *", tz="Europe/Berlin")  # still paused
+    clock.set(at(2026, 10, 28, 12))
+    assert app.resume_schedule("r")
+    got = sorted((r["slot_ms"], r["reason"]) for r in app.schedule_history("r"))
+    assert got == [  # 02:30 Berlin on the 25th (CEST, the first of the two) and the 26th;
+        (at(2026, 10, 25, 0) + 30 * M, "paused"),  # then 00:00 Berlin (CET) on the 27th
+        (at(2026, 10, 26, 1) + 30 * M, "paused"),  # and the 28th
+        (at(2026, 10, 26, 23), "paused"),
+        (at(2026, 10, 27, 23), "paused"),
+    ]
+    (report,) = audit(app, now_ms=at(2026, 10, 28, 12) + 65_000)
+    assert report.unaccounted == [] and report.checked == 2
