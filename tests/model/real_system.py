@@ -86,14 +86,13 @@ class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
                  start_ms: int, dispatchers: int = 1, workers: int = 1) -> None:  # fmt: skip
         self.real, self.rule, self.fate_of = real, rule, fate_of
+        #: (since, trigger): each trigger is in force for the slots after `since` (the edit).
+        self.triggers: list[tuple[int, Any]] = [(-(2**63), rule.trigger)]
         self.clock = SharedClock(start_ms)
         self.app = real.app(queue, clock=self.clock)
         self.queue, self.sid = queue, rule.schedule_id
         self.up = True
         self.gates: dict[tuple[str, int], Gate] = {}
-        #: Range entries' slots, by (first, last, written at); see ledger().
-        self._ranges: dict[tuple[int, int, int], list[int]] = {}
-        self._range_trigger: Any = None
         self.started: list[tuple[str, int, int]] = []
         self.app.task(name="t", max_attempts=MAX_ATTEMPTS)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
@@ -165,16 +164,15 @@ class RealSystem:
         await self.settle()
 
     async def edit(self, rule: RuleDef, declared: bool = False) -> None:
-        """schedule() the new definition, or declare it and sync (as a dispatcher start does).
-        A paused rule's new trigger: the edit records the old one's paused slots so far."""
-        self._range_trigger, self.rule = self.rule.trigger, rule
+        """schedule() the new definition, or declare it and sync (as a dispatcher start does)."""
+        if rule.trigger != self.rule.trigger:
+            self.triggers.append((self.clock.now_ms(), rule.trigger))
+        self.rule = rule
         if declared:
             self.app.declare(self.sid, "t", **self._options())
             self.app.sync_schedules()
         else:
             self.app.schedule(self.sid, "t", **self._options())
-        self.ledger()  # the edit's range entries, with the old trigger's slots
-        self._range_trigger = None
         await self.settle()
 
     async def pause(self) -> None:
@@ -260,16 +258,17 @@ class RealSystem:
         """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
         for each slot in it of the trigger in force when it was written (read at once)."""
         rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
-        return sorted((s, h["outcome"], h["reason"]) for h in rows for s in self._slots(h))
+        return sorted((s, h["outcome"], h["reason"]) for h in rows
+                      for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
+                                calendar.slots_between(self._trigger_at(h["last_ms"]),
+                                                       h["slot_ms"] - 1, h["last_ms"],
+                                                       10**7)))  # fmt: skip
 
-    def _slots(self, h: dict[str, Any]) -> list[int]:
-        if h["last_ms"] == h["slot_ms"]:
-            return [h["slot_ms"]]
-        key = (h["slot_ms"], h["last_ms"], h["at_ms"])
-        if key not in self._ranges:
-            trig = self._range_trigger or self.rule.trigger
-            self._ranges[key] = calendar.slots_between(trig, key[0] - 1, key[1], 10**7)
-        return self._ranges[key]
+    def _trigger_at(self, ms: int) -> Any:
+        """The trigger whose slots a range entry ending at `ms` lists: the one in force then
+        (an edit of a paused rule records the old trigger's slots up to the edit, the resume
+        the new one's after it; expanding an old range with the new trigger misread it)."""
+        return [t for since, t in self.triggers if since < ms][-1]
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}
