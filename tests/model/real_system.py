@@ -92,6 +92,8 @@ class RealSystem:
         self.up = True
         self.gates: dict[tuple[str, int], Gate] = {}
         self.started: list[tuple[str, int, int]] = []
+        #: The slots of each range entry of the ledger (see _slots_of).
+        self._ranges: dict[tuple[int, int, int], list[int]] = {}
         self.app.task(name="t", max_attempts=MAX_ATTEMPTS)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
                             for _ in range(dispatchers)]  # fmt: skip
@@ -163,12 +165,13 @@ class RealSystem:
 
     async def edit(self, rule: RuleDef, declared: bool = False) -> None:
         """schedule() the new definition, or declare it and sync (as a dispatcher start does)."""
-        self.rule = rule
+        before, self.rule = self.rule, rule
         if declared:
             self.app.declare(self.sid, "t", **self._options())
             self.app.sync_schedules()
         else:
             self.app.schedule(self.sid, "t", **self._options())
+        self.ledger(before)  # a range the edit wrote (a long pause so far) is the old trigger's
         await self.settle()
 
     async def pause(self) -> None:
@@ -250,15 +253,24 @@ class RealSystem:
 
     # -- what can be read ---------------------------------------------------------------------
 
-    def ledger(self) -> list[tuple[int, str, str]]:
+    def ledger(self, rule: RuleDef | None = None) -> list[tuple[int, str, str]]:
         """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
         for each slot of the rule in it."""
         rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
-        trig = self.rule.trigger
+        trig = (rule or self.rule).trigger
         return sorted((s, h["outcome"], h["reason"]) for h in rows
-                      for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
-                                calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
-                                                       10**7)))  # fmt: skip
+                      for s in self._slots_of(h, trig))  # fmt: skip
+
+    def _slots_of(self, h: dict[str, Any], trig: Any) -> list[int]:
+        """A range entry's slots are those of the trigger in force when it was written: read
+        at the first check after it (the harness checks after every operation), kept."""
+        if h["last_ms"] == h["slot_ms"]:
+            return [h["slot_ms"]]
+        key = (h["slot_ms"], h["last_ms"], h["at_ms"])
+        if key not in self._ranges:
+            self._ranges[key] = calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
+                                                       10**7)  # fmt: skip
+        return self._ranges[key]
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}
