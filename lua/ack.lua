@@ -10,8 +10,9 @@
 -- ARGV[5] trim_limit         at most this many old completion records removed per call
 -- ARGV[6..] pairs: entry_id, run_id (at most 1000), best in stream order (ascending ids);
 --   then, for each key of KEYS[9..] in order: schedule_id, run_id (a run among the pairs)
--- Returns {code, ...} one per pair: 1 acked, 0 refused because `consumer` does not own the
---   entry (fenced: it was reclaimed by another consumer, or already acked).
+-- Returns {code, ...} one per pair: 1 acked; 0 refused, the entry is pending with another
+--   consumer (fenced: reclaimed); 2 refused, the entry is pending with no consumer (acked
+--   already: by whoever reclaimed it, or by this consumer's earlier call whose reply was lost).
 -- Invariant: only the consumer that owns a pending entry can finish it; an entry leaves the
 --   stream in the call that acknowledges it; a run leaves `runs` in the same call that
 --   records it in `done`, and frees its rule's lease in that call too (lua/lib/lease.lua,
@@ -22,7 +23,8 @@
 -- Publishes on `wake` when it frees a lease or starts a waiting fire.
 -- Bound: 1000 pairs, as many leases, and trim_limit records per call; the ownership check reads at most
 --   2 * pairs + 1000 pending entries between the first and the last pair's entry, then checks
---   the rest one by one (pairs in stream order are the fast case); the trim of the
+--   the rest one by one (pairs in stream order are the fast case), and a refused pair costs
+--   one more XPENDING (code 0 or 2); the trim of the
 --   acknowledged prefix (calls of 16 entries or more) reads XINFO GROUPS and one XPENDING
 --   summary per group (at most 4 groups of 256 consumers, else no trim) and frees whole
 --   stream nodes only (XTRIM ~, Redis's default LIMIT: 100 nodes).
@@ -81,7 +83,8 @@ if n_leases > 0 then
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
--- A run in a batch is {run_id, due_ms}.
+-- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
+-- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
 local BT_MAX = 64
 local function bt_key(due, id)
   -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
@@ -168,28 +171,28 @@ local function bt_add(d, items, want_head)
   while i <= #items do
     local k = bt_key(items[i][2], items[i][1])
     -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
-    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', 0, 2)
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
     local m = found[1]
     -- The first write on d comes after the first read of the index, before any other write: a
     -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
-    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items) end
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
       if head == nil then head = true end
-      m = redis.call('ZRANGE', index, 0, 0)[1]
+      m = redis.call('ZRANGE', index, '0', '0')[1]
       if m then
         redis.call('ZREM', index, m)
         m = k .. bt_num(m)
       else
-        m = k .. redis.call('HINCRBY', meta, 'seq', 1)
+        m = k .. redis.call('HINCRBY', meta, 'seq', '1')
       end
-      redis.call('ZADD', index, 0, m)
+      redis.call('ZADD', index, '0', m)
     end
     local leaf = d .. ':leaf:' .. bt_num(m)
     if head == nil then
       head = false
       if want_head and not found[2] then
-        local low = redis.call('ZRANGE', leaf, 0, 0, 'WITHSCORES')
+        local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
         head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
       end
     end
@@ -198,7 +201,7 @@ local function bt_add(d, items, want_head)
     local function belongs(j)
       if j == first then return true end
       if not looked then
-        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', '0', '1')[1]
         upto, looked = nxt and bt_bound(nxt), true
         upto_due = upto and tonumber(string.sub(upto, 1, 15))
       end
@@ -211,8 +214,8 @@ local function bt_add(d, items, want_head)
     local args = {}
     while i <= #items and card < BT_MAX and belongs(i) do
       local due = items[i][2]
-      -- A number would go to Redis as %.14g: exact only below 10^14 ms (year 5138).
-      args[#args + 1] = due < 1e14 and due or string.format('%d', due)
+      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+      args[#args + 1] = items[i][3] or due
       args[#args + 1] = items[i][1]
       card, i = card + 1, i + 1
     end
@@ -334,7 +337,7 @@ local function owns(id)
   return redis.call('XPENDING', ready, group, id, id, 1, consumer)[1] ~= nil
 end
 
-local codes, owned, owned_runs, taken, fenced, o = {}, {}, {}, {}, 0, 0
+local codes, owned, owned_runs, taken, fenced, gone, o = {}, {}, {}, {}, 0, 0, 0
 for i = 1, n do
   local id = ids[i]
   if not taken[id] and owns(id) then
@@ -342,9 +345,12 @@ for i = 1, n do
     o = o + 1 -- a counter, not #t: the length operator is a search on every append
     owned[o], owned_runs[o] = id, run_ids[i]
     codes[i] = 1
-  else
+  elseif taken[id] or redis.call('XPENDING', ready, group, id, id, 1)[1] then
     fenced = fenced + 1
     codes[i] = 0
+  else
+    gone = gone + 1 -- a resend after a lost reply lands here: the caller judges (protocol.md)
+    codes[i] = 2
   end
 end
 
@@ -421,6 +427,7 @@ if #owned > 0 then
   redis.call('HINCRBY', stats, 'acked', #owned)
 end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
+if gone > 0 then redis.call('HINCRBY', stats, 'gone', gone) end
 if trim_limit > 0 then
   local old = redis.call('ZRANGEBYSCORE', done, '-inf', now_ms - window_ms, 'LIMIT', 0, trim_limit)
   if #old > 0 then redis.call('ZREM', done, unpack(old)) end

@@ -4,12 +4,13 @@
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4..] groups of 4: entry_id, run_id, reason, envelope (the raw bytes as read; run_id may
 --   be "" for an entry that could not be decoded; at most 1000 groups)
--- Returns {code, ...} one per group: 1 dead-lettered, 0 refused (fenced: not the owner).
+-- Returns {code, ...} one per group: 1 dead-lettered; 0 refused, pending with another
+--   consumer (fenced); 2 refused, pending with no consumer (written already: as ack.lua's 2).
 --   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a run leaves the stream only in the call that adds it to `dead`, and only by the
 --   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed.
--- Bound: 1000 groups per call.
--- Counts in `stats`: dead, dead:<kind> (the kind read from the reason, see below), fenced.
+-- Bound: 1000 groups per call; a refused group costs one more XPENDING.
+-- Counts in `stats`: dead, dead:<kind> (the kind read from the reason, see below), fenced, gone.
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
@@ -54,7 +55,7 @@ local function kind_of(reason)
   return 'other'
 end
 local by_kind = {}
-local codes, moved, fenced = {}, 0, 0
+local codes, moved, fenced, gone = {}, 0, 0, 0
 for i = 4, #ARGV, 4 do
   local entry, run_id, reason, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local owned = redis.call('XPENDING', ready, group, entry, entry, 1, consumer)
@@ -71,12 +72,16 @@ for i = 4, #ARGV, 4 do
     local kind = 'dead:' .. kind_of(reason)
     by_kind[kind] = (by_kind[kind] or 0) + 1
     codes[#codes + 1] = 1
-  else
+  elseif redis.call('XPENDING', ready, group, entry, entry, 1)[1] then
     fenced = fenced + 1
     codes[#codes + 1] = 0
+  else
+    gone = gone + 1 -- no longer pending: a resend after a lost reply lands here (protocol.md)
+    codes[#codes + 1] = 2
   end
 end
 if moved > 0 then redis.call('HINCRBY', stats, 'dead', moved) end
 for kind, n in pairs(by_kind) do redis.call('HINCRBY', stats, kind, n) end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
+if gone > 0 then redis.call('HINCRBY', stats, 'gone', gone) end
 return codes

@@ -5,11 +5,11 @@
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4] dedupe_window_ms   records in `cancelled` older than this are trimmed
 -- ARGV[5..] pairs: entry_id, run_id (at most 1000)
--- Returns {code, ...} one per pair: 1 discarded, 0 refused because `consumer` does not own the
---   entry (fenced).
+-- Returns {code, ...} one per pair: 1 discarded; 0 refused, pending with another consumer
+--   (fenced); 2 refused, pending with no consumer (written already: as ack.lua's code 2).
 -- Invariant: only the consumer that owns a pending entry can end it; a run leaves `runs` in
 --   the call that records it in `cancelled`.
--- Bound: 1000 pairs per call, one XPENDING each.
+-- Bound: 1000 pairs per call, one XPENDING each (two for a refused pair).
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
@@ -55,6 +55,8 @@ for i = 5, #ARGV, 2 do
       n = n + 1
     end
     code = 1
+  elseif not redis.call('XPENDING', ready, group, entry, entry, 1)[1] then
+    code = 2 -- no longer pending: a resend after a lost reply lands here (protocol.md)
   end
   codes[#codes + 1] = code
 end
@@ -63,7 +65,10 @@ if n > 0 then
   redis.call('ZREMRANGEBYSCORE', cancelled, '-inf', '(' .. (now_ms - window_ms))
   if window_ms > 0 then redis.call('PEXPIRE', cancelled, window_ms) end
 end
-local refused = 0
-for _, c in ipairs(codes) do if c == 0 then refused = refused + 1 end end
+local refused, gone = 0, 0
+for _, c in ipairs(codes) do
+  if c == 0 then refused = refused + 1 elseif c == 2 then gone = gone + 1 end
+end
 if refused > 0 then redis.call('HINCRBY', stats, 'fenced', refused) end
+if gone > 0 then redis.call('HINCRBY', stats, 'gone', gone) end
 return codes

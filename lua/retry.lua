@@ -5,11 +5,12 @@
 -- ARGV[4..] groups of 4: entry_id, run_id, delay_ms, envelope (the next attempt's envelope;
 --   at most 1000 groups); the retry is due at now_ms + delay_ms, at most 253402300799999
 --   (9999-12-31, as for enqueue): a call with any other delay is refused whole
--- Returns {code, ...} one per group: 1 retried, 0 refused (fenced: not the owner).
+-- Returns {code, ...} one per group: 1 retried; 0 refused, pending with another consumer
+--   (fenced); 2 refused, pending with no consumer (written already: as ack.lua's code 2).
 --   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a run leaves the stream only in the call that puts it back in `delayed`, and only
 --   by the consumer that owns its entry.
--- Bound: 1000 groups per call.
+-- Bound: 1000 groups per call; a refused group costs one more XPENDING.
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -250,7 +251,7 @@ for i = 4, #ARGV, 4 do
   end
 end
 
-local codes, moved, fenced, earliest, items = {}, 0, 0, nil, {}
+local codes, moved, fenced, gone, earliest, items = {}, 0, 0, 0, nil, {}
 for i = 4, #ARGV, 4 do
   local entry, run_id, env = ARGV[i], ARGV[i + 1], ARGV[i + 3]
   local at = now_ms + math.floor(tonumber(ARGV[i + 2]))
@@ -264,9 +265,12 @@ for i = 4, #ARGV, 4 do
     if not earliest or at < earliest then earliest = at end
     moved = moved + 1
     codes[#codes + 1] = 1
-  else
+  elseif redis.call('XPENDING', ready, group, entry, entry, 1)[1] then
     fenced = fenced + 1
     codes[#codes + 1] = 0
+  else
+    gone = gone + 1 -- no longer pending: a resend after a lost reply lands here (protocol.md)
+    codes[#codes + 1] = 2
   end
 end
 if moved > 0 then
@@ -274,6 +278,7 @@ if moved > 0 then
   redis.call('HINCRBY', stats, 'retried', moved)
 end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
+if gone > 0 then redis.call('HINCRBY', stats, 'gone', gone) end
 if earliest then
   if bt_head(delayed) == earliest then redis.call('PUBLISH', wake, earliest) end
 end

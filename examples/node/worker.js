@@ -3,7 +3,8 @@
 //   node worker.js --redis URL --queue Q [--once] [--consumer NAME] [--max-attempts N]
 //        [--retry-delay-ms MS] [--visibility-timeout-ms MS]
 // Prints one JSON line per finished run: {"event": "outcome", "run_id", "task", "attempt",
-// "outcome": "ack"|"retry"|"dead", "written": bool, "reason"?}. --once does one pass over what
+// "outcome": "ack"|"retry"|"dead", "written": bool, "gone": bool, "reason"?} (gone: refused,
+// the entry was no longer pending: another consumer finished the run). --once does one pass over what
 // is ready now and exits; without it the worker runs until SIGTERM or SIGINT.
 import Redis from 'ioredis';
 
@@ -14,7 +15,8 @@ import { handlers } from './handlers.js';
 function report(o) {
   console.log(JSON.stringify({
     event: 'outcome', entry_id: o.entryId, run_id: o.runId, task: o.task ?? null, attempt: o.attempt ?? null,
-    payload: o.payload ?? null, outcome: o.outcome, written: Boolean(o.written), reason: o.reason ?? null,
+    payload: o.payload ?? null, outcome: o.outcome, written: Boolean(o.written), gone: Boolean(o.gone),
+    reason: o.reason ?? null,
   }));
 }
 

@@ -27,7 +27,7 @@ import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
 from zsched.protocol.envelope import Envelope, decode, v2_named
 from zsched.protocol.keys import QueueKeys
-from zsched.protocol.replies import CancelCode, EnqueueCode
+from zsched.protocol.replies import CancelCode, EnqueueCode, HoldCode
 from zsched.protocol.runids import created_ms
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
@@ -232,34 +232,46 @@ async def test_the_node_worker_dead_letters_bad_runs_with_the_python_reasons(rea
     )
 
 
-@pytest.mark.parametrize("taken_over", [False, True])
+@pytest.mark.parametrize("taken_over", ["no", "held", "finished"])
 async def test_the_node_worker_renews_its_hold_and_is_fenced_after_a_takeover(
     real, queue, node_dir, taken_over
 ):
+    """held: the thief still holds the entry (ack code 0); finished: the thief acked it first
+    (ack code 2, gone). Both are fences for the Node worker, which never sends twice."""
     app = real.app(queue)
     app.enqueue("hold", None, run_id="held")
     await dispatch(app, real)
+    stolen = taken_over != "no"
     with node_proc(node_dir, "worker.js", "--redis", real.url, "--queue", queue, "--once") as (
         proc,
         lines,
     ):
         assert lines.next() == {"event": "started", "run_id": "held"}
         assert app.get_run("held").state == "running"
-        if taken_over:  # another consumer reclaims the entry while the Node handler runs
+        if stolen:  # another consumer reclaims the entry while the Node handler runs
             r = app.scripts.run(S.reclaim(app.keys, "py-thief", now_ms=None, min_idle_ms=0,
                                           count=10, max_deliveries=5))  # fmt: skip
             assert [c.run_id for c in r.claimed] == ["held"]
+            if taken_over == "finished":
+                pair = [(r.claimed[0].entry_id, "held")]
+                ack = S.ack(app.keys, "py-thief", pair, now_ms=None, dedupe_window_ms=60_000)
+                assert app.scripts.run(ack) == [HoldCode.OK]
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        assert lines.next() == {"event": "renewed", "run_id": "held", "ok": not taken_over}
+        assert lines.next() == {"event": "renewed", "run_id": "held", "ok": not stolen}
         out = lines.next()
-        assert (out["outcome"], out["written"]) == ("ack", not taken_over)
+        assert (out["outcome"], out["written"]) == ("ack", not stolen)
+        assert out["gone"] == (taken_over == "finished")
         assert proc.wait(30) == 0
     run = app.get_run("held")
-    if taken_over:
+    stats = app.status().stats
+    if taken_over == "held":
         assert (run.state, run.consumer) == ("running", "py-thief")
-        assert app.status().stats["fenced"] == 2  # the renew and the ack were refused
+        assert stats["fenced"] == 2  # the renew and the ack were refused
+    elif taken_over == "finished":
+        assert run.state == "done"
+        assert (stats["fenced"], stats["gone"]) == (1, 1)  # the renew; the ack: gone
     else:
         assert run.state == "done"
 

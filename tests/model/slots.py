@@ -26,6 +26,7 @@ over milliseconds: the first instant whose wall time is past the one asked for.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 from collections.abc import Iterator
@@ -212,28 +213,38 @@ def policy(spec: CronSpec) -> tuple[str, str]:
     return gap, repeat
 
 
-def _day_fires(spec: CronSpec, zone: ZoneInfo, d: date) -> list[int]:
-    p = parse(spec.expr)
-    if not _day_matches(p, d):
-        return []
+@functools.lru_cache(maxsize=512)
+def _day_offsets(expr: str) -> tuple[int, ...]:
+    """The rule's wall times within a day, as ms after midnight, ascending."""
+    p = parse(expr)
+    return tuple(h * 3_600_000 + m * 60_000 + s * 1000
+                 for h in p.hours for m in p.minutes for s in p.seconds)  # fmt: skip
+
+
+# The model asks about the same days again and again (each pass, edit, resume): cache them.
+@functools.lru_cache(maxsize=8192)
+def _day_fires(spec: CronSpec, d: date) -> tuple[int, ...]:
+    if not _day_matches(parse(spec.expr), d):
+        return ()
+    zone = ZoneInfo(spec.tz)
     gap, repeat = policy(spec)
     midnight = datetime(d.year, d.month, d.day)
-    walls = [midnight + timedelta(hours=h, minutes=m, seconds=s)
-             for h in p.hours for m in p.minutes for s in p.seconds]  # fmt: skip
+    base, offsets = _ms(midnight), _day_offsets(spec.expr)
     start, end = occurrences(zone, midnight), occurrences(zone, midnight + timedelta(days=1))
-    off = _ms(midnight) - start[0] if len(start) == 1 else None
-    if len(end) == 1 and off == _ms(midnight) + DAY_MS - end[0]:
+    off = base - start[0] if len(start) == 1 else None
+    if off is not None and len(end) == 1 and off == base + DAY_MS - end[0]:
         # One offset all day (two transitions within a day that cancel out: no real zone).
-        return [_ms(w) - off for w in walls]
+        return tuple(base - off + x for x in offsets)
     fires: set[int] = set()
-    for w in walls:
+    for x in offsets:
+        w = midnight + timedelta(milliseconds=x)
         times = occurrences(zone, w)
         if not times:
             if gap == "shift":
                 fires.add(gap_end(zone, w))
         else:
             fires.update(times if repeat == "both" else times[:1])
-    return sorted(fires)
+    return tuple(sorted(fires))
 
 
 def _utc_date(ms: int) -> date:
@@ -243,14 +254,13 @@ def _utc_date(ms: int) -> date:
 def _cron_slots(spec: CronSpec, lo: int) -> Iterator[int]:
     """Fires > lo in order: local dates from two days before lo's, emitting a buffered fire
     once no later date can produce an earlier one."""
-    zone = ZoneInfo(spec.tz)
     d = _utc_date(lo) - timedelta(days=2)
     heap: list[int] = []
     last = lo
     while True:
-        for f in _day_fires(spec, zone, d):
-            if f > lo:
-                heapq.heappush(heap, f)
+        fires = _day_fires(spec, d)
+        for f in fires[bisect.bisect_right(fires, lo) :]:
+            heapq.heappush(heap, f)
         d += timedelta(days=1)
         safe = _ms(datetime(d.year, d.month, d.day, tzinfo=UTC)) - MARGIN_MS
         while heap and heap[0] < safe:

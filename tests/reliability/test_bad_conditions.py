@@ -154,7 +154,7 @@ def test_an_enqueue_whose_reply_is_lost_is_a_duplicate_when_retried(redis_server
     proxy.close()
 
 
-async def test_an_ack_whose_reply_is_lost_is_fenced_on_resend_and_runs_once(redis_server, queue):
+async def test_an_ack_whose_reply_is_lost_is_refused_on_resend_and_runs_once(redis_server, queue):
     direct = zsched.App(redis_server.url, queue=queue, metrics=Metrics())
     proxy = Proxy(redis_server.port)
     app = zsched.App(proxy.url, queue=queue, metrics=Metrics())
@@ -175,7 +175,12 @@ async def test_an_ack_whose_reply_is_lost_is_fenced_on_resend_and_runs_once(redi
     assert ran == ["r1"] and direct.get_run("r1").state == "done"
     await w.flush()  # the worker kept the outcome and sends it again: refused, not re-run
     stats = direct.redis.hgetall(direct.keys.stats)
-    assert (stats[b"acked"], stats[b"fenced"]) == (b"1", b"1")
+    # Refused as no longer pending (gone), not as fenced: no fence, no duplicate counted.
+    assert (stats[b"acked"], stats[b"gone"], stats.get(b"fenced")) == (b"1", b"1", None)
+    m = app.metrics
+    assert m.fenced.labels(queue, "ack")._value.get() == 0
+    assert m.duplicates.labels(queue, "worker")._value.get() == 0
+    assert m.resent_written.labels(queue, "ack")._value.get() == 1
     assert ran == ["r1"] and direct.status().pending == 0
     await d.close()
     await w.close()

@@ -36,11 +36,11 @@ def test_ack_from_a_consumer_that_does_not_own_the_entry_is_fenced(backend, queu
     assert after == before
 
 
-def test_ack_twice_is_fenced_the_second_time(backend, queue) -> None:
+def test_ack_twice_is_refused_as_gone_the_second_time(backend, queue) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
     call = S.ack(app.keys, "c1", [(ent["a"], "a")], now_ms=NOW, dedupe_window_ms=60_000)
     assert app.scripts.run(call) == [HoldCode.OK]
-    assert app.scripts.run(call) == [HoldCode.FENCED]
+    assert app.scripts.run(call) == [HoldCode.GONE]  # no longer pending (test_gone_codes.py)
 
 
 def test_ack_trims_completion_records_older_than_the_window(backend, queue) -> None:

@@ -91,16 +91,17 @@ class RuleFirer:
             pipe.time()
         pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1, withscores=True)
         pipe.zrange(k.rule_catchup, 0, self.rules_per_pass - 1)
-        pipe.xlen(k.ready)
         replies = await pipe.execute()
         t = await self.redis.time() if cluster else replies.pop(0)
-        heads, catchup, backlog = replies
+        heads, catchup = replies
         now = now_ms if now_ms is not None else time_reply_ms(t)
         due = {text(m): int(sc) for m, sc in heads if int(sc) <= now}
         ids = list(dict.fromkeys([*due, *(text(m) for m in catchup)]))
         await self._maybe_audit()
         if not ids:
             return self._learn(int(heads[0][1]) if heads else None, now, read_at)
+        # The backlog only when something fires: an idle pass's read is one command less.
+        backlog = await self.redis.xlen(k.ready)
         budget = int(self.catch_up_budget * max(0.0, 1 - backlog / max(1, self.max_backlog)))
         self.blocked = 0
         await self._fire(ids, now, budget)

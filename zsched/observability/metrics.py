@@ -134,6 +134,12 @@ class Metrics:
             "Acks, retries or hold renewals refused because this consumer no longer owned the run.",
             ["queue", "reason"], registry=r,
         )  # fmt: skip
+        self.resent_written = Counter(
+            "zsched_resent_written_total",
+            "Outcomes sent again after a failed call and found written already: most likely by "
+            "that call, whose reply was lost (not counted as fenced).",
+            ["queue", "reason"], registry=r,
+        )  # fmt: skip
         self.duplicates = Counter(
             "zsched_duplicates_total",
             "Duplicate runs caught, by where: enqueue, fire, worker, timeout.",

@@ -35,6 +35,10 @@ class HoldCode(IntEnum):
     FENCED = 0
     #: Done, by the entry's holder.
     OK = 1
+    #: ack, retry, dead and discard: the entry is pending with no consumer, nothing was written.
+    #: Written already: by the consumer that reclaimed it (a fence), or by this consumer's own
+    #: earlier call whose reply was lost (only the caller knows it sent the call before).
+    GONE = 2
 
 
 class CancelCode(IntEnum):

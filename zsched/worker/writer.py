@@ -2,9 +2,11 @@
 
 Handlers end faster than Redis round trips: outcomes wait here and go out in batches (one ack
 script call for up to FLUSH_BATCH runs). Every write is fenced: a consumer that no longer owns
-an entry cannot ack, retry or dead-letter it. A rule's run frees its overlap lease when its
-outcome is written (in the ack script itself; unlease.lua after a dead letter or a cancel), or
-keeps it for a retry's wait (extend.lua).
+an entry cannot ack, retry or dead-letter it. An outcome sent again after its call failed
+(the reply lost: maybe applied) and found no longer pending is most likely written by that
+call: counted apart (zsched_resent_written_total), not as a fence. A rule's run frees its
+overlap lease when its outcome is written (in the ack script itself; unlease.lua after a dead
+letter or a cancel), or keeps it for a retry's wait (extend.lua).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ log = logging.getLogger("zsched.worker.worker")  # one logger for the whole work
 FLUSH_BATCH = 100
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*RETRYABLE_ERRORS, *REFUSALS)
 # Bound once: looking a member up on an Enum class costs ~0.3 us, paid per run otherwise.
-_OK, _FENCED = HoldCode.OK, HoldCode.FENCED
+_OK, _FENCED, _GONE = HoldCode.OK, HoldCode.FENCED, HoldCode.GONE
+#: Run ids named in the one WARNING (or INFO) line per refused batch.
+_NAMED = 5
 
 
 class OverlapLease(NamedTuple):
@@ -60,6 +64,9 @@ class Writer:
         self.flushing: set[str] = set()
         #: Entries another consumer took over (found by a fenced write or hold renewal).
         self.lost: set[str] = set()
+        #: Entries whose outcome went out in a call that failed (the reply may be all that was
+        #: lost): on the resend, "no longer pending" is not a fence (docs/protocol.md).
+        self.resent: set[str] = set()
         #: entry_id -> the overlap lease of a rule's run this worker has.
         self.overlap_leases: dict[str, OverlapLease] = {}
         # Held by flush and by hold renewal: a renewal racing an ack would read the acked
@@ -151,31 +158,29 @@ class Writer:
         ctx, window = self.ctx, self.ctx.queue_settings.dedupe_window_ms
         held = [self.overlap_leases.get(a[0]) for a in acks]
         leases = [(lease.schedule_id, lease.run_id) for lease in held if lease is not None]
-        codes = await ctx.scripts.run(S.ack(ctx.keys, ctx.consumer, acks, now_ms=now,
-                                            dedupe_window_ms=window, leases=leases))  # fmt: skip
+        codes = await self._send(S.ack(ctx.keys, ctx.consumer, acks, now_ms=now,
+                                       dedupe_window_ms=window, leases=leases), acks)  # fmt: skip
         if leases:  # kept until written: a failed call is sent again, leases and all
             for a in acks:
                 self.overlap_leases.pop(a[0], None)
         written = _taken(acks)
-        self._fenced("ack", written, codes)
-        await self._record(written, codes)
+        await self._record(written, self._judge("ack", written, codes))
 
     async def _write_retries(
         self, retries: list[tuple[str, str, int, bytes]], now: int | None
     ) -> None:
         ctx = self.ctx
-        codes = await ctx.scripts.run(S.retry(ctx.keys, ctx.consumer, retries, now_ms=now))
+        codes = await self._send(S.retry(ctx.keys, ctx.consumer, retries, now_ms=now), retries)
         written = _taken(retries)
-        self._fenced("retry", written, codes)
-        await self._extend(written, codes)
+        await self._extend(written, self._judge("retry", written, codes))
         for r in written:  # the kept outcome belongs to the run's last attempt
             self.kept.pop(r[0], None)
 
     async def _write_deads(self, deads: list[tuple[str, str, str, bytes]], now: int | None) -> None:
         ctx = self.ctx
-        codes = await ctx.scripts.run(S.dead(ctx.keys, ctx.consumer, deads, now_ms=now))
+        codes = await self._send(S.dead(ctx.keys, ctx.consumer, deads, now_ms=now), deads)
         written = _taken(deads)
-        self._fenced("dead", written, codes)
+        codes = self._judge("dead", written, codes)
         await self._unlease(written, codes)
         await self._record(written, codes)
 
@@ -185,13 +190,13 @@ class Writer:
         while self.discards:
             batch, self.discards = self.discards[:FLUSH_BATCH], self.discards[FLUSH_BATCH:]
             try:
-                codes = await ctx.scripts.run(C.discard(ctx.keys, ctx.consumer, batch,
+                codes = await self._send(C.discard(ctx.keys, ctx.consumer, batch,
                     now_ms=ctx.clock.now_ms(),
-                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms))  # fmt: skip
+                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms), batch)  # fmt: skip
             except _FLUSH_ERRORS:
                 self.discards[:0] = batch
                 raise
-            self._fenced("discard", batch, codes)
+            codes = self._judge("discard", batch, codes)
             await self._unlease(batch, codes)
             await self._record(batch, codes)
 
@@ -240,17 +245,58 @@ class Writer:
             sid, run_id, lease_ms = lease
             await self.ctx.scripts.run(S.extend(self.ctx.keys, sid, run_id, it[2] + lease_ms))
 
-    def _fenced(self, what: str, items: list[Any], codes: list[int]) -> None:
-        lost = [it for it, c in zip(items, codes, strict=True) if c == _FENCED]
-        q = self.ctx.queue
-        for it in lost:
+    async def _send(self, call: S.Call[list[int]], items: list[Any]) -> list[int]:
+        """Run an outcome script; if the call fails, its items are resends from now on."""
+        try:
+            return await self.ctx.scripts.run(call)
+        except _FLUSH_ERRORS:
+            self.resent.update(it[0] for it in items)
+            raise
+
+    def _judge(self, what: str, items: list[Any], codes: list[int]) -> list[int]:
+        """Count the refused items, one log line per kind of refusal; the codes to act on.
+
+        FENCED, or GONE on a first send (the thief finished the run first), is a fence: the run
+        executes twice. GONE on a resend is most likely this worker's own lost reply: counted
+        apart, and then acted on as written (leases extended or freed, results recorded)."""
+        fenced: list[Any] = []
+        resent: list[Any] = []
+        judged = list(codes)
+        for i, (it, code) in enumerate(zip(items, codes, strict=True)):
+            if code == _OK:
+                continue
+            if code == _GONE and it[0] in self.resent:
+                resent.append(it)
+                judged[i] = _OK
+            else:
+                fenced.append(it)
+                judged[i] = _FENCED
+        if self.resent:
+            self.resent.difference_update(it[0] for it in items)
+        if fenced or resent:
+            self._count(what, fenced, resent)
+        return judged
+
+    def _count(self, what: str, fenced: list[Any], resent: list[Any]) -> None:
+        m, q = self.ctx.metrics, self.ctx.queue
+        for it in (*fenced, *resent):
             self.lost.discard(it[0])
-            log.warning("%s of run %s refused: this consumer no longer owns entry %s", what,
-                        it[1], it[0], extra={"queue": q, "run_id": it[1]})  # fmt: skip
-        if lost:
-            self.ctx.metrics.fenced.labels(q, what).inc(len(lost))
+        if fenced:
+            m.fenced.labels(q, what).inc(len(fenced))
             if what == "ack":
-                self.ctx.metrics.duplicates.labels(q, "worker").inc(len(lost))
+                m.duplicates.labels(q, "worker").inc(len(fenced))
+            ids = [it[1] or it[0] for it in fenced[:_NAMED]]
+            log.warning("%s of %d run(s) refused: this consumer no longer owns their entries "
+                        "(runs %s%s)", what, len(fenced), ", ".join(ids),
+                        " ..." if len(fenced) > _NAMED else "",
+                        extra={"queue": q, "run_ids": ids})  # fmt: skip
+        if resent:
+            m.resent_written.labels(q, what).inc(len(resent))
+            ids = [it[1] or it[0] for it in resent[:_NAMED]]
+            log.info("%s of %d run(s) sent again after a failed call found written already, "
+                     "most likely by that call (runs %s%s)", what, len(resent), ", ".join(ids),
+                     " ..." if len(resent) > _NAMED else "",
+                     extra={"queue": q, "run_ids": ids})  # fmt: skip
 
 
 def _taken(batch: list[Any]) -> list[Any]:

@@ -12,6 +12,10 @@ import { GROUP, queueKeys } from './keys.js';
 import { runScript } from './scripts.js';
 
 const OK = 1;
+// ack, retry, dead (docs/protocol.md, hold codes): 0 the entry is pending with another
+// consumer; 2 it is pending with none (written already). This worker never sends an outcome
+// twice, so both mean another consumer finished or holds the run: a fence.
+const GONE = 2;
 
 // retry.lua refuses a due after 9999-12-31 (and the whole call with it): a retryDelayMs
 // function's NaN becomes 0, anything past 1000 years is cut there.
@@ -231,7 +235,8 @@ export class Worker {
         const codes = await runScript(this.redis, spec.script, keys, args);
         chunk.forEach((o, j) => {
           o.written = codes[j] === OK;
-          if (!o.written) o.fenced = true; // another consumer owns the entry now
+          if (!o.written) o.fenced = true; // another consumer owns (0) or finished (2) it
+          if (codes[j] === GONE) o.gone = true;
         });
         const leased = chunk.filter((o) => o.written && o.lease);
         if (kind === 'retry') await this.extend(leased);

@@ -1,0 +1,145 @@
+"""A resent outcome whose first call was applied is not a fence (issue 25).
+
+At high load an ack call's reply timed out in redis-py although Redis had applied it; the
+writer kept the outcomes and sent them again, ack.lua refused every one, and the worker logged
+a WARNING per run and counted each as fenced and as a duplicate execution though nothing ran
+twice. Now the scripts answer GONE (no longer pending) apart from FENCED (pending with another
+consumer), and only a resend may read GONE as "written by the lost call". A first send that
+finds GONE (a thief reclaimed the entry and finished the run first) is still a fence.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import redis
+
+from zsched.protocol.keys import GROUP
+from zsched.store import scripts as S
+
+
+def _counts(app: Any, queue: str, what: str = "ack") -> tuple[float, float, float]:
+    m = app.metrics
+    return (m.fenced.labels(queue, what)._value.get(),
+            m.duplicates.labels(queue, "worker")._value.get(),
+            m.resent_written.labels(queue, what)._value.get())  # fmt: skip
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_an_ack_applied_but_whose_reply_timed_out_is_not_fenced_on_resend(
+    backend, queue, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="zsched")
+    app = backend.app(queue)
+    ran: list[int] = []
+    app.task(name="t")(ran.append)
+    app.enqueue_many([("t", i) for i in range(30)])
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    real_run, lost = w.scripts.run, []
+
+    async def reply_lost(call: Any) -> Any:
+        reply = await real_run(call)
+        if call.name == "ack" and not lost:  # applied by Redis, the reply never arrives
+            lost.append(reply)
+            raise redis.exceptions.TimeoutError("Timeout reading from socket")
+        return reply
+
+    w.scripts.run = reply_lost
+    try:
+        await d.tick()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            await w.tick()
+        assert app.status().pending == 0  # the first call was applied
+        await w.flush()  # the writer kept the outcomes and sends them again
+    finally:
+        await d.close()
+        await w.close()
+    assert sorted(ran) == list(range(30))
+    assert _counts(app, queue) == (0, 0, 30)
+    stats = app.status().stats
+    assert (stats.get("acked"), stats.get("gone"), stats.get("fenced", 0)) == (30, 30, 0)
+    assert _warnings(caplog) == [], _warnings(caplog)
+    infos = [r.getMessage() for r in caplog.records if "found written already" in r.getMessage()]
+    assert len(infos) == 1 and "ack of 30 run(s)" in infos[0], infos
+
+
+async def test_a_real_fence_still_counts_once_per_run_in_one_warning(
+    backend, queue, caplog
+) -> None:
+    """A thief reclaims two entries while their handlers run: it finishes one (the worker's
+    first send finds it GONE), the other it still holds (FENCED). Both ran twice."""
+    caplog.set_level(logging.INFO, logger="zsched")
+    app = backend.app(queue)
+    k, r = app.keys, backend.sync
+
+    def steal(run_id: str) -> None:
+        entry = r.hget(k.entries, run_id).decode()
+        r.xclaim(k.ready, GROUP, "thief", 0, [entry])
+        if run_id == "finished-by-thief":
+            call = S.ack(k, "thief", [(entry, run_id)], now_ms=None, dedupe_window_ms=60_000)
+            assert app.scripts.run(call) == [1]
+
+    @app.task(name="t")
+    def t(run_id: str) -> None:
+        if run_id != "mine":
+            steal(run_id)
+
+    for run_id in ("finished-by-thief", "held-by-thief", "mine"):
+        app.enqueue("t", run_id, run_id=run_id)
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    try:
+        await d.tick()
+        assert await w.tick() == 3
+    finally:
+        await d.close()
+        await w.close()
+    assert _counts(app, queue) == (2, 2, 0)
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert "ack of 2 run(s) refused" in warnings[0]
+    assert "finished-by-thief" in warnings[0] and "held-by-thief" in warnings[0]
+    stats = app.status().stats
+    assert (stats.get("fenced"), stats.get("gone")) == (1, 1)
+    assert app.get_run("mine").state == "done"
+    assert app.get_run("held-by-thief").state == "running"
+
+
+async def test_a_resend_that_finds_the_entry_held_by_another_consumer_is_a_fence(
+    backend, queue, caplog
+) -> None:
+    """The first call failed without being applied, and meanwhile another consumer took the
+    entry: the resend finds it FENCED, a fence even on a resend."""
+    caplog.set_level(logging.INFO, logger="zsched")
+    app = backend.app(queue)
+    k, r = app.keys, backend.sync
+    app.task(name="t")(lambda p: None)
+    app.enqueue("t", None, run_id="a")
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    real_run, failed = w.scripts.run, []
+
+    async def not_sent(call: Any) -> Any:
+        if call.name == "ack" and not failed:
+            failed.append(call)
+            r.xclaim(k.ready, GROUP, "thief", 0, [r.hget(k.entries, "a").decode()])
+            raise redis.exceptions.ConnectionError("lost before it was sent")
+        return await real_run(call)
+
+    w.scripts.run = not_sent
+    try:
+        await d.tick()
+        with pytest.raises(redis.exceptions.ConnectionError):
+            await w.tick()
+        await w.flush()
+    finally:
+        await d.close()
+        await w.close()
+    assert _counts(app, queue) == (1, 1, 0)
+    assert len(_warnings(caplog)) == 1
