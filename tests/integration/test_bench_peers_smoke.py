@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.cgroup import CpuCap, available
+from bench.contender import SHOWN_WORKER
 from bench.peers.__main__ import main
 from bench.peers.table import main as table
 from zsched.config import WorkerSettings
@@ -27,10 +28,18 @@ def test_equal_settings_record_redis_cost_per_run(tmp_path: Path, capsys) -> Non
     assert set(r["configs"]) == {"zsched@50", "bare@50", "zsched", "bare", "zsched-cli",
                                  "zsched-async"}  # fmt: skip
     assert "'concurrency': 50" in r["configs"]["zsched@50"]
+    # Equal settings: zsched reads as many per call as the floor (COUNT C).
+    assert "'read_batch': 50" in r["configs"]["zsched@50"]
+    # Every setting that bounds what a zsched worker reads and holds is stated (F1).
+    for c in ("zsched@50", "zsched", "zsched-cli", "zsched-async"):
+        for k in SHOWN_WORKER:
+            assert f"'{k}': " in r["configs"][c], (c, k)
+        assert "'batch_size': " in r["configs"][c]
     # The CLI defaults are stated, not an empty dict; the async client says how it is driven.
     assert f"'concurrency': {WorkerSettings().concurrency}" in r["configs"]["zsched-cli"]
     assert "AsyncApp enqueue" in r["configs"]["zsched-async"]
     assert "COUNT 50" in r["configs"]["bare@50"]
+    assert "in flight at most 50" in r["configs"]["bare@50"]
     for c in r["configs"]:
         e2e, enq = r["medians"]["e2e"][c], r["medians"]["enqueue"][c]
         assert e2e["runs_per_s"] > 0
