@@ -38,6 +38,9 @@ TRIGGERS = {
     ),  # fmt: skip
     # Santiago's midnight shift (-04 -> -03 at 2026-09-06T04:00Z): midnight does not exist.
     "santiago-midnight": (Cron("0 0 * * *", "America/Santiago"), 1_788_570_000_000),
+    # Santiago's fall-back (-03 -> -04 at 2026-04-05T03:00Z): Saturday's 23:30 happens twice,
+    # a fixed-time rule fires at the first (dst_repeat="first", its default).
+    "santiago-fall-back": (Cron("30 23 * * *", "America/Santiago"), 1_775_304_000_000 - 86_400_000),
     # Jitter: each fire is due crc32(...) % jitter after its slot.
     "every-jitter": (Every(60), 1_800_000_000_000),
 }
