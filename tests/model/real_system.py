@@ -86,14 +86,14 @@ class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
                  start_ms: int, dispatchers: int = 1, workers: int = 1) -> None:  # fmt: skip
         self.real, self.rule, self.fate_of = real, rule, fate_of
+        #: (since, trigger): each trigger is in force for the slots after `since` (the edit).
+        self.triggers: list[tuple[int, Any]] = [(-(2**63), rule.trigger)]
         self.clock = SharedClock(start_ms)
         self.app = real.app(queue, clock=self.clock)
         self.queue, self.sid = queue, rule.schedule_id
         self.up = True
         self.gates: dict[tuple[str, int], Gate] = {}
         self.started: list[tuple[str, int, int]] = []
-        #: The slots of each range entry of the ledger (see _slots_of).
-        self._ranges: dict[tuple[int, int, int], list[int]] = {}
         self.app.task(name="t", max_attempts=MAX_ATTEMPTS)(_never)
         self.dispatchers = [self.app.dispatcher(redis=real.async_client())
                             for _ in range(dispatchers)]  # fmt: skip
@@ -165,13 +165,14 @@ class RealSystem:
 
     async def edit(self, rule: RuleDef, declared: bool = False) -> None:
         """schedule() the new definition, or declare it and sync (as a dispatcher start does)."""
-        before, self.rule = self.rule, rule
+        if rule.trigger != self.rule.trigger:
+            self.triggers.append((self.clock.now_ms(), rule.trigger))
+        self.rule = rule
         if declared:
             self.app.declare(self.sid, "t", **self._options())
             self.app.sync_schedules()
         else:
             self.app.schedule(self.sid, "t", **self._options())
-        self.ledger(before)  # a range the edit wrote (a long pause so far) is the old trigger's
         await self.settle()
 
     async def pause(self) -> None:
@@ -253,24 +254,21 @@ class RealSystem:
 
     # -- what can be read ---------------------------------------------------------------------
 
-    def ledger(self, rule: RuleDef | None = None) -> list[tuple[int, str, str]]:
+    def ledger(self) -> list[tuple[int, str, str]]:
         """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
-        for each slot of the rule in it."""
+        for each slot in it of the trigger in force at its last slot (_trigger_at)."""
         rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
-        trig = (rule or self.rule).trigger
         return sorted((s, h["outcome"], h["reason"]) for h in rows
-                      for s in self._slots_of(h, trig))  # fmt: skip
+                      for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
+                                calendar.slots_between(self._trigger_at(h["last_ms"]),
+                                                       h["slot_ms"] - 1, h["last_ms"],
+                                                       10**7)))  # fmt: skip
 
-    def _slots_of(self, h: dict[str, Any], trig: Any) -> list[int]:
-        """A range entry's slots are those of the trigger in force when it was written: read
-        at the first check after it (the harness checks after every operation), kept."""
-        if h["last_ms"] == h["slot_ms"]:
-            return [h["slot_ms"]]
-        key = (h["slot_ms"], h["last_ms"], h["at_ms"])
-        if key not in self._ranges:
-            self._ranges[key] = calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
-                                                       10**7)  # fmt: skip
-        return self._ranges[key]
+    def _trigger_at(self, ms: int) -> Any:
+        """The trigger whose slots a range entry ending at `ms` lists: the one in force then
+        (an edit of a paused rule records the old trigger's slots up to the edit, the resume
+        the new one's after it; expanding an old range with the new trigger misread it)."""
+        return [t for since, t in self.triggers if since < ms][-1]
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}
