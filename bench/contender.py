@@ -41,13 +41,19 @@ ZSCHED_WORKER = {"concurrency": 1000, "read_batch": 500}
 ZSCHED_DISPATCHER: dict[str, int] = {}  # the defaults: 500 runs per call
 
 
-def _cli_worker() -> dict[str, int]:
-    """The worker settings `zsched worker` runs with no flags, as the tables state them."""
-    from zsched.config import WorkerSettings
+#: Every worker setting that bounds what a worker reads and holds: the config line states
+#: each (issue 25 F1), the ones not given being WorkerSettings' defaults.
+SHOWN_WORKER = ("concurrency", "read_batch", "read_ahead", "max_read_ahead_bytes",
+                "max_unwritten_acks")  # fmt: skip
 
-    d = WorkerSettings()
-    return {"concurrency": d.concurrency, "read_batch": d.read_batch,
-            "max_unwritten_acks": d.max_unwritten_acks}  # fmt: skip
+
+def _defaults() -> tuple[dict[str, int], dict[str, int]]:
+    """The worker and dispatcher settings `zsched worker` / `zsched dispatcher` run with no
+    flags, as the config line states them."""
+    from zsched.config import DispatcherSettings, WorkerSettings
+
+    w, d = WorkerSettings(), DispatcherSettings()
+    return {k: getattr(w, k) for k in SHOWN_WORKER}, {"batch_size": d.batch_size}
 
 
 class Zsched:
@@ -73,10 +79,12 @@ class Zsched:
         self.worker = {**({} if cli_defaults else ZSCHED_WORKER), **(worker or {})}
         self.dispatcher = {**ZSCHED_DISPATCHER, **(dispatcher or {})}
         self.sync = sync
-        shown = {**(_cli_worker() if cli_defaults else {}), **self.worker}
+        worker_defaults, dispatcher_defaults = _defaults()
+        shown = {**worker_defaults, **self.worker}
+        self.settings = {"worker": shown, "dispatcher": {**dispatcher_defaults, **self.dispatcher}}
         self.config = (
             f"1 dispatcher process + N worker processes, worker {shown}, "
-            f"dispatcher {self.dispatcher}{', sync handler' if sync else ''}"
+            f"dispatcher {self.settings['dispatcher']}{', sync handler' if sync else ''}"
             f"{', the dispatcher inside the worker process' if embedded else ''}"
         )
         self.app: Any = None

@@ -20,6 +20,13 @@ from ..machine import describe
 PEERS = ["zsched", "bare", "bullmq", "celery", "saq", "arq", "rq"]
 
 
+def equal(concurrency: int) -> dict[str, int]:
+    """zsched's worker at equal settings C: C handlers and C entries per read, as the floor
+    holds C and reads COUNT C (BENCHMARKS.md "What each workload measures"); the other
+    settings are the CLI defaults, stated in the config line."""
+    return {"concurrency": concurrency, "read_batch": concurrency}
+
+
 def maker(name: str, concurrency: int | None) -> Callable[[], Contender]:
     """A contender at `concurrency` (equal settings) or at its own tuning (None). A peer's
     library is imported only when that peer runs, so zsched and the bare minimum run from
@@ -32,12 +39,12 @@ def maker(name: str, concurrency: int | None) -> Callable[[], Contender]:
 
         return ZschedAsync
     if name == "zsched-one":  # the dispatcher inside the worker process
-        w = {"concurrency": concurrency} if concurrency else None
+        w = equal(concurrency) if concurrency else None
         return lambda: Zsched(worker=w, cli_defaults=concurrency is not None, embedded=True)
     if name == "zsched":
         if concurrency is None:
             return Zsched
-        return lambda: Zsched(worker={"concurrency": concurrency}, cli_defaults=True)
+        return lambda: Zsched(worker=equal(concurrency), cli_defaults=True)
     module, cls = {
         "bare": (".bare", "Bare"),
         "bullmq": (".bullmq_peer", "BullMQ"),
@@ -76,6 +83,8 @@ E2E_COST = [
     ("drain_redis_us_per_run", False),
     ("drain_commands_per_run", False),
     ("consumer_cpu_us_per_run", False),
+    ("drain_evalsha_per_run", False),
+    ("drain_xreadgroup_per_run", False),
 ]
 ENQ_COST = [
     (f"{p}_{m}", False) for p in ("one", "many") for m in ("redis_us_per_run", "commands_per_run")

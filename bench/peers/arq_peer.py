@@ -21,12 +21,19 @@ async def noop(ctx: Any, payload: Any) -> None:
 class Arq(HitsPeer):
     name = "arq"
     module = "bench.peers.arq_peer"
-    config = "1 arq worker, defaults (max_jobs 10, poll_delay 0.5 s), _defer_until"
+    config = (
+        "1 arq worker, defaults (max_jobs 10, queue_read_limit 100 = max(5 x max_jobs, 100), "
+        "poll_delay 0.5 s), _defer_until"
+    )
 
     def __init__(self, concurrency: int | None = None) -> None:
         super().__init__(concurrency)
         if concurrency:
-            self.config = f"1 arq worker, max_jobs {concurrency} (poll_delay 0.5 s), _defer_until"
+            self.config = (
+                f"1 arq worker, max_jobs {concurrency} (queue_read_limit "
+                f"{max(5 * concurrency, 100)} = max(5 x max_jobs, 100), poll_delay 0.5 s), "
+                "_defer_until"
+            )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pool: Any = None
 

@@ -54,7 +54,8 @@ class Bare:
         self.concurrency = concurrency or 100
         c = self.concurrency
         self.config = (
-            f"1 process: Lua dispatch of {c} per call, XREADGROUP COUNT {c}, XACK per batch"
+            f"1 process: Lua dispatch of {c} per call, XREADGROUP COUNT {c}, XACK per batch; "
+            f"in flight at most {c} (one batch, read after the last is acked), no prefetch"
         )
         self.r: redis.Redis | None = None
         self.k = ("", "", "")

@@ -22,15 +22,16 @@ class BullMQ:
     name = "bullmq"
     has_batch = True
     config = (
-        f"1 Node worker process, concurrency {CONCURRENCY}, removeOnComplete 1000; "
-        "delayed jobs (delay >= 1 ms), addBulk of 1000 for batches"
+        f"1 Node worker process, concurrency {CONCURRENCY}, removeOnComplete 1000, no prefetch (each slot "
+        "fetches its next job); delayed jobs (delay >= 1 ms), addBulk of 1000 for batches"
     )
 
     def __init__(self, concurrency: int | None = None) -> None:
         self.concurrency = concurrency or CONCURRENCY
         self.config = (
-            f"1 Node worker process, concurrency {self.concurrency}, removeOnComplete 1000; "
-            "delayed jobs (delay >= 1 ms), addBulk of 1000 for batches"
+            f"1 Node worker process, concurrency {self.concurrency}, removeOnComplete 1000, no "
+            "prefetch (each slot fetches its next job); delayed jobs (delay >= 1 ms), addBulk "
+            "of 1000 for batches"
         )
         self.url = ""
         self.queue = ""

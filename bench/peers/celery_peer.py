@@ -36,14 +36,18 @@ def noop(payload: Any) -> None:
 class CeleryPeer(HitsPeer):
     name = "celery"
     module = "bench.peers.celery_peer"
-    config = "1 worker process (--pool solo), Redis broker, apply_async(eta=...)"
+    config = (
+        "1 worker process (--pool solo), Redis broker, worker_prefetch_multiplier 4 (default: "
+        "4 x the pool's concurrency reserved; ETA runs are held beyond it), apply_async(eta=...)"
+    )
 
     def __init__(self, concurrency: int | None = None) -> None:
         super().__init__(concurrency)
         if concurrency:
             self.config = (
                 f"1 worker process (--pool threads --concurrency {concurrency}), Redis broker, "
-                "apply_async(eta=...)"
+                f"worker_prefetch_multiplier 4 (default: {4 * concurrency} reserved; ETA runs "
+                "are held beyond it), apply_async(eta=...)"
             )
         self.queue = ""
         self.app: Celery | None = None

@@ -20,13 +20,18 @@ def noop(payload: Any) -> None:
 class RQ(HitsPeer):
     name = "rq"
     module = "bench.peers.rq_peer"
-    config = "1 rq Worker (forks a work horse per job) with_scheduler=True, enqueue_at"
+    config = (
+        "1 rq Worker (forks a work horse per job, 1 job at a time, no prefetch) "
+        "with_scheduler=True, enqueue_at"
+    )
 
     def __init__(self, concurrency: int | None = None) -> None:
         super().__init__(concurrency)
         if concurrency:
             # RQ has no in-process concurrency: one job at a time per worker process.
-            self.config = "1 rq Worker (no concurrency setting: 1 job at a time), enqueue_at"
+            self.config = (
+                "1 rq Worker (no concurrency setting: 1 job at a time, no prefetch), enqueue_at"
+            )
         self.q: Any = None
 
     def open(self, url: str, queue: str) -> None:

@@ -21,12 +21,18 @@ async def noop(ctx: Any, *, payload: Any) -> None:
 class Saq(HitsPeer):
     name = "saq"
     module = "bench.peers.saq_peer"
-    config = "1 saq Worker, defaults (concurrency 10), enqueue(scheduled=epoch s)"
+    config = (
+        "1 saq Worker, defaults (concurrency 10, no prefetch: each slot BLMOVEs one job), "
+        "enqueue(scheduled=epoch s)"
+    )
 
     def __init__(self, concurrency: int | None = None) -> None:
         super().__init__(concurrency)
         if concurrency:
-            self.config = f"1 saq Worker, concurrency {concurrency}, enqueue(scheduled=epoch s)"
+            self.config = (
+                f"1 saq Worker, concurrency {concurrency} (no prefetch: each slot BLMOVEs one "
+                "job), enqueue(scheduled=epoch s)"
+            )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.q: Any = None
 

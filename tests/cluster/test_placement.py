@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from cluster_harness import Cluster
 
 import zsched
-from zsched.store.placement import Master, balance, partition_slots, placement, plan, slot_owners
+from zsched.store.placement import (
+    Master,
+    balance,
+    main,
+    partition_slots,
+    placement,
+    plan,
+    slot_owners,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The CLI's lines, as docs/scaling.md "Checking and rebalancing the placement" shows them.
+MASTER_LINE = re.compile(r"\S+:\d+  [ \d]{2}\d partitions \(\d+%\)  \[[\d, ]*\]")
+MOVE_LINE = re.compile(r"move slot \d+ \(partitions \[[\d, ]+\]\) \S+:\d+ -> \S+:\d+")
 
 
 def test_plan_evens_twelve_partitions_over_three_masters() -> None:
@@ -104,3 +122,59 @@ async def test_a_placed_queue_splits_its_commands_evenly_over_two_masters() -> N
         app.close()
     used = [after[p] - before[p] for p in after]
     assert max(used) / sum(used) <= 1 / 2 + 0.05, used
+
+
+def _doc_example() -> list[str]:
+    """The output lines of the placement CLI example in docs/scaling.md."""
+    doc = (ROOT / "docs" / "scaling.md").read_text()
+    block = doc.split("python -m zsched.store.placement --redis", 1)[1].split("```", 1)[0]
+    return [ln.removeprefix("# ") for ln in block.splitlines()[1:] if ln.startswith("# ")]
+
+
+def _uneven_queue(c: Cluster, n: int) -> str:
+    """A queue name whose n partitions the current slot layout places unevenly."""
+    r0 = c.nodes[0].client()
+    owners, masters = slot_owners(r0)
+    r0.close()
+    return next(q for q in (f"cli{i}" for i in range(100)) if plan(q, n, owners, masters))
+
+
+def test_placement_cli_prints_the_documented_format_and_applies_the_plan(
+    small_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25 D5: `python -m zsched.store.placement` prints what docs/scaling.md shows (one
+    line per master, then one per planned move), `--apply` moves them, a re-run is even."""
+    doc = _doc_example()
+    assert [bool(MASTER_LINE.fullmatch(ln)) for ln in doc] == [True] * 3 + [False]
+    assert MOVE_LINE.fullmatch(doc[3])
+    c, n = small_cluster, 12
+    q = _uneven_queue(c, n)
+    app = zsched.App(c.url, queue=q, partitions=n)  # records the count the CLI reads
+    app.enqueue_many({"task": "t", "run_id": f"r{i}"} for i in range(50))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "zsched.store.placement", "--redis", c.url, "--queue", q]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert all(MASTER_LINE.fullmatch(ln) for ln in lines[:3]), lines
+    assert lines[3:] and all(MOVE_LINE.fullmatch(ln) for ln in lines[3:]), lines
+    shares = [int(ln.split()[1]) for ln in lines[:3]]
+    assert sum(shares) == n
+    assert main(["--redis", c.url, "--queue", q, "--apply"]) == 0
+    applied = capsys.readouterr().out.splitlines()
+    moved = [ln for ln in applied if ln.startswith("moved slot ")]
+    assert len(moved) == len(lines) - 3 and all(re.fullmatch(r"moved slot \d+: \d+ keys", m)
+                                                for m in moved)  # fmt: skip
+    assert main(["--redis", c.url, "--queue", q]) == 0
+    again = capsys.readouterr().out.splitlines()
+    assert [int(ln.split()[1]) for ln in again[:3]] == [4, 4, 4] and again[3:] == ["already even"]
+    app.close()
+    fresh = zsched.App(c.url, queue=q, partitions=n)  # the runs moved with their slots
+    assert fresh.status().delayed == 50
+    fresh.close()
+
+
+def test_placement_cli_refuses_an_unpartitioned_queue(
+    small_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--redis", small_cluster.url, "--queue", "never-partitioned"]) == 1
+    assert "is not partitioned" in capsys.readouterr().err
