@@ -19,10 +19,20 @@ import redis
 APART = ("evalsha", "xreadgroup")
 
 
-def _calls(r: redis.Redis) -> tuple[int, dict[str, int]]:
-    stats: dict[str, Any] = r.info("commandstats")  # type: ignore[assignment]
-    total = sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
-    return total, {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in APART}
+def _stats(r: redis.Redis) -> dict[str, Any]:
+    return r.info("commandstats")  # type: ignore[return-value]
+
+
+def _calls(r: redis.Redis) -> int:
+    return _total(_stats(r))
+
+
+def _total(stats: dict[str, Any]) -> int:
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def _apart(stats: dict[str, Any]) -> dict[str, int]:
+    return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in APART}
 
 
 @dataclass
@@ -57,7 +67,8 @@ class Meter:
     def read(self) -> Cost:
         info: dict[str, Any] = self.r.info("cpu")  # type: ignore[assignment]
         cpu = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-        return Cost(cpu, *_calls(self.r))
+        stats = _stats(self.r)
+        return Cost(cpu, _total(stats), _apart(stats))
 
     def start(self) -> None:
         self._t0 = self.read()

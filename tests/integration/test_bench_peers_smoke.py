@@ -3,6 +3,7 @@ other peers need bench/peers/.venv), and of the benchmark's CPU cap. Speed is no
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,34 @@ def test_equal_settings_record_redis_cost_per_run(tmp_path: Path, capsys) -> Non
     assert "| drain: Redis CPU µs per run |" in md and "### 50" in md and "### tuned" in md
     # The CLI defaults' goal (>= 0.5x the floor) is printed as a ratio inside each run.
     assert "| zsched ÷ | bare@50 | bare |" in md
+
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The peers' env (`make bench-peers` builds it); a worktree without one can point at another.
+PEERS_PY = next((p for p in (Path(os.environ.get("ZSCHED_PEERS_PYTHON", "/nonexistent")),
+                             ROOT / "bench/peers/.venv/bin/python") if p.exists()), None)  # fmt: skip
+
+#: Each peer's knob that bounds what its worker takes from Redis, as its config line states it.
+PREFETCH = {"bullmq": "no prefetch", "celery": "worker_prefetch_multiplier 4",
+            "saq": "no prefetch", "arq": "queue_read_limit", "rq": "no prefetch"}  # fmt: skip
+
+
+@pytest.mark.skipif(PEERS_PY is None, reason="needs bench/peers/.venv (make bench-peers)")
+def test_every_peer_states_its_concurrency_and_prefetch() -> None:
+    """Issue 25 F1: each peer's recorded config line names its concurrency (at equal settings)
+    and what its worker reads ahead; run in the peers' env, where their libraries import."""
+    code = (
+        "import json\nfrom bench.peers.__main__ import maker\n"
+        f"print(json.dumps({{n: maker(n, 50)().config for n in {sorted(PREFETCH)!r}}}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([str(PEERS_PY), "-c", code], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    configs = json.loads(out)
+    for name, knob in PREFETCH.items():
+        assert knob in configs[name], (name, configs[name])
+        # RQ has no concurrency setting; its line says so.
+        assert ("50" if name != "rq" else "no concurrency setting") in configs[name], name
 
 
 @pytest.mark.skipif(not available(), reason="needs root and a cgroup cpu controller")

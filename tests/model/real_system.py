@@ -256,7 +256,7 @@ class RealSystem:
 
     def ledger(self) -> list[tuple[int, str, str]]:
         """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
-        for each slot in it of the trigger in force when it was written (read at once)."""
+        for each slot in it of the trigger in force at its last slot (_trigger_at)."""
         rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
         return sorted((s, h["outcome"], h["reason"]) for h in rows
                       for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
