@@ -23,8 +23,7 @@
 -- Publishes on `wake` when it frees a lease or starts a waiting fire.
 -- Bound: 1000 pairs, as many leases, and trim_limit records per call; the ownership check reads at most
 --   2 * pairs + 1000 pending entries between the first and the last pair's entry, then checks
---   the rest one by one (pairs in stream order are the fast case), and a refused pair costs
---   one more XPENDING (code 0 or 2); the trim of the
+--   the rest one by one (pairs in stream order are the fast case); the trim of the
 --   acknowledged prefix (calls of 16 entries or more) reads XINFO GROUPS and one XPENDING
 --   summary per group (at most 4 groups of 256 consumers, else no trim) and frees whole
 --   stream nodes only (XTRIM ~, Redis's default LIMIT: 100 nodes).
@@ -332,20 +331,24 @@ if n > 0 then
     start = '(' .. page[#page][1]
   end
 end
-local function owns(id)
-  if pending[id] then return true end
-  return redis.call('XPENDING', ready, group, id, id, 1, consumer)[1] ~= nil
+-- 1 ours, 0 pending with another consumer, 2 pending with none (one XPENDING tells all three).
+local function holder(id)
+  if pending[id] then return 1 end
+  local row = redis.call('XPENDING', ready, group, id, id, 1)[1]
+  if not row then return 2 end
+  return row[2] == consumer and 1 or 0
 end
 
 local codes, owned, owned_runs, taken, fenced, gone, o = {}, {}, {}, {}, 0, 0, 0
 for i = 1, n do
   local id = ids[i]
-  if not taken[id] and owns(id) then
+  local code = taken[id] and 0 or holder(id)
+  if code == 1 then
     taken[id] = true
     o = o + 1 -- a counter, not #t: the length operator is a search on every append
     owned[o], owned_runs[o] = id, run_ids[i]
     codes[i] = 1
-  elseif taken[id] or redis.call('XPENDING', ready, group, id, id, 1)[1] then
+  elseif code == 0 then
     fenced = fenced + 1
     codes[i] = 0
   else

@@ -9,7 +9,7 @@
 --   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a run leaves the stream only in the call that adds it to `dead`, and only by the
 --   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed.
--- Bound: 1000 groups per call; a refused group costs one more XPENDING.
+-- Bound: 1000 groups per call, one XPENDING each.
 -- Counts in `stats`: dead, dead:<kind> (the kind read from the reason, see below), fenced, gone.
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
@@ -58,8 +58,9 @@ local by_kind = {}
 local codes, moved, fenced, gone = {}, 0, 0, 0
 for i = 4, #ARGV, 4 do
   local entry, run_id, reason, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local owned = redis.call('XPENDING', ready, group, entry, entry, 1, consumer)
-  if owned[1] then
+  -- Not filtered by consumer: the owner's name tells a fence (0) from an entry gone (2).
+  local row = redis.call('XPENDING', ready, group, entry, entry, 1)[1]
+  if row and row[2] == consumer then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
     if run_id ~= '' and redis.call('HGET', entries, run_id) == entry then
@@ -72,7 +73,7 @@ for i = 4, #ARGV, 4 do
     local kind = 'dead:' .. kind_of(reason)
     by_kind[kind] = (by_kind[kind] or 0) + 1
     codes[#codes + 1] = 1
-  elseif redis.call('XPENDING', ready, group, entry, entry, 1)[1] then
+  elseif row then
     fenced = fenced + 1
     codes[#codes + 1] = 0
   else

@@ -9,7 +9,7 @@
 --   (fenced); 2 refused, pending with no consumer (written already: as ack.lua's code 2).
 -- Invariant: only the consumer that owns a pending entry can end it; a run leaves `runs` in
 --   the call that records it in `cancelled`.
--- Bound: 1000 pairs per call, one XPENDING each (two for a refused pair).
+-- Bound: 1000 pairs per call, one XPENDING each.
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
@@ -44,7 +44,8 @@ local codes, n = {}, 0
 for i = 5, #ARGV, 2 do
   local entry, run_id = ARGV[i], ARGV[i + 1]
   local code = 0
-  if redis.call('XPENDING', ready, group, entry, entry, 1, consumer)[1] then
+  local row = redis.call('XPENDING', ready, group, entry, entry, 1)[1] -- any owner: 0 or 2
+  if row and row[2] == consumer then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
     -- Only the run's current entry ends the run (a stale one is acked and deleted, no more).
@@ -55,7 +56,7 @@ for i = 5, #ARGV, 2 do
       n = n + 1
     end
     code = 1
-  elseif not redis.call('XPENDING', ready, group, entry, entry, 1)[1] then
+  elseif not row then
     code = 2 -- no longer pending: a resend after a lost reply lands here (protocol.md)
   end
   codes[#codes + 1] = code

@@ -83,6 +83,8 @@ E2E_COST = [
     ("drain_redis_us_per_run", False),
     ("drain_commands_per_run", False),
     ("consumer_cpu_us_per_run", False),
+    ("drain_evalsha_per_run", False),
+    ("drain_xreadgroup_per_run", False),
 ]
 ENQ_COST = [
     (f"{p}_{m}", False) for p in ("one", "many") for m in ("redis_us_per_run", "commands_per_run")

@@ -186,6 +186,7 @@ def report(
         ("reclaimed (R, zsched counter)", stats.get("reclaimed", 0)),
         ("reclaimed deliveries never run (R-X)", unexecuted),
         ("fenced (ack/retry/renew refused)", stats.get("fenced", 0)),
+        ("gone (outcome refused: no longer pending)", stats.get("gone", 0)),
         ("enqueue duplicates (retried enqueues)", stats.get("duplicate", 0)),
         (
             "rule fires / fire duplicates",

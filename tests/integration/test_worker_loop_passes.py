@@ -4,6 +4,7 @@ has run() for the sleep/wake logic and tick() for one pass that returns what it 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from zsched import FakeClock
 from zsched.protocol.keys import GROUP
@@ -73,20 +74,25 @@ async def test_a_read_pass_reclaims_an_idle_entry_of_a_dead_consumer(backend, qu
 
 
 async def test_a_hold_pass_renews_the_holds_and_counts_the_ones_another_consumer_took(
-    backend, queue
+    backend, queue, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="zsched")
     ran: list[int] = []
     app = _app(backend, queue, ran)
-    await _dispatched(app, backend, 2)
+    await _dispatched(app, backend, 3)
     w = app.worker(redis=backend.async_client(), consumer="w")
     await w.setup()
-    held = await w.reader.read(2, None)
+    held = await w.reader.read(3, None)
     for d in held:  # executing, as far as the hold loop can tell
         w.runner.running[d.entry_id] = d
     hold = HoldLoop(w.ctx, w.runner, w.holds)
     assert await hold.tick() == 0
-    backend.sync.xclaim(app.keys.ready, GROUP, "other", 0, [held[0].entry_id])
-    assert await hold.tick() == 1
-    assert w.writer.lost == {held[0].entry_id}
-    assert app.metrics.fenced.labels(queue, "renew")._value.get() == 1
+    taken = [held[0].entry_id, held[1].entry_id]
+    backend.sync.xclaim(app.keys.ready, GROUP, "other", 0, taken)
+    assert await hold.tick() == 2
+    assert w.writer.lost == set(taken)
+    assert app.metrics.fenced.labels(queue, "renew")._value.get() == 2
+    # One WARNING for the pass, naming the entries, not one per entry.
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.startswith("lost 2 entry(ies)") and all(e in line for e in taken), line
     await w.close()

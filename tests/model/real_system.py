@@ -86,6 +86,8 @@ class RealSystem:
     def __init__(self, real: Any, queue: str, rule: RuleDef, fate_of: Callable[[str, int], Fate],
                  start_ms: int, dispatchers: int = 1, workers: int = 1) -> None:  # fmt: skip
         self.real, self.rule, self.fate_of = real, rule, fate_of
+        #: (since, trigger): each trigger is in force for the slots after `since` (the edit).
+        self.triggers: list[tuple[int, Any]] = [(-(2**63), rule.trigger)]
         self.clock = SharedClock(start_ms)
         self.app = real.app(queue, clock=self.clock)
         self.queue, self.sid = queue, rule.schedule_id
@@ -163,6 +165,8 @@ class RealSystem:
 
     async def edit(self, rule: RuleDef, declared: bool = False) -> None:
         """schedule() the new definition, or declare it and sync (as a dispatcher start does)."""
+        if rule.trigger != self.rule.trigger:
+            self.triggers.append((self.clock.now_ms(), rule.trigger))
         self.rule = rule
         if declared:
             self.app.declare(self.sid, "t", **self._options())
@@ -252,13 +256,19 @@ class RealSystem:
 
     def ledger(self) -> list[tuple[int, str, str]]:
         """(slot, outcome, reason) per slot: an entry for a range of slots (a long pause) once
-        for each slot of the rule in it."""
+        for each slot in it of the trigger in force at its last slot (_trigger_at)."""
         rows = history(self.app.redis, self.app.keys, self.sid, 10**6)
-        trig = self.rule.trigger
         return sorted((s, h["outcome"], h["reason"]) for h in rows
                       for s in ([h["slot_ms"]] if h["last_ms"] == h["slot_ms"] else
-                                calendar.slots_between(trig, h["slot_ms"] - 1, h["last_ms"],
+                                calendar.slots_between(self._trigger_at(h["last_ms"]),
+                                                       h["slot_ms"] - 1, h["last_ms"],
                                                        10**7)))  # fmt: skip
+
+    def _trigger_at(self, ms: int) -> Any:
+        """The trigger whose slots a range entry ending at `ms` lists: the one in force then
+        (an edit of a paused rule records the old trigger's slots up to the edit, the resume
+        the new one's after it; expanding an old range with the new trigger misread it)."""
+        return [t for since, t in self.triggers if since < ms][-1]
 
     def live(self) -> set[str]:
         return {m.decode() for m in self.real.sync.hkeys(self.app.keys.runs)}

@@ -396,3 +396,21 @@ async def test_an_edit_of_a_paused_rules_trigger_gives_each_slot_one_outcome(rea
         await p.quiet(24 * H)
     finally:
         await p.close()
+
+
+async def test_a_long_pause_then_a_trigger_edit_keeps_the_ranges_own_slots(real, queue) -> None:
+    """From make test's derandomised profile (coalesce x allow and three more): a 1,500-slot
+    pause, recorded by the real system as one range entry, then an edit of the interval. The
+    harness read that range with the new interval's slots (its expansion used the rule's
+    current trigger) and reported 'ledger differs'; it now uses the trigger in force then."""
+    rule = RuleDef("r", Every(60), misfire="coalesce", overlap="allow")
+    p = Pair(real, queue, rule, [Fate(0)], T0 - 1)
+    try:
+        await p.start(paused=True)
+        await p.do("advance_to", T0 + 1500 * M)
+        await p.do("resume")
+        await p.edit(trigger=Every(45))
+        await p.do("advance_to", T0 + 1510 * M)
+        await p.quiet(M)
+    finally:
+        await p.close()

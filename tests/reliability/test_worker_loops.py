@@ -52,5 +52,5 @@ async def test_renewing_holds_while_acks_land_never_reports_a_finished_run_lost(
         await until(lambda: len(done) == n, "every run", 60)
         await until(lambda: app.status().pending == 0, "the last acks")
         assert alive(tasks)
-    assert records(caplog, logging.WARNING, "lost entry") == []
+    assert records(caplog, logging.WARNING, "another consumer owns them") == []
     assert int(app.redis.hget(app.keys.stats, "fenced") or 0) == 0

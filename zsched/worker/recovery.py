@@ -69,10 +69,14 @@ class Holds:
             for i in range(0, len(ids), S.MAX_BATCH):
                 chunk = ids[i : i + S.MAX_BATCH]
                 codes = await ctx.scripts.run(S.renew(ctx.keys, ctx.consumer, chunk))
-                for entry_id, code in zip(chunk, codes, strict=True):
-                    if code == _FENCED:
-                        lost += 1
-                        self.writer.mark_lost(entry_id)
+                # An entry whose outcome waits for a resend may be refused because the failed
+                # call was applied: the resend tells which (writer._judge), not the renewal.
+                resent = self.writer.resent
+                gone = [e for e, code in zip(chunk, codes, strict=True)
+                        if code == _FENCED and e not in resent]  # fmt: skip
+                if gone:
+                    lost += len(gone)
+                    self.writer.mark_lost(gone)
             self.renewed_at = began
         if lost:
             ctx.metrics.fenced.labels(ctx.queue, "renew").inc(lost)

@@ -88,10 +88,13 @@ class Writer:
         outcomes = (*self.acks, *self.retries, *self.deads, *self.discards)
         return any(entry_id == o[0] for o in outcomes)
 
-    def mark_lost(self, entry_id: str) -> None:
-        if entry_id not in self.lost:
-            self.lost.add(entry_id)
-            log.warning("lost entry %s: another consumer owns it now", entry_id,
+    def mark_lost(self, entry_ids: list[str]) -> None:
+        """Entries a hold renewal found taken over: one WARNING for them all, not one each."""
+        new = [e for e in entry_ids if e not in self.lost]
+        if new:
+            self.lost.update(new)
+            log.warning("lost %d entry(ies): another consumer owns them now (entries %s%s)",
+                        len(new), ", ".join(new[:_NAMED]), " ..." if len(new) > _NAMED else "",
                         extra={"queue": self.ctx.queue})  # fmt: skip
 
     # -- buffering -------------------------------------------------------------------------------

@@ -126,3 +126,17 @@ def test_an_edit_of_a_paused_rules_trigger_keeps_one_outcome_per_slot(backend, q
     ]
     (report,) = audit(app, now_ms=at(2026, 10, 28, 12) + 65_000)
     assert report.unaccounted == [] and report.checked == 2
+
+
+def test_a_long_pause_then_a_trigger_edit_records_the_old_slots_as_one_range(backend, queue):
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=1, paused=True)
+    clock.set(T0 + 2500 * S)
+    app.schedule("r", "t", every=2, paused=True)  # the old trigger's 2,501 slots: one entry
+    clock.set(T0 + 2600 * S)
+    assert app.resume_schedule("r")
+    rows = sorted((r["slot_ms"], r["last_ms"]) for r in app.schedule_history("r", count=1000))
+    assert rows[0] == (T0, T0 + 2500 * S)
+    assert rows[1:] == [(T0 + s * S, T0 + s * S) for s in range(2502, 2601, 2)]
+    assert _after_grace(app, T0 + 2600 * S).unaccounted == []

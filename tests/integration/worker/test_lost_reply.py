@@ -56,14 +56,19 @@ async def test_an_ack_applied_but_whose_reply_timed_out_is_not_fenced_on_resend(
         with pytest.raises(redis.exceptions.TimeoutError):
             await w.tick()
         assert app.status().pending == 0  # the first call was applied
+        # A hold renewal before the resend finds the entries gone: not lost, not fenced (the
+        # resend judges them).
+        assert await w.holds.renew() == 0
         await w.flush()  # the writer kept the outcomes and sends them again
     finally:
         await d.close()
         await w.close()
     assert sorted(ran) == list(range(30))
     assert _counts(app, queue) == (0, 0, 30)
+    assert app.metrics.fenced.labels(queue, "renew")._value.get() == 0
     stats = app.status().stats
-    assert (stats.get("acked"), stats.get("gone"), stats.get("fenced", 0)) == (30, 30, 0)
+    # gone: the 30 renewals and the 30 resends refused because the entries were acked
+    assert (stats.get("acked"), stats.get("gone"), stats.get("fenced", 0)) == (30, 60, 0)
     assert _warnings(caplog) == [], _warnings(caplog)
     infos = [r.getMessage() for r in caplog.records if "found written already" in r.getMessage()]
     assert len(infos) == 1 and "ack of 30 run(s)" in infos[0], infos
@@ -143,3 +148,44 @@ async def test_a_resend_that_finds_the_entry_held_by_another_consumer_is_a_fence
         await w.close()
     assert _counts(app, queue) == (1, 1, 0)
     assert len(_warnings(caplog)) == 1
+
+
+async def test_a_dead_letter_whose_reply_was_lost_still_frees_its_rules_lease(backend, queue):
+    """dead.lua applied, its reply lost: on the resend (GONE) the writer acts as if written,
+    so the rule's overlap lease is freed (read as a fence, the lease stayed with a dead run)."""
+    import zsched
+    from zsched import FakeClock
+
+    app = backend.app(queue, clock=FakeClock(1_800_000_000_000))
+
+    @app.task(name="sweep")
+    def sweep(payload: object) -> None:
+        raise zsched.Fail("boom")
+
+    app.schedule("sweep", "sweep", every=3600, overlap="skip")
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    real_run, lost = w.scripts.run, []
+
+    async def reply_lost(call: Any) -> Any:
+        reply = await real_run(call)
+        if call.name == "dead" and not lost:
+            lost.append(reply)
+            raise redis.exceptions.TimeoutError("Timeout reading from socket")
+        return reply
+
+    w.scripts.run = reply_lost
+    lease = app.keys.lease("sweep")
+    try:
+        await d.tick()
+        assert backend.sync.get(lease) is not None  # the slot's run holds the lease
+        with pytest.raises(redis.exceptions.TimeoutError):
+            await w.tick()
+        assert len(app.dead_letters()) == 1 and backend.sync.get(lease) is not None
+        await w.flush()
+    finally:
+        await d.close()
+        await w.close()
+    assert backend.sync.get(lease) is None
+    assert _counts(app, queue, "dead") == (0, 0, 1)
+    assert len(app.dead_letters()) == 1
