@@ -99,7 +99,11 @@ class BackendTests(SimpleTestCase):
         backend = backend_named("default")
         self.assertEqual(backend.app_for("emails").queue, backend.zsched_queue("emails"))
         self.assertEqual(backend.app_for("emails").get_run(result.id).state, "scheduled")
-        self.assertEqual(run_due("default"), 0)
+        # "default" is shared by the tests (a retry of another test's run may come due in
+        # it under load): judge this run, not that pass's count.
+        run_due("default")
+        self.assertEqual(TRACE.lrange("shop-test:newsletters", 0, -1), [])
+        self.assertEqual(backend.app_for("emails").get_run(result.id).state, "scheduled")
         self.assertEqual(run_due("emails"), 1)
         self.assertEqual(TRACE.lrange("shop-test:newsletters", 0, -1), [b"3"])
 
