@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 #: usual time (host pauses, rehashing), which took 2 ms calls over 5 ms (10 slow dispatch
 #: calls in 6 runs of 1M, against 1 at 1 ms), at the same dispatch rate (BENCHMARKS.md).
 CALL_TARGET_S = 0.001
+#: The smallest call (and the first of a burst): tinier ones cost more in round trips.
+MIN_CALL = 50
 #: Dispatch calls in flight while runs keep coming due: with two, Redis starts the next call
 #: as soon as one ends instead of idling through the round trip and this process's share.
 PIPELINE_DEPTH = 2
@@ -103,7 +105,7 @@ class Dispatcher:
         # is the slowest (a fresh `entries` hash, cold caches), and a full batch_size there
         # ran 3-10 ms on a loaded host (BENCHMARKS.md, the burst tail). A pass that moves
         # nothing puts it back at the floor, so a later burst starts small too.
-        self._limit = min(50, self.settings.batch_size)
+        self._limit = self._floor
         #: This dispatcher's beat in `dispatchers`, for consoles (every 5 s busy, 30 s idle).
         self.heartbeat = Heartbeat(ctx.keys, process_name())
         #: The server's clock for the beat (DESIGN.md invariant 3), learned from each pass's
@@ -126,7 +128,7 @@ class Dispatcher:
         if not moved:
             # Idle: the next burst's first call meets a fresh `entries` and cold caches again,
             # so it starts at the floor, as a new dispatcher's does.
-            self._limit = min(50, self.settings.batch_size)
+            self._limit = self._floor
         # Paused: the head of the delayed set is not a reason to wake (resume publishes on
         # wake); rule slots still are, as they are fired into the delayed set.
         next_due = None if r.paused else r.next_due_ms
@@ -188,13 +190,17 @@ class Dispatcher:
         sent_at = time.monotonic()
         return await self.scripts.run(c), int(c.args[1]), sent_at
 
+    @property
+    def _floor(self) -> int:
+        return min(MIN_CALL, self.settings.batch_size)
+
     def _adapt(self, limit: int, took: float) -> None:
         """Size the next call from how long a full one ran in Redis (`took`, as the script
         measured it: a round trip measured here would count this process's own delays, and
         on a slow host that shrank every call to the floor). Never below min(50, batch_size):
         tiny calls would cost more in round trips than they save."""
         s = self.settings
-        floor = min(50, s.batch_size)
+        floor = self._floor
         if took > CALL_TARGET_S:
             self._limit = max(floor, int(limit * CALL_TARGET_S / took))
         else:
