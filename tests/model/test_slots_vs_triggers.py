@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.model import slots
+from tests.unit.rules.test_cron_syntax import syntax_table
 from zsched.errors import RuleError
 from zsched.rules.triggers import Cron, Every
 
@@ -77,12 +78,14 @@ def _number(field: int) -> st.SearchStrategy[int]:
 
 @st.composite
 def cron_field(draw: Any, field: int) -> str:
-    """One field: `*`, a number, a range, a step, a list of those (names for month/weekday)."""
+    """One field: `*`, a number, a range, a step, a list of those (names for month/weekday, in
+    any case, also in steps); docs/policies.md's table ("Fields")."""
     lo, hi, names = slots.BOUNDS[field]
 
     def value(v: int) -> str:
-        if names and draw(st.integers(0, 4)) == 0:
-            return names[(v - lo) % len(names)].upper() if v < lo + len(names) else str(v)
+        if names and v < lo + len(names) and draw(st.integers(0, 4)) == 0:
+            name = names[v - lo]
+            return draw(st.sampled_from([name.upper(), name, name.capitalize()]))
         return str(v)
 
     def part() -> str:
@@ -91,7 +94,7 @@ def cron_field(draw: Any, field: int) -> str:
         b = draw(st.integers(a, hi))
         n = draw(st.integers(1, max(1, (hi - lo) // 2)))
         return {"n": value(a), "range": f"{value(a)}-{value(b)}", "step": f"*/{n}",
-                "rangestep": f"{a}-{b}/{n}", "fromstep": f"{a}/{n}"}[kind]  # fmt: skip
+                "rangestep": f"{value(a)}-{value(b)}/{n}", "fromstep": f"{value(a)}/{n}"}[kind]  # fmt: skip
 
     kind = draw(st.sampled_from(["*", "part", "part", "list"] + (["?"] if field in (3, 5) else [])))
     if kind in ("*", "?"):
@@ -111,6 +114,8 @@ def crons(draw: Any) -> tuple[Cron, slots.CronSpec, int]:
     if fields[-5] == "*" and draw(st.booleans()):
         fields[-5] = "*/20"
     expr = " ".join(fields)
+    if draw(st.integers(0, 9)) == 0:
+        expr = draw(st.sampled_from(sorted(slots.ALIASES)))
     gap = draw(st.sampled_from([None, "shift", "skip"]))
     repeat = draw(st.sampled_from([None, "first", "both"]))
     try:
@@ -146,6 +151,25 @@ def test_the_enumerator_agrees_with_every(interval: int, start: int, lo: int) ->
     assert product.slots_between(lo, lo + 20 * interval, 50) == slots.slots_between(
         spec, lo, lo + 20 * interval, 50
     )
+
+
+ACCEPTED = [expr for _, examples, ok in syntax_table() if ok for expr in examples]
+
+
+@pytest.mark.parametrize("tz", ["Europe/Berlin", "Australia/Lord_Howe", "America/Santiago"])
+@pytest.mark.parametrize("expr", ACCEPTED)
+def test_each_accepted_construct_of_the_doc_table_agrees_with_the_enumerator(
+    expr: str, tz: str
+) -> None:
+    """docs/policies.md's cron syntax table: every example of an accepted row fires where the
+    model's enumerator says, around each transition of 2026 and over a year (aliases)."""
+    product, spec = Cron(expr, tz), slots.CronSpec(expr, tz)
+    assert product.fixed_time == slots.parse(expr).fixed
+    for at in TRANSITIONS[tz][2:4]:
+        lo, hi = at - 2 * DAY, at + 2 * DAY
+        assert product.slots_between(lo, hi, 3000) == slots.slots_between(spec, lo, hi, 3000)
+    lo = TRANSITIONS[tz][2] - 400 * DAY
+    assert product.slots_between(lo, 2**53, 15) == slots.slots_between(spec, lo, 2**53, 15)
 
 
 # -- the worked examples of docs/policies.md, read by the enumerator alone -----------------

@@ -9,6 +9,10 @@ model's own enumerator (tests/model/test_slots_vs_triggers.py):
   the other day field has a `*` anywhere (`*/2`), so only the other one matches; the doc
   says a field is restricted unless it is `*` or `?`, and a day matching either fires: every
   day does.
+
+And croniter accepts syntax the doc does not have (`L`, `W`, `#`, a range that runs
+backwards, H and R): `refused` names it, so that a rule is only what the doc, and the model
+written from it, say.
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ import re
 
 from croniter import croniter
 
+# croniter's H (hashed) and R (random) pick values per process: replicas would disagree.
+_HASH_OR_RANDOM = re.compile(r"\b[hr]\b", re.IGNORECASE)
+_LAST = re.compile(r"\d*l\d*|lw")  # L, 5L, L5: croniter's "last" day or weekday
+_WEEKDAY = re.compile(r"\d*w")  # 15W: croniter's nearest weekday
+_NAMED = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
+_BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
 _RANGE = re.compile(r"(\w+)-(\w+)(?:/\d+)?")
 _ANY = ("*", "?")
 _MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
@@ -39,16 +49,58 @@ def for_croniter(fields: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def refused(fields: tuple[str, ...]) -> str | None:
+    """Why `fields` (5, or 6 with the seconds first) use croniter syntax beyond the table of
+    docs/policies.md ("Fields"), naming the field and the construct; None if they do not.
+    Refused rather than passed on: the reference model checks only what the doc says."""
+    offset = 6 - len(fields)
+    for index, value in enumerate(fields):
+        name = _NAMED[index + offset]
+        why = _refused_field(value.lower(), index + offset)
+        if why:
+            return f"{name} field {value!r}: {why}"
+    return None
+
+
+def _refused_field(value: str, index: int) -> str | None:
+    names = {4: (_MONTHS, 1), 5: (_DAYS, 0)}.get(index, ([], 0))
+    if _HASH_OR_RANDOM.search(value):
+        return "H (hashed) and R (random) are not supported: replicas would pick other values"
+    if "#" in value:
+        return "'#' (the nth weekday of the month) is not supported"
+    # L and W are day syntax; croniter refuses them in other fields ("bad ... field").
+    day = index in (3, 5)
+    tokens = [t for t in re.split(r"[,/-]", value) if day and t not in names[0]]
+    if any(_LAST.fullmatch(t) for t in tokens):
+        return "'L' (the last day or weekday of the month) is not supported"
+    if any(_WEEKDAY.fullmatch(t) for t in tokens):
+        return "'W' (the nearest weekday) is not supported"
+    for part in value.split(","):
+        rng, slash, _ = part.partition("/")
+        a, sep, b = rng.partition("-")
+        low, high = _value(a, *names), _value(b, *names)
+        if sep and low is not None and high is not None and low > high:
+            why = f"the range {a}-{b} runs backwards (croniter wraps it around; cron does not)"
+            if slash:
+                return why + ": write it as a list"
+            first, last = _BOUNDS[index]
+            head = "" if index == 5 and low == 7 else f"{a}-{6 if index == 5 else last},"
+            return why + f": write {head}{first}-{b}"
+    return None
+
+
+def _value(text: str, names: list[str], first: int) -> int | None:
+    if text in names:
+        return names.index(text) + first
+    return int(text) if text.isdigit() else None
+
+
 def _one_value(part: str, names: list[str], first: int) -> str:
     """An equal range (`5-5`, `6-JUN/2`) as its one value; any other part as it is."""
     m = _RANGE.fullmatch(part)
-
-    def value(text: str) -> int | None:
-        low = text.lower()
-        return names.index(low) + first if low in names else int(low) if low.isdigit() else None
-
-    if m and value(m[1]) is not None and value(m[1]) == value(m[2]):
-        return m[1]
+    if m and _value(m[1].lower(), names, first) is not None:
+        if _value(m[1].lower(), names, first) == _value(m[2].lower(), names, first):
+            return m[1]
     return part
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -41,8 +40,6 @@ _ALIASES = {
 }
 _NAMES_5 = ("minute", "hour", "day-of-month", "month", "day-of-week")
 _NAMES_6 = ("second", *_NAMES_5)
-# croniter's H (hashed) and R (random) pick values per process: replicas would disagree.
-_HASH_OR_RANDOM = re.compile(r"\b[hr]\b", re.IGNORECASE)
 # Any fixed start works for the "does it ever fire" probe: every valid cron pattern repeats
 # within croniter's 50-year search window. A fixed value keeps construction deterministic.
 _PROBE_START = datetime(2000, 1, 1)
@@ -276,12 +273,11 @@ def _cron_fields(expr: object) -> tuple[str, ...]:
     if len(fields) not in (5, 6):
         raise RuleError(
             f"cron {expr!r} has {len(fields)} fields; expected 5 (minute hour day-of-month "
-            "month day-of-week) or 6 (second first)"
+            "month day-of-week) or 6 (second first); a year field is not supported"
         )
-    names = _NAMES_6 if len(fields) == 6 else _NAMES_5
-    for name, value in zip(names, fields, strict=True):
-        if _HASH_OR_RANDOM.search(value):
-            raise RuleError(f"cron {expr!r}: {name} field {value!r}: H and R are not supported")
+    why = cronfields.refused(fields)
+    if why:
+        raise RuleError(f'cron {expr!r}: {why} (docs/policies.md, "Fields")')
     return fields
 
 

@@ -1,0 +1,121 @@
+"""What cron syntax a rule accepts: docs/policies.md's table ("Fields"), row by row. croniter
+reads more (`L`, `W`, `#`, backwards ranges, H, R); zsched refuses it when the rule is given,
+naming the field and the construct. The accepted rows are checked against the reference
+model's enumerator in tests/model/test_slots_vs_triggers.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from zsched.errors import InvalidArgument, RuleError
+from zsched.rules.spec import build_spec
+from zsched.rules.triggers import Cron, trigger_from_dict
+
+DOC = Path(__file__).parents[3] / "docs" / "policies.md"
+
+
+def syntax_table() -> list[tuple[str, list[str], bool]]:
+    """(construct, examples, accepted) of each row of the doc's cron syntax table."""
+    text = DOC.read_text()
+    body = text.split("<!-- cron-syntax-table -->")[1].split("<!-- /cron-syntax-table -->")[0]
+    rows = []
+    for line in body.strip().splitlines()[2:]:
+        construct, examples, accepted = (c.strip() for c in line.strip("|").split("|"))
+        rows.append((construct, re.findall(r"`([^`]+)`", examples), accepted.startswith("yes")))
+    return rows
+
+
+ROWS = syntax_table()
+
+
+def test_the_table_has_both_kinds_of_rows() -> None:
+    assert sum(ok for *_, ok in ROWS) >= 9 and sum(not ok for *_, ok in ROWS) >= 9
+
+
+@pytest.mark.parametrize(("construct", "examples", "accepted"), ROWS, ids=[r[0] for r in ROWS])
+def test_each_row_of_the_doc_table_is_accepted_or_refused_as_it_says(
+    construct: str, examples: list[str], accepted: bool
+) -> None:
+    for expr in examples:
+        if accepted:
+            assert Cron(expr, "Europe/Berlin").next_after_ms(0) > 0, expr
+        else:
+            with pytest.raises(RuleError):
+                Cron(expr, "Europe/Berlin")
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("0 22-2 * * *", "hour field '22-2': the range 22-2 runs backwards.*write 22-23,0-2"),
+        ("50-10 * * * *", "minute field '50-10': the range 50-10 runs backwards.*50-59,0-10"),
+        ("50-10 * * * * *", "second field '50-10': the range 50-10 runs backwards"),
+        ("0 0 2-1 * *", "day-of-month field '2-1': the range 2-1 runs backwards"),
+        ("0 0 * nov-feb *", "month field 'nov-feb': the range nov-feb runs backwards"),
+        ("0 0 * * fri-mon", "day-of-week field 'fri-mon': the range fri-mon runs backwards"),
+        ("0 0 * * 5-1", "day-of-week field '5-1': .*write 5-6,0-1"),
+        ("0 0 * * 7-1", "day-of-week field '7-1': .*write 0-1"),
+        ("0 22-2/2 * * *", "hour field '22-2/2': the range 22-2 runs backwards.*as a list"),
+        ("0 0 L * *", "day-of-month field 'L': 'L' \\(the last day or weekday"),
+        ("0 0 l * *", "day-of-month field 'l': 'L'"),
+        ("0 0 1-5,L * *", "day-of-month field '1-5,L': 'L'"),
+        ("0 0 1-L * *", "day-of-month field '1-L': 'L'"),
+        ("0 0 LW * *", "day-of-month field 'LW': 'L'"),
+        ("0 0 * * 5L", "day-of-week field '5L': 'L'"),
+        ("0 0 * * L5", "day-of-week field 'L5': 'L'"),
+        ("0 0 * * mon,L", "day-of-week field 'mon,L': 'L'"),
+        ("0 0 15W * *", "day-of-month field '15W': 'W' \\(the nearest weekday\\)"),
+        ("0 0 1w * *", "day-of-month field '1w': 'W'"),
+        ("0 0 * * 1#2", "day-of-week field '1#2': '#' \\(the nth weekday of the month\\)"),
+        ("0 0 * * sun#1", "day-of-week field 'sun#1': '#'"),
+        ("0 0 0 * * 5#3", "day-of-week field '5#3': '#'"),
+        ("H * * * *", "minute field 'H': H \\(hashed\\) and R \\(random\\)"),
+        ("0 0 R * * *", "hour field 'R': H \\(hashed\\)"),
+        ("H(0-29) * * * *", "minute field 'H\\(0-29\\)': H \\(hashed\\)"),
+        ("0 0 0 1 1 * 2027", "7 fields.*a year field is not supported"),
+        ("@every 5m", "unknown cron alias '@every 5m'"),
+        ("@reboot", "unknown cron alias '@reboot'"),
+        ("0 0 * * monday", "bad day-of-week field 'monday'"),
+        ("0 0 1 january *", "bad month field 'january'"),
+        ("? * * * *", "bad minute field '\\?'"),
+        ("0 L * * *", "bad hour field 'L'"),
+    ],
+)
+def test_croniter_syntax_beyond_the_doc_is_refused_naming_the_field_and_the_construct(
+    expr: str, message: str
+) -> None:
+    with pytest.raises(RuleError, match=message) as caught:
+        Cron(expr, "UTC")
+    assert isinstance(caught.value, InvalidArgument) and isinstance(caught.value, ValueError)
+
+
+def test_names_that_contain_l_or_w_are_still_names() -> None:
+    # jul, wed: the L and W checks look at whole tokens, not letters.
+    assert Cron("0 0 * jul wed", "UTC").next_after_ms(0) > 0
+    assert Cron("0 0 * jun-jul/1 tue-wed", "UTC").next_after_ms(0) > 0
+
+
+@pytest.mark.parametrize(
+    ("backwards", "written"),
+    [("0 22-2 * * *", "0 22-23,0-2 * * *"), ("0 0 * * 5-1", "0 0 * * 5-6,0-1"),
+     ("0 0 * * fri-mon", "0 0 * * fri-6,0-mon"), ("0 0 * nov-feb *", "0 0 * nov-12,1-feb *")],
+)  # fmt: skip
+def test_the_rewrite_a_backwards_range_error_suggests_is_accepted(
+    backwards: str, written: str
+) -> None:
+    (field,) = [w for b, w in zip(backwards.split(), written.split(), strict=True) if b != w]
+    with pytest.raises(RuleError, match=f"write {re.escape(field)} "):
+        Cron(backwards, "UTC")
+    assert Cron(written, "UTC").next_after_ms(0) > 0
+
+
+def test_the_refusal_holds_for_app_schedule_and_a_stored_trigger() -> None:
+    with pytest.raises(RuleError, match="day-of-month field 'L'"):
+        build_spec("r", "t", cron="0 0 L * *", tz="UTC")
+    stored = {"v": 1, "kind": "cron", "expr": "0 0 * * 1#2", "tz": "UTC", "dst_gap": "shift",
+              "dst_repeat": "first"}  # fmt: skip
+    with pytest.raises(RuleError, match="day-of-week field '1#2'"):
+        trigger_from_dict(stored)
