@@ -1,6 +1,7 @@
 """The policy simulator (zsched schedules simulate) agrees with the executable model slot for
-slot, for every misfire x overlap combination, for interval and DST-zone cron rules, with
-fast and slow runs: operators trust its answer before an outage."""
+slot, for every misfire x overlap combination, for interval and DST-zone cron rules (both
+fall-backs and spring-forwards of Berlin, Lord Howe and Santiago; seconds rules), with fast
+and slow runs: operators trust its answer before an outage."""
 
 from __future__ import annotations
 
@@ -41,6 +42,21 @@ TRIGGERS = {
     # Santiago's fall-back (-03 -> -04 at 2026-04-05T03:00Z): Saturday's 23:30 happens twice,
     # a fixed-time rule fires at the first (dst_repeat="first", its default).
     "santiago-fall-back": (Cron("30 23 * * *", "America/Santiago"), 1_775_304_000_000 - 86_400_000),
+    # Lord Howe's fall-back (+11 -> +10:30 at 2026-04-04T15:00Z): 01:30-01:59 local happens
+    # twice; a fixed-time rule fires at the first (14:45Z, not 15:15Z), a wildcard one at
+    # both (the outage, 14:00Z to 15:45Z, spans both passes).
+    "lord-howe-fall-back": (
+        Cron("45 1 * * *", "Australia/Lord_Howe"),
+        1_775_260_800_000 - 86_400_000,
+    ),  # fmt: skip
+    "lord-howe-fall-back-wildcard": (
+        Cron("*/15 * * * *", "Australia/Lord_Howe"),
+        1_775_314_800_000 - H,
+    ),  # fmt: skip
+    # Seconds: a 6-field rule (seconds first) every 20 s across Berlin's spring-forward gap
+    # (2026-03-29T01:00Z), and an interval below a minute.
+    "seconds-cron": (Cron("*/20 * * * * *", "Europe/Berlin"), 1_774_746_000_000 - 60_000),
+    "every-15s": (Every(15), 1_800_000_000_000 + 7),
     # Jitter: each fire is due crc32(...) % jitter after its slot.
     "every-jitter": (Every(60), 1_800_000_000_000),
 }
