@@ -64,6 +64,10 @@ H = 3_600_000
 TRIGGERS = [
     Trigger(Every(60), 1_800_000_000_000 - 1),
     Trigger(Every(90), 1_800_000_000_000 + 7),
+    # Seconds rules: a 6-field cron (seconds first), 20 s apart, across Berlin's spring-forward
+    # (2026-03-29T01:00Z); an interval below a minute.
+    Trigger(Cron("*/20 * * * * *", "Europe/Berlin"), 1_774_746_000_000 - 90_000),
+    Trigger(Every(30), 1_800_000_000_000 + 3),
     # Berlin springs forward 2026-03-29T01:00Z and falls back 2026-10-25T01:00Z.
     Trigger(Cron("*/15 * * * *", "Europe/Berlin"), 1_774_742_400_000 - H // 2),
     Trigger(Cron("*/15 * * * *", "Europe/Berlin"), 1_792_890_000_000 - H),
@@ -94,6 +98,7 @@ TRIGGERS = [
 
 #: Cron expressions an edit may switch between: each group shares its period.
 CRON_EDITS = [
+    ["*/20 * * * * *", "10-59/20 * * * * *", "5,25,45 * * * * *"],
     ["*/15 * * * *", "5-59/15 * * * *", "10,25,40,55 * * * *"],
     ["*/30 * * * *", "15,45 * * * *"],
     ["0 0 * * *", "30 2 * * *", "15 2 * * *", "0 12 * * *", "45 1 * * *", "30 23 * * *"],
