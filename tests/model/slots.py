@@ -5,7 +5,8 @@ DST"), pure Python and zoneinfo: no croniter, nothing of zsched.rules.
   or an alias; each field `*`, `?` (day fields), numbers, names (jan-dec, sun-sat), ranges
   `a-b` (`a-a` is the value a), steps `*/n`, `a-b/n`, `a/n` (from a to the field's end;
   the week ends on Saturday, 6, and `7/n` is `0/n`), lists. Day of week 0 and 7 are
-  Sunday. The fields are read on the zone's wall clock, dates included. When both day
+  Sunday. `L` in the day of month, as an element of its list, is the month's last day. The
+  fields are read on the zone's wall clock, dates included. When both day
   fields are restricted (anything but `*` or `?`; `*/2` and `*/1` count as restricted), a
   day matching either fires.
 - A wildcard rule has a minute or hour field starting with `*`; every other one is
@@ -107,6 +108,7 @@ class Parsed:
     minutes: tuple[int, ...]
     hours: tuple[int, ...]
     doms: frozenset[int]
+    dom_last: bool  # `L`: the month's last day
     months: frozenset[int]
     dows: frozenset[int]  # 0 = Sunday
     dom_any: bool
@@ -121,11 +123,16 @@ def parse(expr: str) -> Parsed:
     assert len(fields) in (5, 6), f"cron {expr!r}: 5 or 6 fields"
     if len(fields) == 5:
         fields = ["0", *fields]
-    sets = [_field(f, *b) for f, b in zip(fields, BOUNDS, strict=True)]
+    dom_parts = fields[3].lower().split(",")
+    last, doms = "l" in dom_parts, ",".join(p for p in dom_parts if p != "l")
+    sets = [
+        _field(f, *b) if f else set()
+        for f, b in zip([*fields[:3], doms, *fields[4:]], BOUNDS, strict=True)
+    ]
     minute, hour = fields[1], fields[2]
     return Parsed(
         tuple(sorted(sets[0])), tuple(sorted(sets[1])), tuple(sorted(sets[2])),
-        frozenset(sets[3]), frozenset(sets[4]), frozenset(d % 7 for d in sets[5]),
+        frozenset(sets[3]), last, frozenset(sets[4]), frozenset(d % 7 for d in sets[5]),
         dom_any=fields[3] in ("*", "?"), dow_any=fields[5] in ("*", "?"),
         fixed=not (minute.startswith("*") or hour.startswith("*")),
     )  # fmt: skip
@@ -162,7 +169,8 @@ def _value(text: str, low: int, names: list[str]) -> int:
 def _day_matches(p: Parsed, d: date) -> bool:
     if d.month not in p.months:
         return False
-    dom, dow = d.day in p.doms, (d.weekday() + 1) % 7 in p.dows
+    last = p.dom_last and (d + timedelta(days=1)).month != d.month
+    dom, dow = d.day in p.doms or last, (d.weekday() + 1) % 7 in p.dows
     if p.dom_any and p.dow_any:
         return True
     if p.dom_any:

@@ -79,7 +79,7 @@ def _number(field: int) -> st.SearchStrategy[int]:
 @st.composite
 def cron_field(draw: Any, field: int) -> str:
     """One field: `*`, a number, a range, a step, a list of those (names for month/weekday, in
-    any case, also in steps); docs/policies.md's table ("Fields")."""
+    any case, also in steps; `L` in the day of month); docs/policies.md's table ("Fields")."""
     lo, hi, names = slots.BOUNDS[field]
 
     def value(v: int) -> str:
@@ -89,7 +89,10 @@ def cron_field(draw: Any, field: int) -> str:
         return str(v)
 
     def part() -> str:
-        kind = draw(st.sampled_from(["n", "n", "range", "step", "rangestep", "fromstep"]))
+        kinds = ["n", "n", "range", "step", "rangestep", "fromstep"] + ["L"] * (field == 3)
+        kind = draw(st.sampled_from(kinds))
+        if kind == "L":
+            return draw(st.sampled_from(["L", "l"]))
         a = draw(st.integers(lo, hi))
         b = draw(st.integers(a, hi))
         n = draw(st.integers(1, max(1, (hi - lo) // 2)))

@@ -10,9 +10,9 @@ model's own enumerator (tests/model/test_slots_vs_triggers.py):
   says a field is restricted unless it is `*` or `?`, and a day matching either fires: every
   day does.
 
-And croniter accepts syntax the doc does not have (`L`, `W`, `#`, a range that runs
-backwards, H and R): `refused` names it, so that a rule is only what the doc, and the model
-written from it, say.
+And croniter accepts syntax the doc does not have (`L` but alone in a day-of-month list, `W`,
+`#`, a range that runs backwards, H and R): `refused` names it, so that a rule is only what
+the doc, and the model written from it, say.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from croniter import croniter
 
 # croniter's H (hashed) and R (random) pick values per process: replicas would disagree.
 _HASH_OR_RANDOM = re.compile(r"\b[hr]\b", re.IGNORECASE)
-_LAST = re.compile(r"\d*l\d*|lw")  # L, 5L, L5: croniter's "last" day or weekday
+_LAST = re.compile(r"\d*l\d*|lw")  # L-2, 5L, L5: croniter's "last" day or weekday
 _WEEKDAY = re.compile(r"\d*w")  # 15W: croniter's nearest weekday
 _NAMED = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
 _BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
@@ -68,11 +68,15 @@ def _refused_field(value: str, index: int) -> str | None:
         return "H (hashed) and R (random) are not supported: replicas would pick other values"
     if "#" in value:
         return "'#' (the nth weekday of the month) is not supported"
-    # L and W are day syntax; croniter refuses them in other fields ("bad ... field").
+    # L and W are day syntax; croniter refuses them in other fields ("bad ... field"). `L`
+    # alone in the day-of-month list is the month's last day (docs/policies.md).
     day = index in (3, 5)
-    tokens = [t for t in re.split(r"[,/-]", value) if day and t not in names[0]]
+    parts = [p for p in value.split(",") if not (index == 3 and p == "l")]
+    tokens = [t for p in parts for t in re.split(r"[/-]", p) if day and t not in names[0]]
+    if any(_LAST.fullmatch(t) for t in tokens) and index == 3:
+        return "'L' (the month's last day) stands alone in the list: `L` or `1,L`"
     if any(_LAST.fullmatch(t) for t in tokens):
-        return "'L' (the last day or weekday of the month) is not supported"
+        return "'L' (the last weekday of the month) is not supported"
     if any(_WEEKDAY.fullmatch(t) for t in tokens):
         return "'W' (the nearest weekday) is not supported"
     for part in value.split(","):

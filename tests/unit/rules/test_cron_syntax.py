@@ -59,13 +59,13 @@ def test_each_row_of_the_doc_table_is_accepted_or_refused_as_it_says(
         ("0 0 * * 5-1", "day-of-week field '5-1': .*write 5-6,0-1"),
         ("0 0 * * 7-1", "day-of-week field '7-1': .*write 0-1"),
         ("0 22-2/2 * * *", "hour field '22-2/2': the range 22-2 runs backwards.*as a list"),
-        ("0 0 L * *", "day-of-month field 'L': 'L' \\(the last day or weekday"),
-        ("0 0 l * *", "day-of-month field 'l': 'L'"),
-        ("0 0 1-5,L * *", "day-of-month field '1-5,L': 'L'"),
-        ("0 0 1-L * *", "day-of-month field '1-L': 'L'"),
+        ("0 0 1-L * *", "day-of-month field '1-L': 'L' \\(the month's last day\\) stands alone"),
+        ("0 0 L-2 * *", "day-of-month field 'L-2': 'L' \\(the month's last day\\) stands alone"),
+        ("0 0 1-5,L/2 * *", "day-of-month field '1-5,L/2': 'L'"),
         ("0 0 LW * *", "day-of-month field 'LW': 'L'"),
-        ("0 0 * * 5L", "day-of-week field '5L': 'L'"),
-        ("0 0 * * L5", "day-of-week field 'L5': 'L'"),
+        ("0 0 * * 5L", "day-of-week field '5L': 'L' \\(the last weekday of the month\\) is not"),
+        ("0 0 * * L5", "day-of-week field 'L5': 'L' \\(the last weekday"),
+        ("0 0 * * L", "day-of-week field 'L': 'L' \\(the last weekday"),
         ("0 0 * * mon,L", "day-of-week field 'mon,L': 'L'"),
         ("0 0 15W * *", "day-of-month field '15W': 'W' \\(the nearest weekday\\)"),
         ("0 0 1w * *", "day-of-month field '1w': 'W'"),
@@ -112,9 +112,17 @@ def test_the_rewrite_a_backwards_range_error_suggests_is_accepted(
     assert Cron(written, "UTC").next_after_ms(0) > 0
 
 
+def test_l_alone_in_the_day_of_month_is_the_last_day_of_the_month() -> None:
+    rule = Cron("0 0 l * *", "UTC")
+    got = [rule.next_after_ms(0)]
+    for _ in range(3):
+        got.append(rule.next_after_ms(got[-1]))
+    assert [g // 86_400_000 for g in got] == [30, 58, 89, 119]  # 1970-01-31, 02-28, 03-31, 04-30
+
+
 def test_the_refusal_holds_for_app_schedule_and_a_stored_trigger() -> None:
-    with pytest.raises(RuleError, match="day-of-month field 'L'"):
-        build_spec("r", "t", cron="0 0 L * *", tz="UTC")
+    with pytest.raises(RuleError, match="day-of-month field 'LW'"):
+        build_spec("r", "t", cron="0 0 LW * *", tz="UTC")
     stored = {"v": 1, "kind": "cron", "expr": "0 0 * * 1#2", "tz": "UTC", "dst_gap": "shift",
               "dst_repeat": "first"}  # fmt: skip
     with pytest.raises(RuleError, match="day-of-week field '1#2'"):
