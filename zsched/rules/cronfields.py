@@ -96,7 +96,8 @@ def _refused_field(value: str, index: int) -> str | None:
 def _value(text: str, names: list[str], first: int) -> int | None:
     if text in names:
         return names.index(text) + first
-    return int(text) if text.isdigit() else None
+    # ASCII only: str.isdigit() takes '²', which int() refuses, and '٣', which croniter does.
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _one_value(part: str, names: list[str], first: int) -> str:

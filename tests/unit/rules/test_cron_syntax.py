@@ -92,6 +92,14 @@ def test_croniter_syntax_beyond_the_doc_is_refused_naming_the_field_and_the_cons
     assert isinstance(caught.value, InvalidArgument) and isinstance(caught.value, ValueError)
 
 
+@pytest.mark.parametrize("expr", ["0 ² * * *", "0 ²-1 * * *", "0 1-² * * *", "0 0 * * ٣-١"])
+def test_digits_that_are_not_ascii_are_a_rule_error(expr: str) -> None:
+    # str.isdigit() is true for them: int() raised a bare ValueError on '²' (also on main, in
+    # an equal-range check), and '٣-١' read as the backwards range 3-1.
+    with pytest.raises(RuleError, match="bad (hour|day-of-week) field"):
+        Cron(expr, "UTC")
+
+
 def test_names_that_contain_l_or_w_are_still_names() -> None:
     # jul, wed: the L and W checks look at whole tokens, not letters.
     assert Cron("0 0 * jul wed", "UTC").next_after_ms(0) > 0
