@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from zsched.clock import server_now_ms
 from zsched.rules.ledger import LEDGER_MAX_AGE_MS
 from zsched.rules.spec import Spec, State, decode_spec, decode_state, min_gap_ms
-from zsched.rules.triggers import Cron
+from zsched.rules.triggers import Cron, trigger_from_dict
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
@@ -85,7 +85,8 @@ def _expected(spec: Spec, start: int, end: int, gaps_checked: int | None) -> lis
     own = trig.slots_between(start, end, MAX_AUDITED_SLOTS)
     if not isinstance(trig, Cron) or trig.dst_gap != "skip" or gaps_checked is None:
         return own
-    shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
+    # From the stored form: a rule stored before the cron syntax table is read as it was.
+    shifted = trigger_from_dict({**trig.to_dict(), "dst_gap": "shift"})
     mine = set(own)
     upto = min(end, gaps_checked)
     gaps = [g for g in shifted.slots_between(start, upto, MAX_AUDITED_SLOTS) if g not in mine]

@@ -49,13 +49,17 @@ def for_croniter(fields: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def refused(fields: tuple[str, ...]) -> str | None:
+def refused(fields: tuple[str, ...], *, stored: bool = False) -> str | None:
     """Why `fields` (5, or 6 with the seconds first) use croniter syntax beyond the table of
     docs/policies.md ("Fields"), naming the field and the construct; None if they do not.
-    Refused rather than passed on: the reference model checks only what the doc says."""
+    Refused rather than passed on: the reference model checks only what the doc says.
+    `stored`: a rule read back, perhaps written before the table; only H and R are refused
+    (as they always were), so that a stored rule fires as it did."""
     offset = 6 - len(fields)
     for index, value in enumerate(fields):
         name = _NAMED[index + offset]
+        if stored and not _HASH_OR_RANDOM.search(value):
+            continue
         why = _refused_field(value.lower(), index + offset)
         if why:
             return f"{name} field {value!r}: {why}"

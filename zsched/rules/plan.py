@@ -15,7 +15,7 @@ from zsched.protocol.envelope import Envelope
 from zsched.rules import ledger
 from zsched.rules.policies import Misfire, Overlap
 from zsched.rules.spec import Spec, State
-from zsched.rules.triggers import Cron, slot_run_id
+from zsched.rules.triggers import Cron, slot_run_id, trigger_from_dict
 from zsched.store import scripts as S
 
 #: Slots examined per rule per pass; a longer outage is counted without listing every slot.
@@ -201,7 +201,8 @@ def dst_gap_skips(spec: Spec, state: State, next_ms: int | None, now_ms: int
     samples = [*range(lo, now_ms, _OFFSET_STEP_MS), now_ms]
     if len({offset(t) for t in samples}) == 1:
         return [], now_ms
-    shifted = Cron(trig.expr, trig.tz, dst_gap="shift", dst_repeat=trig.dst_repeat)
+    # From the stored form: a rule stored before the cron syntax table is read as it was.
+    shifted = trigger_from_dict({**trig.to_dict(), "dst_gap": "shift"})
     own = set(trig.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS))
     gaps = [s for s in shifted.slots_between(lo, now_ms, MAX_SLOTS_PER_PASS) if s not in own]
     return gaps, now_ms

@@ -110,7 +110,11 @@ class Cron(_Base):
         dst_gap: str | None = None,
         dst_repeat: str | None = None,
     ) -> None:
-        fields = _cron_fields(expr)
+        self._build(expr, tz, dst_gap, dst_repeat, stored=False)
+
+    def _build(self, expr: str, tz: str | None, dst_gap: str | None, dst_repeat: str | None,
+               *, stored: bool) -> None:  # fmt: skip
+        fields = _cron_fields(expr, stored)
         zone = _zone(tz, expr)
         fixed = dst.is_fixed_time(minute=fields[-5], hour=fields[-4])
         gap, repeat = dst.policy(fixed, dst_gap, dst_repeat)
@@ -237,7 +241,9 @@ def trigger_from_dict(d: object) -> Trigger:
     kind = d.get("kind")
     try:
         if kind == "cron":
-            return Cron(d["expr"], d["tz"], dst_gap=d["dst_gap"], dst_repeat=d["dst_repeat"])
+            cron = Cron.__new__(Cron)  # stored: maybe by a zsched before the syntax table
+            cron._build(d["expr"], d["tz"], d["dst_gap"], d["dst_repeat"], stored=True)
+            return cron
         if kind == "every":
             interval_ms, start_ms = d["interval_ms"], d["start_ms"]
             if not _is_int(interval_ms) or not _is_int(start_ms):
@@ -260,7 +266,7 @@ def slot_run_id(schedule_id: str, slot_ms: int) -> str:
     return f"{schedule_id}@{dst.iso_utc(slot_ms)}"
 
 
-def _cron_fields(expr: object) -> tuple[str, ...]:
+def _cron_fields(expr: object, stored: bool) -> tuple[str, ...]:
     if not isinstance(expr, str) or not expr.strip():
         raise RuleError(f"a cron expression must be a non-empty string, got {expr!r}")
     text = expr.strip()
@@ -275,7 +281,7 @@ def _cron_fields(expr: object) -> tuple[str, ...]:
             f"cron {expr!r} has {len(fields)} fields; expected 5 (minute hour day-of-month "
             "month day-of-week) or 6 (second first); a year field is not supported"
         )
-    why = cronfields.refused(fields)
+    why = cronfields.refused(fields, stored=stored)
     if why:
         raise RuleError(f'cron {expr!r}: {why} (docs/policies.md, "Fields")')
     return fields

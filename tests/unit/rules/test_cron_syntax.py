@@ -5,14 +5,18 @@ model's enumerator in tests/model/test_slots_vs_triggers.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from zsched.errors import InvalidArgument, RuleError
-from zsched.rules.spec import build_spec
-from zsched.rules.triggers import Cron, trigger_from_dict
+from zsched.rules import audit
+from zsched.rules.plan import plan
+from zsched.rules.spec import State, build_spec
+from zsched.rules.triggers import Cron, slot_run_id, trigger_from_dict
 
 DOC = Path(__file__).parents[3] / "docs" / "policies.md"
 
@@ -128,10 +132,43 @@ def test_l_alone_in_the_day_of_month_is_the_last_day_of_the_month() -> None:
     assert [g // 86_400_000 for g in got] == [30, 58, 89, 119]  # 1970-01-31, 02-28, 03-31, 04-30
 
 
-def test_the_refusal_holds_for_app_schedule_and_a_stored_trigger() -> None:
+def test_the_refusal_holds_for_app_schedule() -> None:
     with pytest.raises(RuleError, match="day-of-month field 'LW'"):
         build_spec("r", "t", cron="0 0 LW * *", tz="UTC")
-    stored = {"v": 1, "kind": "cron", "expr": "0 0 * * 1#2", "tz": "UTC", "dst_gap": "shift",
-              "dst_repeat": "first"}  # fmt: skip
-    with pytest.raises(RuleError, match="day-of-week field '1#2'"):
-        trigger_from_dict(stored)
+
+
+#: A rule stored by a zsched before the syntax table, which accepted croniter's wrap-around:
+#: Friday to Monday, 02:30 in Berlin; 2026-03-29 (a Sunday) has no 02:30.
+STORED = {"v": 1, "kind": "cron", "expr": "30 2 * * fri-mon", "tz": "Europe/Berlin",
+          "dst_gap": "skip", "dst_repeat": "first"}  # fmt: skip
+
+
+def _utc(*a: int) -> int:
+    return int(datetime(*a, tzinfo=UTC).timestamp() * 1000)
+
+
+def test_a_rule_stored_before_the_table_is_read_and_fires_as_it_did() -> None:
+    """docs/policies.md: such a rule is read as it was (a dispatcher that could not read it
+    would skip it, and pass again at once: its slot stays due)."""
+    trig = trigger_from_dict(STORED)
+    got = trig.slots_between(_utc(2026, 1, 1), 2**53, 5)  # 2026-01-01 is a Thursday
+    assert got == [_utc(2026, 1, d, 1, 30) for d in (2, 3, 4, 5, 9)]
+    assert trigger_from_dict(trig.to_dict()) == trig
+    with pytest.raises(RuleError, match="H \\(hashed\\)"):  # never stored: refused as always
+        trigger_from_dict({**STORED, "expr": "H 2 * * *"})
+
+
+def test_a_stored_rule_of_the_old_syntax_gets_its_dst_gap_record_and_audit() -> None:
+    # plan() and the audit rebuild the trigger with dst_gap="shift" to find the gap's
+    # instant: from the stored form, or a RuleError would stop the rule at its gap.
+    spec = dataclasses.replace(build_spec("y", "t", cron="30 2 * * *", tz="Europe/Berlin"),
+                               trigger=trigger_from_dict(STORED))  # fmt: skip
+    prev = _utc(2026, 3, 28, 1, 30)  # Saturday 02:30 CET
+    nxt = spec.trigger.next_after_ms(prev)
+    assert nxt == _utc(2026, 3, 30, 0, 30)  # Monday 02:30 CEST
+    state = State(created_ms=prev - 60_000, gap_checked_ms=prev, last_slot_ms=prev)
+    p = plan(spec, state, nxt, nxt + 5, budget=100)
+    gap_end = _utc(2026, 3, 29, 1)
+    assert (gap_end, "skipped", "dst_gap", slot_run_id("y", gap_end), gap_end) in p.records
+    done = dataclasses.replace(state, gap_checked_ms=nxt)
+    assert gap_end in audit.check("y", spec, done, [], nxt + 3_600_000).unaccounted
