@@ -73,11 +73,13 @@ def test_the_audit_sees_slots_from_before_the_last_edit_pause_and_resume(backend
     assert app.resume_schedule("r")
     (report,) = audit(app, now_ms=T0 + 14 * M + 35_000)
     assert (report.checked, report.unaccounted) == (14, [])
-    # An edit of the trigger changes the slots: the audit starts again from it.
+    # An edit of the trigger changes the slots from it on; the old trigger's stay audited
+    # (its trigger history) up to its slot already due at the edit, T0 + 15 min, which the
+    # edit leaves to fire under the new spec: still without an outcome (no dispatcher).
     clock.set(T0 + 20 * M)
     app.schedule("r", "t", every=120, misfire="skip")
     (report,) = audit(app, now_ms=T0 + 21 * M)
-    assert (report.checked, report.unaccounted) == (0, [])
+    assert (report.checked, report.unaccounted) == (15, [T0 + 15 * M])
 
 
 def test_the_cli_history_shows_a_range_entry_as_its_first_and_last_slot(redis_url, queue, capsys):
@@ -125,7 +127,7 @@ def test_an_edit_of_a_paused_rules_trigger_keeps_one_outcome_per_slot(backend, q
         (at(2026, 10, 27, 23), "paused"),
     ]
     (report,) = audit(app, now_ms=at(2026, 10, 28, 12) + 65_000)
-    assert report.unaccounted == [] and report.checked == 2
+    assert report.unaccounted == [] and report.checked == 4  # both triggers' (the history)
 
 
 def test_a_long_pause_then_a_trigger_edit_records_the_old_slots_as_one_range(backend, queue):
