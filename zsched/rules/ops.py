@@ -14,6 +14,7 @@ from zsched.errors import RuleError, ScheduleNotFound
 from zsched.protocol.envelope import Envelope
 from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
 from zsched.rules import ledger, past_triggers
+from zsched.rules.slot_count import count_between
 from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
 from zsched.rules.spec import _instant_ms as instant_ms
 from zsched.rules.triggers import slot_run_id
@@ -228,7 +229,7 @@ def paused_records(spec: Spec, state: State, since: int, now: int) -> list[ledge
     slots = spec.trigger.slots_between(lo, hi, MAX_PAUSED_RECORDS + 1)
     why = paused_reason(state.pause_note, state.paused_by)
     if len(slots) > MAX_PAUSED_RECORDS:
-        return [ledger.skipped_range(slots[0], hi, why)]
+        return [ledger.skipped_range(slots[0], hi, why, count_between(spec.trigger, lo, hi))]
     return [ledger.skipped(spec.schedule_id, s, why) for s in slots if s <= hi]
 
 

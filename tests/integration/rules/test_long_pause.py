@@ -142,3 +142,36 @@ def test_a_long_pause_then_a_trigger_edit_records_the_old_slots_as_one_range(bac
     assert rows[0] == (T0, T0 + 2500 * S)
     assert rows[1:] == [(T0 + s * S, T0 + s * S) for s in range(2502, 2601, 2)]
     assert _after_grace(app, T0 + 2600 * S).unaccounted == []
+
+
+def _paused_count(app) -> int:
+    return app.status().stats.get("ledger:skipped:paused:r", 0)
+
+
+def test_stats_count_a_range_entry_by_its_slots(backend, queue) -> None:
+    """`stats` (zsched_queue_rule_outcomes_total) counted a range entry as one outcome."""
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=1, paused=True)
+    clock.set(T0 + 2500 * S)
+    assert app.resume_schedule("r")
+    assert _paused_count(app) == 2501
+    (entry,) = backend.sync.xrange(app.keys.ledger("r"))
+    assert entry[1][b"slots"] == b"2501" and entry[1][b"run_id"] == b""
+
+
+def test_stats_count_a_cron_range_by_the_trigger_in_force_when_it_was_written(backend, queue):
+    """A paused cron rule edited: the old trigger's range is counted by its own slots, the
+    new trigger's by its (2 days of `* * * * *` in Berlin, then a day of `*/2 * * * *`)."""
+    t0 = 1_800_000_000_000 // (3600 * S) * (3600 * S)
+    clock = FakeClock(t0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", cron="* * * * *", tz="Europe/Berlin", paused=True)
+    clock.set(t0 + 2 * 86_400 * S)
+    app.schedule("r", "t", cron="*/2 * * * *", tz="Europe/Berlin", paused=True)
+    assert _paused_count(app) == 2 * 1440 + 1  # t0 .. t0 + 2 days, both ends
+    clock.set(t0 + 5 * 86_400 * S)
+    assert app.resume_schedule("r")
+    rows = sorted((r["slot_ms"], r["last_ms"]) for r in app.schedule_history("r"))
+    assert rows == [(t0, t0 + 2 * 86_400 * S), (t0 + 2 * 86_400 * S + 2 * M, t0 + 5 * 86_400 * S)]
+    assert _paused_count(app) == 2 * 1440 + 1 + 3 * 720
