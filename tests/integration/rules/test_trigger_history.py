@@ -134,3 +134,15 @@ def test_the_history_keeps_the_newest_triggers_and_goes_with_the_rule(backend, q
     app.schedule("r", "t", every=60)
     app.schedule("r", "t", every=30)
     assert len(past_triggers.decode(backend.sync.hget(app.keys.rule_triggers, "r"))) == 1
+
+
+async def test_the_consoles_audit_reads_the_history_too(backend, queue) -> None:
+    from zsched.rules.ops import load
+    from zsched.web import reads
+
+    app = await _edited(backend, queue, "cron")
+    _drop_outcome(backend, app, T0 + H)
+    now = T0 + 3 * H + 30 * M
+    spec, state, *_ = load(app, "r")
+    assert reads.audit_rule(app, "r", spec, state, now) == [T0 + H]
+    assert reads.audit_rules(app, 0, now) == (0, {"r": 1})
