@@ -127,6 +127,11 @@ class Cron(_Base):
         put(self, "_fixed", fixed)
 
     @property
+    def fields(self) -> tuple[str, ...]:
+        """The expression's fields, an alias spelled out (5, or 6 with the seconds first)."""
+        return _cron_fields(self.expr)
+
+    @property
     def fixed_time(self) -> bool:
         """True unless the minute or the hour field starts with `*` (cronie's distinction).
 

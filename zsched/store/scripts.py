@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from zsched.errors import ScriptError
+from zsched.errors import InvalidArgument, ScriptError
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.limits import MAX_BATCH as MAX_BATCH
 from zsched.protocol.text import text
@@ -265,16 +265,21 @@ def schedule(
     state: bytes = b"",
     catchup_head: int | None = None,
     expected: tuple[bytes, int | None, bytes] | None = None,
+    triggers: bytes = b"",
 ) -> Call[int]:
     """Upsert a rule. Reply: a ScheduleCode: CREATED, UPDATED, UNCHANGED, or CHANGED when
     `expected` (spec, next fire, state as read; b"" / None = absent) no
-    longer holds. `catchup_head`: with a state, its oldest waiting catch-up slot."""
+    longer holds. `catchup_head`: with a state, its oldest waiting catch-up slot. `triggers`
+    (with `expected`): the rule's trigger history to store with the spec (b"": keep it)."""
     args: list[Any] = [schedule_id, spec, -1 if next_ms is None else next_ms, state,
                        -1 if catchup_head is None else catchup_head]  # fmt: skip
     if expected is not None:
         exp_spec, exp_next, exp_state = expected
-        args += [exp_spec, "" if exp_next is None else exp_next, exp_state]
-    return Call("schedule", [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake], args, int)
+        args += [exp_spec, "" if exp_next is None else exp_next, exp_state, triggers]
+    elif triggers:
+        raise InvalidArgument("schedule: a trigger history is written only with `expected`")
+    keys = [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake, k.rule_triggers]
+    return Call("schedule", keys, args, int)
 
 
 def unschedule(k: QueueKeys, schedule_id: str) -> Call[int]:
@@ -282,7 +287,7 @@ def unschedule(k: QueueKeys, schedule_id: str) -> Call[int]:
     return Call(
         "unschedule",
         [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.rule_waiting,
-         k.ledger(schedule_id), k.lease(schedule_id)],
+         k.ledger(schedule_id), k.lease(schedule_id), k.rule_triggers],
         [schedule_id],
         int,
     )  # fmt: skip
