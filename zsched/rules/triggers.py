@@ -21,6 +21,7 @@ from croniter import CroniterBadDateError, croniter
 
 from zsched.clock import ms_to_datetime
 from zsched.errors import RuleError
+from zsched.protocol.limits import MAX_INSTANT_MS
 from zsched.rules import cronfields, dst
 from zsched.rules.policies import Misfire as Misfire  # re-exported (their home before)
 from zsched.rules.policies import Overlap as Overlap
@@ -203,6 +204,7 @@ class Every(_Base):
     @classmethod
     def from_ms(cls, interval_ms: int, start_ms: int = 0) -> Every:
         """An Every from whole milliseconds (stored rules' triggers, the wire)."""
+        _start_in_range(start_ms, f"{start_ms} ms")
         return cls(timedelta(milliseconds=interval_ms), start_at=ms_to_datetime(start_ms))
 
     def next_after_ms(self, ms: int) -> int:
@@ -378,13 +380,23 @@ def _start_ms(start_at: datetime | float | None) -> int:
     if isinstance(start_at, datetime):
         if start_at.utcoffset() is None:
             raise RuleError(f"start_at must be an aware datetime, got naive {start_at!r}")
-        return _round_ms(start_at - ms_to_datetime(0))
+        return _start_in_range(_round_ms(start_at - ms_to_datetime(0)), start_at.isoformat())
     # Epoch seconds, as everywhere in the Python API (app.schedule, enqueue's run_at).
     if isinstance(start_at, int | float) and not isinstance(start_at, bool):
         if not math.isfinite(start_at):
             raise RuleError(f"start_at must be finite epoch seconds, got {start_at!r}")
-        return int(round(start_at * 1000))
+        return _start_in_range(int(round(start_at * 1000)), f"{start_at!r} epoch seconds")
     raise RuleError(f"start_at must be an aware datetime or epoch seconds, got {start_at!r}")
+
+
+def _start_in_range(ms: int, shown: str) -> int:
+    # The scripts and the wire take instants from 1970 to the year 9999 (protocol/limits.py);
+    # refused here, by name, rather than as a Redis error or an OverflowError at a later read.
+    if ms < 0:
+        raise RuleError(f"start_at {shown} is before 1970-01-01T00:00:00Z", "start_at")
+    if ms > MAX_INSTANT_MS:
+        raise RuleError(f"start_at {shown} is after the year 9999", "start_at")
+    return ms
 
 
 def _human_ms(ms: int) -> str:
