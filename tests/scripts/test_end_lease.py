@@ -123,6 +123,25 @@ def test_a_dead_letters_lease_key_of_the_wrong_type_is_refused_before_any_write(
     assert after == before and not r.exists(k.dead)
 
 
+@pytest.mark.parametrize("cut", ["tail", "keys"])
+def test_a_dead_letter_with_a_malformed_lease_form_is_refused_before_any_write(
+    backend, queue, cut
+) -> None:
+    """Lease keys without their (window, pairs) tail, or 6 to 8 keys: an error naming the
+    expected form, nothing written."""
+    app, ent = seed_ready(backend, queue, ["s1@a"])
+    _lease(backend, app)
+    group = (ent["s1@a"], "s1@a", "failed: x", env("s1@a"))
+    call = S.dead(app.keys, "c1", [group], now_ms=NOW, dedupe_window_ms=WINDOW,
+                  leases=[("s1", "s1@a")])  # fmt: skip
+    bad = (dataclasses.replace(call, args=call.args[:-3]) if cut == "tail"
+           else dataclasses.replace(call, keys=call.keys[:7], args=call.args[:-3]))  # fmt: skip
+    before = snapshot(backend.sync, app.keys)
+    with pytest.raises(Exception, match="expected up to 1000 groups"):
+        app.scripts.run(bad)
+    assert snapshot(backend.sync, app.keys) == before and _untouched(backend, app)
+
+
 # -- discard.lua ----------------------------------------------------------------------------
 
 
