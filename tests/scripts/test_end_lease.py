@@ -258,3 +258,32 @@ def test_cancel_in_the_two_key_form_leaves_leases_alone(backend, queue) -> None:
     old = dataclasses.replace(call, keys=call.keys[:2], args=call.args[:1])
     assert app.scripts.run(old) == CancelCode.CANCELLED
     assert _untouched(backend, app) and snapshot(backend.sync, app.keys)["delayed"] == {}
+
+
+@pytest.mark.parametrize("how", ["dead", "discard", "revoke"])
+def test_ending_a_rule_runs_lease_publishes_on_wake(backend, queue, how) -> None:
+    """A dispatcher sleeping while a catch-up replay waits for the lease hears of its end
+    (as after ack and unlease: test_rule_ops_wake.py)."""
+    if how == "revoke":
+        app = seed_delayed(backend, queue, {"s1@a": NOW + 60_000})
+    else:
+        app, ent = seed_ready(backend, queue, ["s1@a"])
+    backend.sync.set(app.keys.lease("s1"), "s1@a")  # no fire waits: only the free is heard
+    sub = backend.sync.pubsub(ignore_subscribe_messages=True)
+    sub.subscribe(app.keys.wake)
+    try:
+        if how == "dead":
+            _dead(app, "c1", ent["s1@a"], "s1@a", [("s1", "s1@a")])
+        elif how == "discard":
+            _discard(app, "c1", ent["s1@a"], "s1@a", [("s1", "s1@a")])
+        else:
+            _revoke(app, "s1@a")
+        msg = None
+        for _ in range(50):  # bounded: the PUBLISH ran inside the call that just returned
+            msg = sub.get_message(timeout=0.1)
+            if msg is not None:
+                break
+        assert msg is not None and int(msg["data"]) == NOW
+    finally:
+        sub.close()
+    assert backend.sync.get(app.keys.lease("s1")) is None
