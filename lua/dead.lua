@@ -1,23 +1,34 @@
--- dead: move runs from the ready stream to the dead-letter stream, with the reason.
+-- dead: move runs from the ready stream to the dead-letter stream, with the reason, and end
+--   the overlap leases of the rule runs among them (starting the fires that waited).
 -- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
 -- KEYS[4] dead (stream)    KEYS[5] stats (hash)
+-- KEYS[6] rule_waiting (hash)   KEYS[7] delayed (B-tree root)   KEYS[8] wake (channel)
+-- KEYS[9] done (zset: run_id -> done_at_ms)
+--   (6-9 optional: a caller with no lease to end may pass 5 keys, the older form)
+-- KEYS[10..] the lease (string) of each rule run of the batch that holds one, one per lease
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4..] groups of 4: entry_id, run_id, reason, envelope (the raw bytes as read; run_id may
---   be "" for an entry that could not be decoded; at most 1000 groups)
+--   be "" for an entry that could not be decoded; at most 1000 groups); then, when KEYS[10..]
+--   name leases: dedupe_window_ms (a waiting fire whose run id is done within it is dropped),
+--   then for each key of KEYS[10..] in order: schedule_id, run_id (a run among the groups)
 -- Returns {code, ...} one per group: 1 dead-lettered; 0 refused, pending with another
 --   consumer (fenced); 2 refused, pending with no consumer (written already: as ack.lua's 2).
 --   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a run leaves the stream only in the call that adds it to `dead`, and only by the
---   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed.
--- Bound: 1000 groups per call, one XPENDING each.
+--   consumer that owns its entry; a dead letter keeps the envelope, so it can be replayed. A
+--   run that leaves `runs` here frees its rule's lease in the same call (lua/lib/lease.lua, as
+--   ack.lua), so no crash between two calls leaves a lease held by a dead run and its rule's
+--   waiting fire unstarted; a fenced or stale entry's run keeps its lease.
+-- Publishes on `wake` when it frees a lease or starts a waiting fire.
+-- Bound: 1000 groups per call, one XPENDING each, and as many leases.
 -- Counts in `stats`: dead, dead:<kind> (the kind read from the reason, see below), fenced, gone.
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
--- writes of the batch's earlier items: every ARGV[first], ARGV[first + step] ... is checked
--- first. Returns an error reply naming the bad id, or nil.
-local function bad_entry_id(script, first, step)
-  for i = first, #ARGV, step do
+-- writes of the batch's earlier items: every ARGV[first], ARGV[first + step] ... up to
+-- ARGV[upto] (default: the last) is checked first. Returns an error reply naming the bad id, or nil.
+local function bad_entry_id(script, first, step, upto)
+  for i = first, upto or #ARGV, step do
     local e = ARGV[i]
     local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
     if not ((ms and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') and #e < 20)) then
@@ -27,10 +38,17 @@ local function bad_entry_id(script, first, step)
 end
 -- END streamid
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- Check types before any write: a script is atomic but not transactional.
-for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [dead] = 'stream', [stats] = 'hash'}) do
+local waiting, delayed, wake, done, lease_keys = KEYS[6], KEYS[7], KEYS[8], KEYS[9], {unpack(KEYS, 10)}
+local function wrong_type(key, want)
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched dead: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
+end
+-- Check types before any write: a script is atomic but not transactional.
+local types = {[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [dead] = 'stream', [stats] = 'hash'}
+if done then types[waiting], types[done] = 'hash', 'zset' end
+for key, want in pairs(types) do
+  local err = wrong_type(key, want)
+  if err then return err end
 end
 local now_ms = tonumber(ARGV[1])
 local group, consumer = ARGV[2], ARGV[3]
@@ -38,11 +56,271 @@ if not now_ms then
   local t = redis.call('TIME')
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-if (#ARGV - 3) % 4 ~= 0 or #ARGV - 3 > 4000 then
-  return redis.error_reply('ERR zsched dead: expected up to 1000 groups of (entry_id, run_id, reason, envelope)')
+-- With lease keys, ARGV ends with the window and a pair per lease key.
+local n_leases = #lease_keys
+local n_args, window_ms = #ARGV - 3, 0
+if n_leases > 0 then
+  n_args = n_args - 1 - 2 * n_leases
+  window_ms = tonumber(ARGV[#ARGV - 2 * n_leases] or '')
 end
-local bad = bad_entry_id('dead', 4, 4)
+if n_args < 0 or n_args % 4 ~= 0 or n_args > 4000 or n_leases > 1000 or not window_ms
+    or (#KEYS ~= 5 and #KEYS < 9) then
+  return redis.error_reply('ERR zsched dead: expected up to 1000 groups of (entry_id, run_id, reason, envelope), then (lease keys) a window and a (schedule_id, run_id) per lease key')
+end
+local last = 3 + n_args -- ARGV index of the last group's last value
+local bad = bad_entry_id('dead', 4, 4, last)
 if bad then return bad end
+
+-- The leases to end, checked before any write. The shared blocks are defined only for a call
+-- that has leases: each `local function` costs a closure on every call that runs it.
+local end_lease = nil
+if n_leases > 0 then
+-- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
+--   functions a script calls into it, and a test keeps the copies equal. Edit it there.
+-- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
+-- one skiplist ZSET (docs/architecture.md, "The delayed set"). `d` is the delayed key name:
+--   d:index     ZSET, every score 0: a member per leaf, its bound then its number, so lex
+--               order is (due, run id) order
+--   d:leaf:<n>  ZSET run_id -> due_ms, at most BT_MAX runs (a listpack at default settings)
+--   d           HASH seq (last leaf number), n (runs in the tree); a ZSET here is the
+--               delayed set of key layout 2, which `zsched migrate` moves into the tree
+-- A run's key: its due in 15 digits, its id with \0 escaped as \0\1, then \0\0: byte order of
+-- keys is (due, id) order and no key is a prefix of another. The value of a delayed run in
+-- `runs` starts with its due (bt_tag), so cancel finds its leaf from the run id alone.
+-- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
+--   leaf is empty; d's n counts the runs in the leaves.
+-- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
+-- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
+-- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
+local BT_MAX = 64
+local function bt_key(due, id)
+  -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
+  if string.find(id, '\0', 1, true) then id = (string.gsub(id, '%z', '\0\1')) end
+  return string.format('%015d', due) .. id .. '\0\0'
+end
+local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true)) + 2) end
+local function bt_bound(m) return string.sub(m, 1, (string.find(m, '\0\0', 16, true)) + 1) end
+-- Lua's `<` on strings is strcoll: byte order in the C locales only (C, POSIX, C.UTF-8, whose
+-- order is code point order), while Redis takes LC_COLLATE from its environment. Probed once
+-- per call (ISO 14651 locales such as en_US fold case, skip punctuation, sort e-acute before
+-- f); where it is not byte order, bt_less compares byte by byte. Probed on first use: most
+-- calls compare no strings.
+local BT_NATIVE
+-- Byte order, as Redis orders ZSET members.
+local function bt_less(x, y)
+  if BT_NATIVE == nil then
+    BT_NATIVE = ('B' < 'a') and ('Z' < '_') and ('_' < 'a') and ('-' < '0') and ('9' < 'A')
+      and ('a-c' < 'ab') and ('a_c' < 'ab') and ('aB' < 'ab') and not ('ab' < 'aB')
+      and ('f' < '\195\169') and ('a\0b' < 'a\0c') and ('a' < 'a\0')
+  end
+  if BT_NATIVE then return x < y end
+  if x == y then return false end
+  local n = math.min(#x, #y)
+  local i = 1
+  while i + 7 <= n do
+    local a1, a2, a3, a4, a5, a6, a7, a8 = string.byte(x, i, i + 7)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(y, i, i + 7)
+    if a1 ~= b1 then return a1 < b1 end
+    if a2 ~= b2 then return a2 < b2 end
+    if a3 ~= b3 then return a3 < b3 end
+    if a4 ~= b4 then return a4 < b4 end
+    if a5 ~= b5 then return a5 < b5 end
+    if a6 ~= b6 then return a6 < b6 end
+    if a7 ~= b7 then return a7 < b7 end
+    if a8 ~= b8 then return a8 < b8 end
+    i = i + 8
+  end
+  while i <= n do
+    local a, b = string.byte(x, i), string.byte(y, i)
+    if a ~= b then return a < b end
+    i = i + 1
+  end
+  return #x < #y
+end
+-- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
+-- (Arithmetic of the VM, not math.floor: each C function call costs about as much as the rest.)
+local function bt_tag(due, env)
+  local b6 = due % 256
+  local r = (due - b6) / 256
+  local b5 = r % 256
+  r = (r - b5) / 256
+  local b4 = r % 256
+  r = (r - b4) / 256
+  local b3 = r % 256
+  r = (r - b3) / 256
+  local b2 = r % 256
+  return string.char(0, (r - b2) / 256, b2, b3, b4, b5, b6) .. env
+end
+-- (due, id) order of two runs without building their keys: ids in byte order on a tie.
+local function bt_before(due1, id1, due2, id2)
+  if due1 ~= due2 then return due1 < due2 end
+  return bt_less(id1, id2)
+end
+-- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
+-- in order), so the runs bound for one leaf cost one lookup and one ZADD; the next leaf's
+-- bound is read only when a second run may go to the same leaf (one run: 4 commands).
+-- want_head: also return whether the earliest run now sorts before every run that was in the
+-- tree (one more read, and only when it lands in the first leaf).
+local function bt_add(d, items, want_head)
+  local index, meta = d .. ':index', d
+  local sorted = true
+  for i = 2, #items do
+    if bt_before(items[i][2], items[i][1], items[i - 1][2], items[i - 1][1]) then
+      sorted = false
+      break
+    end
+  end
+  if not sorted then
+    table.sort(items, function(x, y) return bt_before(x[2], x[1], y[2], y[1]) end)
+  end
+  local head, counted = nil, nil -- head: known after the first pass
+  local i = 1
+  while i <= #items do
+    local k = bt_key(items[i][2], items[i][1])
+    -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
+    local m = found[1]
+    -- The first write on d comes after the first read of the index, before any other write: a
+    -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
+    if not m then
+      -- Before every bound: the first leaf takes it and its bound moves down to it.
+      if head == nil then head = true end
+      m = redis.call('ZRANGE', index, '0', '0')[1]
+      if m then
+        redis.call('ZREM', index, m)
+        m = k .. bt_num(m)
+      else
+        m = k .. redis.call('HINCRBY', meta, 'seq', '1')
+      end
+      redis.call('ZADD', index, '0', m)
+    end
+    local leaf = d .. ':leaf:' .. bt_num(m)
+    if head == nil then
+      head = false
+      if want_head and not found[2] then
+        local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
+        head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
+      end
+    end
+    local first, upto, upto_due, looked = i, nil, nil, false
+    -- Whether items[j] belongs to this leaf: the first run of the pass does (m is its floor).
+    local function belongs(j)
+      if j == first then return true end
+      if not looked then
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', '0', '1')[1]
+        upto, looked = nxt and bt_bound(nxt), true
+        upto_due = upto and tonumber(string.sub(upto, 1, 15))
+      end
+      if not upto then return true end
+      local due = items[j][2]
+      if due ~= upto_due then return due < upto_due end
+      return bt_less(bt_key(due, items[j][1]), upto)
+    end
+    local card = redis.call('ZCARD', leaf)
+    local args = {}
+    while i <= #items and card < BT_MAX and belongs(i) do
+      local due = items[i][2]
+      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+      args[#args + 1] = items[i][3] or due
+      args[#args + 1] = items[i][1]
+      card, i = card + 1, i + 1
+    end
+    if #args > 0 then redis.call('ZADD', leaf, unpack(args)) end
+    if card >= BT_MAX and i <= #items and belongs(i) then
+      -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
+      local n = redis.call('HINCRBY', meta, 'seq', 1)
+      local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
+      if bt_before(tonumber(last[2]), last[1], items[i][2], items[i][1]) then
+        -- After all its runs: a new leaf starts here.
+        redis.call('ZADD', index, 0, bt_key(items[i][2], items[i][1]) .. n)
+      else
+        local upper = redis.call('ZRANGE', leaf, BT_MAX / 2, -1, 'WITHSCORES')
+        local moved = {}
+        for j = 1, #upper, 2 do
+          moved[#moved + 1] = upper[j + 1]
+          moved[#moved + 1] = upper[j]
+        end
+        redis.call('ZADD', d .. ':leaf:' .. n, unpack(moved))
+        redis.call('ZREMRANGEBYRANK', leaf, BT_MAX / 2, -1)
+        redis.call('ZADD', index, 0, bt_key(tonumber(upper[2]), upper[1]) .. n)
+      end
+    end
+  end
+  return head == true
+end
+-- Refuse a delayed set of key layout 2 or keys of the wrong type (d, and the index unless a
+-- caller reads it with pcall first); nil when all is well.
+local function bt_check(d, script, index_too)
+  local want_of = {[d] = 'hash'}
+  if index_too then want_of[d .. ':index'] = 'zset' end
+  for key, want in pairs(want_of) do
+    local got = redis.call('TYPE', key)['ok']
+    if got ~= 'none' and got ~= want then
+      if key == d and got == 'zset' then
+        return redis.error_reply('WRONGTYPE zsched ' .. script .. ': key ' .. d .. ' holds a delayed set of key layout 2; run `zsched migrate` (docs/operations.md)')
+      end
+      return redis.error_reply('WRONGTYPE zsched ' .. script .. ': key ' .. key .. ' is a ' .. got .. ', expected a ' .. want)
+    end
+  end
+end
+-- END btree
+-- BEGIN lease: the end of a rule's overlap lease. Source: lua/lib/lease.lua; `make lua` copies
+--   it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- Uses the btree block (bt_tag, bt_add): a script that calls it has both blocks, btree first.
+-- A rule's run ended (done, dead or cancelled): free the rule's lease if the run holds it, and
+-- when the lease is free start the fire that waited for it (overlap = queue), due now, with
+-- the lease. A waiting fire whose run id is live, or done within window_ms (enqueued by hand,
+-- or a forced manual fire of its instant), is dropped: that run is the slot's. The caller
+-- checked the types of lease (string), waiting (hash), runs (hash), delayed and done (zset;
+-- done may be nil: the live check only). Publishes on `wake` when it frees the lease (a
+-- catch-up replay may wait for it) or starts a waiting fire.
+-- Returns released (1 if this run held the lease), started (the run id started, or '').
+local function lease_end(lease, waiting, runs, delayed, wake, done, window_ms, now_ms, sid, run_id)
+  local released = 0
+  if redis.call('GET', lease) == run_id then
+    redis.call('DEL', lease)
+    released = 1
+    redis.call('PUBLISH', wake, now_ms)
+  end
+  local started = ''
+  if redis.call('EXISTS', lease) == 0 then
+    local w = redis.call('HGET', waiting, sid)
+    if w then
+      local n = tonumber(string.match(w, '^(%d+):'))
+      local head = #tostring(n) + 1
+      started = string.sub(w, head + 1, head + n)
+      redis.call('HDEL', waiting, sid)
+      local finished = done and redis.call('ZSCORE', done, started)
+      if redis.call('HEXISTS', runs, started) == 1
+          or (finished and tonumber(finished) > now_ms - window_ms) then
+        started = ''
+      else
+        redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
+        bt_add(delayed, {{started, now_ms}})
+        redis.call('SET', lease, started) -- no TTL, as fire.lua's
+        redis.call('PUBLISH', wake, now_ms)
+      end
+    end
+  end
+  return released, started
+end
+-- END lease
+  local err = bt_check(delayed, 'dead', true)
+  for j = 1, n_leases do err = err or wrong_type(lease_keys[j], 'string') end
+  if err then return err end
+  local first = last + 1 -- the window; the pairs follow
+  -- The lease of a run that left `runs` here (run_id -> true in `ended`): freed, waiting
+  -- fires started.
+  end_lease = function(ended)
+    for j = 1, n_leases do
+      local sid, run_id = ARGV[first + 2 * j - 1], ARGV[first + 2 * j]
+      if ended[run_id] then
+        lease_end(lease_keys[j], waiting, runs, delayed, wake, done, window_ms, now_ms, sid, run_id)
+      end
+    end
+  end
+end
 
 -- Dead letters by kind, counted in `stats` as dead:<kind>, read from the reason's opening words
 -- (the Python and Node workers write them; docs/protocol.md lists them): anything else is other.
@@ -55,8 +333,8 @@ local function kind_of(reason)
   return 'other'
 end
 local by_kind = {}
-local codes, moved, fenced, gone = {}, 0, 0, 0
-for i = 4, #ARGV, 4 do
+local codes, moved, fenced, gone, ended = {}, 0, 0, 0, {}
+for i = 4, last, 4 do
   local entry, run_id, reason, env = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   -- Not filtered by consumer: the owner's name tells a fence (0) from an entry gone (2).
   local row = redis.call('XPENDING', ready, group, entry, entry, 1)[1]
@@ -66,6 +344,7 @@ for i = 4, #ARGV, 4 do
     if run_id ~= '' and redis.call('HGET', entries, run_id) == entry then
       redis.call('HDEL', runs, run_id)
       redis.call('HDEL', entries, run_id)
+      ended[run_id] = true
     end
     redis.call('XADD', dead, '*', 'run_id', run_id, 'reason', reason, 'envelope', env,
       'dead_at_ms', now_ms, 'entry_id', entry)
@@ -85,4 +364,5 @@ if moved > 0 then redis.call('HINCRBY', stats, 'dead', moved) end
 for kind, n in pairs(by_kind) do redis.call('HINCRBY', stats, kind, n) end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
 if gone > 0 then redis.call('HINCRBY', stats, 'gone', gone) end
+if end_lease then end_lease(ended) end
 return codes

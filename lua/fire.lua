@@ -19,7 +19,9 @@
 --   (ran | ran_late | replay: a catch-up replay, recorded ran_late); then groups of 5 ledger
 --   records decided by policy: slot_ms, outcome, reason, run_id, last_ms (coalesced, skipped
 --   ...); last_ms > slot_ms makes one record of every slot in [slot_ms, last_ms] (a long
---   pause), written with a last_ms field. At most 1000 fires and 1000 records.
+--   pause), written with a last_ms field; its run_id element is then its number of slots
+--   (the entry's run_id stays empty, a `slots` field holds it; "" = not given: counted as one).
+--   At most 1000 fires and 1000 records.
 -- Returns {ok, fired, duplicates, overlap_skipped, queued}; ok = 0 when the compare-and-set
 --   failed (nothing written: another dispatcher fired, or the rule was edited, or a replay
 --   would start while a live run holds the lease of an overlap skip|queue rule).
@@ -29,7 +31,8 @@
 -- Publishes on `wake` when the rule's next fire becomes earlier (or appears: a resume) or it
 --   gains a catch-up backlog, and when a fire is the new head of `delayed`.
 -- Bound: 1000 fires and 1000 records per call.
--- Counts in `stats`: fired, fire_duplicate, overlap_skip, ledger:<outcome>:<reason>:<schedule_id>.
+-- Counts in `stats`: fired, fire_duplicate, overlap_skip, ledger:<outcome>:<reason>:<schedule_id>
+--   (a range record: its number of slots).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -265,16 +268,25 @@ end
 -- collector's labels stay bounded.
 local counted = {}
 local function record(slot, outcome, reason, run_id, last)
+  local n = 1
   if last and last ~= slot then
-    redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
-      'reason', reason, 'run_id', run_id, 'at_ms', now_ms, 'last_ms', last)
+    -- A range has no run id: the caller's element there is its number of slots.
+    n = string.match(run_id, '^%d+$') and tonumber(run_id)
+    if n and n >= 1 then
+      redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
+        'reason', reason, 'run_id', '', 'at_ms', now_ms, 'last_ms', last, 'slots', n)
+    else
+      n = 1
+      redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
+        'reason', reason, 'run_id', run_id, 'at_ms', now_ms, 'last_ms', last)
+    end
   else
     redis.call('XADD', ledger, 'MAXLEN', '~', maxlen, '*', 'slot_ms', slot, 'outcome', outcome,
       'reason', reason, 'run_id', run_id, 'at_ms', now_ms)
   end
   local why = outcome == 'skipped' and (string.match(reason, '^[%w_]+') or '') or ''
   local f = 'ledger:' .. outcome .. ':' .. why .. ':' .. sid
-  counted[f] = (counted[f] or 0) + 1
+  counted[f] = (counted[f] or 0) + n
 end
 
 local function live_or_done(run_id)

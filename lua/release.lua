@@ -3,7 +3,9 @@
 -- KEYS[4] delayed (B-tree root: the btree block)   KEYS[5] wake (pub/sub channel)
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4..] pairs: entry_id, run_id (at most 1000)
--- Returns {code, ...} one per pair: 1 released, 0 refused (not the owner).
+-- Returns {code, ...} one per pair: 1 released; 0 refused, pending with another consumer
+--   (fenced: reclaimed); 2 refused, gone: pending with no consumer (its outcome written
+--   already), or pending with this one but its run no longer in `runs` (nothing to hand back).
 --   An error reply (a malformed entry id, a bad argument) means nothing was written.
 -- Invariant: a released run leaves the stream in the same call that puts it back in `delayed`;
 --   its envelope (and so its attempt number) is unchanged.
@@ -208,10 +210,10 @@ end
 -- BEGIN streamid: entry ids checked before any write. Source: lua/lib/streamid.lua; `make lua`
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- XPENDING and XRANGE refuse a malformed id with an error, which would stop a script after the
--- writes of the batch's earlier items: every ARGV[first], ARGV[first + step] ... is checked
--- first. Returns an error reply naming the bad id, or nil.
-local function bad_entry_id(script, first, step)
-  for i = first, #ARGV, step do
+-- writes of the batch's earlier items: every ARGV[first], ARGV[first + step] ... up to
+-- ARGV[upto] (default: the last) is checked first. Returns an error reply naming the bad id, or nil.
+local function bad_entry_id(script, first, step, upto)
+  for i = first, upto or #ARGV, step do
     local e = ARGV[i]
     local ms, seq = string.match(e, '^(%d+)%-(%d+)$')
     if not ((ms and #ms < 20 and #seq < 20) or (string.find(e, '^%d+$') and #e < 20)) then
@@ -243,8 +245,9 @@ if bad then return bad end
 local codes, moved, items = {}, 0, {}
 for i = 4, #ARGV, 2 do
   local entry, run_id = ARGV[i], ARGV[i + 1]
-  local owned = redis.call('XPENDING', ready, group, entry, entry, 1, consumer)
-  local v = owned[1] and redis.call('HGET', runs, run_id)
+  -- Not filtered by consumer: the owner's name tells a fence (0) from an entry gone (2).
+  local row = redis.call('XPENDING', ready, group, entry, entry, 1)[1]
+  local v = row and row[2] == consumer and redis.call('HGET', runs, run_id)
   if v then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
@@ -254,8 +257,10 @@ for i = 4, #ARGV, 2 do
     items[#items + 1] = {run_id, now_ms}
     moved = moved + 1
     codes[#codes + 1] = 1
-  else
+  elseif row and row[2] ~= consumer then
     codes[#codes + 1] = 0
+  else
+    codes[#codes + 1] = 2
   end
 end
 if moved > 0 then

@@ -5,17 +5,25 @@
 -- KEYS[4] ready (stream, read by group ARGV[3])        KEYS[5] done (zset: run_id -> done_at_ms)
 -- KEYS[6] cancelled (zset: run_id -> cancelled_at_ms)  KEYS[7] stats (hash)
 -- KEYS[8] cancel_request (string, this run's: the entry id of the running run; with a TTL)
+-- KEYS[9] lease (string: the overlap lease of the run's rule)   KEYS[10] rule_waiting (hash)
+-- KEYS[11] wake (channel)   (9-11 optional, with ARGV[5]: 8 keys is the older form, which
+--   ends no lease: its caller calls unlease.lua after codes 1 and 2)
 -- ARGV[1] now_ms   "" = server TIME
 -- ARGV[2] run_id
 -- ARGV[3] group    the consumer group of the ready stream
 -- ARGV[4] dedupe_window_ms   how long records in `cancelled` (and a cancel request) are kept
+-- ARGV[5] schedule_id   the rule of the lease key (the run id's part before its last @)
 -- Returns {code, envelope}: 1 cancelled while delayed; 2 cancelled while ready (its stream
 --   entry deleted before any worker read it); 3 requested (running: the worker holding it is
 --   asked to stop; it ends `cancelled`); 0 no such run; 4 done already; 5 cancelled already.
---   envelope: the removed run's envelope for codes 1 and 2 (so the caller can free a rule's
---   overlap lease), else "". Bad input or a key of the wrong type: error reply, nothing written.
+--   envelope: the removed run's envelope for codes 1 and 2, else "". Bad input or a key of the
+--   wrong type: error reply, nothing written.
 -- Invariant: a run leaves `runs` (and its place in `delayed` or `ready`) in the call that
---   records it in `cancelled`; a running run is only asked, never taken from its worker.
+--   records it in `cancelled`, and (11 keys) frees its rule's lease in that call too
+--   (lua/lib/lease.lua, as ack.lua: a waiting fire starts then), so no crash between two
+--   calls leaves a lease held by a cancelled run; a running run is only asked, never taken
+--   from its worker (discard.lua ends it and its lease).
+-- Publishes on `wake` when it frees a lease or starts a waiting fire.
 -- Bound: one run per call; trims `cancelled` records older than the window, O(log n + removed).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
@@ -41,12 +49,58 @@ local function bt_key(due, id)
   return string.format('%015d', due) .. id .. '\0\0'
 end
 local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true)) + 2) end
+local function bt_bound(m) return string.sub(m, 1, (string.find(m, '\0\0', 16, true)) + 1) end
 -- Lua's `<` on strings is strcoll: byte order in the C locales only (C, POSIX, C.UTF-8, whose
 -- order is code point order), while Redis takes LC_COLLATE from its environment. Probed once
 -- per call (ISO 14651 locales such as en_US fold case, skip punctuation, sort e-acute before
 -- f); where it is not byte order, bt_less compares byte by byte. Probed on first use: most
 -- calls compare no strings.
 local BT_NATIVE
+-- Byte order, as Redis orders ZSET members.
+local function bt_less(x, y)
+  if BT_NATIVE == nil then
+    BT_NATIVE = ('B' < 'a') and ('Z' < '_') and ('_' < 'a') and ('-' < '0') and ('9' < 'A')
+      and ('a-c' < 'ab') and ('a_c' < 'ab') and ('aB' < 'ab') and not ('ab' < 'aB')
+      and ('f' < '\195\169') and ('a\0b' < 'a\0c') and ('a' < 'a\0')
+  end
+  if BT_NATIVE then return x < y end
+  if x == y then return false end
+  local n = math.min(#x, #y)
+  local i = 1
+  while i + 7 <= n do
+    local a1, a2, a3, a4, a5, a6, a7, a8 = string.byte(x, i, i + 7)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(y, i, i + 7)
+    if a1 ~= b1 then return a1 < b1 end
+    if a2 ~= b2 then return a2 < b2 end
+    if a3 ~= b3 then return a3 < b3 end
+    if a4 ~= b4 then return a4 < b4 end
+    if a5 ~= b5 then return a5 < b5 end
+    if a6 ~= b6 then return a6 < b6 end
+    if a7 ~= b7 then return a7 < b7 end
+    if a8 ~= b8 then return a8 < b8 end
+    i = i + 8
+  end
+  while i <= n do
+    local a, b = string.byte(x, i), string.byte(y, i)
+    if a ~= b then return a < b end
+    i = i + 1
+  end
+  return #x < #y
+end
+-- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
+-- (Arithmetic of the VM, not math.floor: each C function call costs about as much as the rest.)
+local function bt_tag(due, env)
+  local b6 = due % 256
+  local r = (due - b6) / 256
+  local b5 = r % 256
+  r = (r - b5) / 256
+  local b4 = r % 256
+  r = (r - b4) / 256
+  local b3 = r % 256
+  r = (r - b3) / 256
+  local b2 = r % 256
+  return string.char(0, (r - b2) / 256, b2, b3, b4, b5, b6) .. env
+end
 -- The due of a tagged value (nil if untagged) and the envelope without the tag.
 local function bt_untag(v)
   if string.byte(v, 1) ~= 0 then return nil, v end
@@ -57,6 +111,104 @@ end
 -- The leaf member whose range holds key k, or nil when k sorts before every bound.
 local function bt_floor(d, k)
   return redis.call('ZRANGE', d .. ':index', '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '1')[1]
+end
+-- (due, id) order of two runs without building their keys: ids in byte order on a tie.
+local function bt_before(due1, id1, due2, id2)
+  if due1 ~= due2 then return due1 < due2 end
+  return bt_less(id1, id2)
+end
+-- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
+-- in order), so the runs bound for one leaf cost one lookup and one ZADD; the next leaf's
+-- bound is read only when a second run may go to the same leaf (one run: 4 commands).
+-- want_head: also return whether the earliest run now sorts before every run that was in the
+-- tree (one more read, and only when it lands in the first leaf).
+local function bt_add(d, items, want_head)
+  local index, meta = d .. ':index', d
+  local sorted = true
+  for i = 2, #items do
+    if bt_before(items[i][2], items[i][1], items[i - 1][2], items[i - 1][1]) then
+      sorted = false
+      break
+    end
+  end
+  if not sorted then
+    table.sort(items, function(x, y) return bt_before(x[2], x[1], y[2], y[1]) end)
+  end
+  local head, counted = nil, nil -- head: known after the first pass
+  local i = 1
+  while i <= #items do
+    local k = bt_key(items[i][2], items[i][1])
+    -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
+    local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
+    local m = found[1]
+    -- The first write on d comes after the first read of the index, before any other write: a
+    -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
+    if not m then
+      -- Before every bound: the first leaf takes it and its bound moves down to it.
+      if head == nil then head = true end
+      m = redis.call('ZRANGE', index, '0', '0')[1]
+      if m then
+        redis.call('ZREM', index, m)
+        m = k .. bt_num(m)
+      else
+        m = k .. redis.call('HINCRBY', meta, 'seq', '1')
+      end
+      redis.call('ZADD', index, '0', m)
+    end
+    local leaf = d .. ':leaf:' .. bt_num(m)
+    if head == nil then
+      head = false
+      if want_head and not found[2] then
+        local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
+        head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
+      end
+    end
+    local first, upto, upto_due, looked = i, nil, nil, false
+    -- Whether items[j] belongs to this leaf: the first run of the pass does (m is its floor).
+    local function belongs(j)
+      if j == first then return true end
+      if not looked then
+        local nxt = redis.call('ZRANGE', index, '(' .. m, '+', 'BYLEX', 'LIMIT', '0', '1')[1]
+        upto, looked = nxt and bt_bound(nxt), true
+        upto_due = upto and tonumber(string.sub(upto, 1, 15))
+      end
+      if not upto then return true end
+      local due = items[j][2]
+      if due ~= upto_due then return due < upto_due end
+      return bt_less(bt_key(due, items[j][1]), upto)
+    end
+    local card = redis.call('ZCARD', leaf)
+    local args = {}
+    while i <= #items and card < BT_MAX and belongs(i) do
+      local due = items[i][2]
+      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+      args[#args + 1] = items[i][3] or due
+      args[#args + 1] = items[i][1]
+      card, i = card + 1, i + 1
+    end
+    if #args > 0 then redis.call('ZADD', leaf, unpack(args)) end
+    if card >= BT_MAX and i <= #items and belongs(i) then
+      -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
+      local n = redis.call('HINCRBY', meta, 'seq', 1)
+      local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
+      if bt_before(tonumber(last[2]), last[1], items[i][2], items[i][1]) then
+        -- After all its runs: a new leaf starts here.
+        redis.call('ZADD', index, 0, bt_key(items[i][2], items[i][1]) .. n)
+      else
+        local upper = redis.call('ZRANGE', leaf, BT_MAX / 2, -1, 'WITHSCORES')
+        local moved = {}
+        for j = 1, #upper, 2 do
+          moved[#moved + 1] = upper[j + 1]
+          moved[#moved + 1] = upper[j]
+        end
+        redis.call('ZADD', d .. ':leaf:' .. n, unpack(moved))
+        redis.call('ZREMRANGEBYRANK', leaf, BT_MAX / 2, -1)
+        redis.call('ZADD', index, 0, bt_key(tonumber(upper[2]), upper[1]) .. n)
+      end
+    end
+  end
+  return head == true
 end
 -- Remove one run; 1 if it was in the tree at that due, else 0.
 local function bt_remove(d, id, due)
@@ -86,13 +238,60 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
+-- BEGIN lease: the end of a rule's overlap lease. Source: lua/lib/lease.lua; `make lua` copies
+--   it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- Uses the btree block (bt_tag, bt_add): a script that calls it has both blocks, btree first.
+-- A rule's run ended (done, dead or cancelled): free the rule's lease if the run holds it, and
+-- when the lease is free start the fire that waited for it (overlap = queue), due now, with
+-- the lease. A waiting fire whose run id is live, or done within window_ms (enqueued by hand,
+-- or a forced manual fire of its instant), is dropped: that run is the slot's. The caller
+-- checked the types of lease (string), waiting (hash), runs (hash), delayed and done (zset;
+-- done may be nil: the live check only). Publishes on `wake` when it frees the lease (a
+-- catch-up replay may wait for it) or starts a waiting fire.
+-- Returns released (1 if this run held the lease), started (the run id started, or '').
+local function lease_end(lease, waiting, runs, delayed, wake, done, window_ms, now_ms, sid, run_id)
+  local released = 0
+  if redis.call('GET', lease) == run_id then
+    redis.call('DEL', lease)
+    released = 1
+    redis.call('PUBLISH', wake, now_ms)
+  end
+  local started = ''
+  if redis.call('EXISTS', lease) == 0 then
+    local w = redis.call('HGET', waiting, sid)
+    if w then
+      local n = tonumber(string.match(w, '^(%d+):'))
+      local head = #tostring(n) + 1
+      started = string.sub(w, head + 1, head + n)
+      redis.call('HDEL', waiting, sid)
+      local finished = done and redis.call('ZSCORE', done, started)
+      if redis.call('HEXISTS', runs, started) == 1
+          or (finished and tonumber(finished) > now_ms - window_ms) then
+        started = ''
+      else
+        redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
+        bt_add(delayed, {{started, now_ms}})
+        redis.call('SET', lease, started) -- no TTL, as fire.lua's
+        redis.call('PUBLISH', wake, now_ms)
+      end
+    end
+  end
+  return released, started
+end
+-- END lease
 local delayed, runs, entries, ready, done, cancelled, stats, request = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local now_ms, run_id, group, window_ms = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
+local lease, waiting, wake = KEYS[9], KEYS[10], KEYS[11]
+local now_ms, run_id, group, window_ms, sid = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if run_id == '' then return redis.error_reply('ERR zsched revoke: run_id is empty') end
 if not window_ms or window_ms < 0 then return redis.error_reply('ERR zsched revoke: dedupe_window_ms must be a number >= 0') end
+if not (#KEYS == 8 or (#KEYS == 11 and sid and sid ~= '')) then
+  return redis.error_reply('ERR zsched revoke: expected 8 keys, or 11 (lease, rule_waiting, wake) with a schedule_id')
+end
 local err = bt_check(delayed, 'revoke', true)
 if err then return err end
-for key, want in pairs({[runs] = 'hash', [entries] = 'hash', [ready] = 'stream', [done] = 'zset', [cancelled] = 'zset', [stats] = 'hash', [request] = 'string'}) do
+local types = {[runs] = 'hash', [entries] = 'hash', [ready] = 'stream', [done] = 'zset', [cancelled] = 'zset', [stats] = 'hash', [request] = 'string'}
+if lease then types[lease], types[waiting] = 'string', 'hash' end
+for key, want in pairs(types) do
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched revoke: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
@@ -106,6 +305,7 @@ local function record(env, code)
   redis.call('ZREMRANGEBYSCORE', cancelled, '-inf', '(' .. (now_ms - window_ms))
   if window_ms > 0 then redis.call('PEXPIRE', cancelled, window_ms) end
   redis.call('HINCRBY', stats, 'cancelled', 1)
+  if lease then lease_end(lease, waiting, runs, delayed, wake, done, window_ms, now_ms, sid, run_id) end
   return {code, env}
 end
 

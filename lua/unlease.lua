@@ -1,5 +1,6 @@
--- unlease: a rule's run finished (done or dead): free the rule's overlap lease and start the
---   fire that waited for it (overlap = queue).
+-- unlease: a rule's run ended (done, dead or cancelled): free the rule's overlap lease and start
+--   the fire that waited for it (overlap = queue). For clients of the older forms of ack, dead,
+--   discard, revoke and cancel, which end no lease, and for the policy simulator.
 -- KEYS[1] lease (string of this rule)   KEYS[2] rule_waiting (hash)   KEYS[3] runs (hash)
 -- KEYS[4] delayed (B-tree root)         KEYS[5] wake (channel)
 -- KEYS[6] done (zset: run_id -> done_ms; optional: a caller that omits it gets the live check only)

@@ -1,6 +1,6 @@
 # The executable reference model of rules (issue 18, "Rules keep their word where policies
-# meet"). `make test` runs tests/model with a bounded, derandomised profile (~1 minute: 12
-# examples per misfire x overlap combination). `make model` is the weekly long exploration:
+# meet"). `make test` runs tests/model with a bounded, derandomised profile (12 examples
+# per misfire x overlap combination: 78 s on a quiet machine, docs/reliability.md). `make model` is the weekly long exploration:
 # new random examples each run (MODEL_EXAMPLES per combination, 9 combinations: 20,000 in
 # all by default), printing what they covered; record the result in docs/reliability.md.
 # MODEL_JOBS=2 runs the combinations in 2 processes (combinations i, i+2, ...; each job's

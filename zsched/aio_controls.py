@@ -2,7 +2,7 @@
 of the same names, arguments and results, awaited.
 
 One-script operations build their call with the App's builder (`App.reschedule_call`,
-`App.cancel_calls`, `App.enqueue_conflict_call`, `controls.pause`) and await it on the
+`App.cancel_call`, `App.enqueue_conflict_call`, `controls.pause`) and await it on the
 AsyncApp's scripts. `run_schedule_now` and `pause_schedule` (compare-and-set loops over a
 rule's spec and state) run the App's own code in a worker thread. Enqueues ride through a
 failover as App.enqueue does (retrying.ride_through_async: the same bound, backoff and logs;
@@ -171,12 +171,9 @@ class AsyncControls(_Host):
         return await self.run(self.app.reschedule_call(run_id, run_at=run_at, delay=delay))
 
     async def cancel(self, run_id: str) -> C.CancelResult:
-        """App.cancel, awaited: the revoke script, then (a removed rule fire) the unlease."""
+        """App.cancel, awaited (one script: a rule fire's lease ends in it)."""
         await self._ready()
-        call, then = self.app.cancel_calls(run_id)
-        res: C.CancelResult = await self.run(call)
-        for follow in then(res):
-            await self.run(follow)
+        res: C.CancelResult = await self.run(self.app.cancel_call(run_id))
         return res
 
     async def pause_queue(self, note: str | None = None) -> bool:

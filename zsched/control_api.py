@@ -9,13 +9,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from zsched.errors import InvalidArgument, PayloadError
-from zsched.protocol.envelope import decode
+from zsched.errors import InvalidArgument
 from zsched.runs import controls as C
 from zsched.runs.enqueue import EnqueuedId, Group
 from zsched.runs.runinput import check_names, check_pause_note, delay_ms, to_ms
 from zsched.store import durable as _durable
-from zsched.store import scripts as S
 from zsched.store.scripts import Call
 
 if TYPE_CHECKING:
@@ -192,45 +190,25 @@ def count_conflict(ctx: QueueContext, outcome: C.EnqueueOutcome) -> None:
         ctx.metrics.duplicates.labels(ctx.queue, "enqueue").inc()
 
 
-def _lease_calls(ctx: QueueContext, res: C.CancelResult) -> list[Call[Any]]:
-    """The unlease call that frees a removed rule fire's overlap lease (none for other runs);
-    run after the cancel (a crash in between: the lease ends with its TTL)."""
-    if res.envelope is None:
-        return []
-    try:
-        env = decode(res.envelope, res.run_id)
-    except PayloadError:
-        return []
-    if not (env.schedule_id and env.lease_ms):
-        return []
-    keys = ctx.keys_for_run(res.run_id)
-    return [S.unlease(keys, env.schedule_id, res.run_id, env.lease_ms, now_ms=ctx.clock.now_ms(),
-                      dedupe_window_ms=ctx.settings.dedupe_window_ms)]  # fmt: skip
-
-
 class CancelMethods:
     """cancel of an App (mixed in with ControlMethods)."""
 
     ctx: QueueContext
 
-    def cancel_calls(self, run_id: str) -> tuple[Call[C.CancelResult], Any]:
-        """The revoke call of `cancel`, and a function of its result giving the follow-up
-        calls (freeing a rule's lease), so an async App runs the same steps."""
+    def cancel_call(self, run_id: str) -> Call[C.CancelResult]:
+        """The revoke call of `cancel` (which also ends a rule fire's overlap lease), so an
+        async App runs the same call."""
         app = self.ctx
         check_names("cancel", run_id)
-        call = C.revoke(app.keys_for_run(run_id), run_id, now_ms=app.clock.now_ms(),
+        return C.revoke(app.keys_for_run(run_id), run_id, now_ms=app.clock.now_ms(),
                         dedupe_window_ms=app.settings.dedupe_window_ms)  # fmt: skip
-        return call, lambda res: _lease_calls(app, res)
 
     def cancel_run(self, run_id: str) -> C.CancelResult:
         """Cancel a run wherever it is: delayed or ready runs are removed at once (the result
         is true); a running run is asked to stop (`.requested`): its worker learns within its
         hold renewal interval, cancels an async handler's task or sets a sync handler's
         `current_run().cancel_requested`, and the run ends `cancelled`. Otherwise the result
-        says not found, done or cancelled already. A rule fire's overlap lease is freed."""
-        app = self.ctx
-        call, then = self.cancel_calls(run_id)
-        res: C.CancelResult = app.scripts.run(call)
-        for follow in then(res):
-            app.scripts.run(follow)
+        says not found, done or cancelled already. A removed rule fire's overlap lease is
+        freed (and a fire waiting for it started) in the same script call."""
+        res: C.CancelResult = self.ctx.scripts.run(self.cancel_call(run_id))
         return res

@@ -536,3 +536,25 @@ def test_node_cancelling_a_delayed_rule_fire_frees_its_lease(real, queue, node_d
     (out,) = node(node_dir, "runs.js", "cancel-run", *base)
     assert out["outcome"] == "cancelled_delayed"
     assert not real.sync.exists(app.keys.lease("nightly"))
+
+
+async def test_the_node_worker_dead_letter_of_a_rule_fire_frees_its_lease_in_the_same_call(
+    real, queue, node_dir
+):
+    """dead.lua's lease keys, as the Node worker passes them (issue 18): the lease is freed
+    and the fire waiting for it starts, with no unlease call after the dead letter."""
+    clock = zsched.FakeClock(1_800_000_000_000)
+    app = real.app(queue, clock=clock)
+    app.schedule("nightly", "fail", every=3600, overlap="queue")
+    holder = app.run_schedule_now("nightly")
+    clock.set(1_800_000_000_005)
+    waiting = app.run_schedule_now("nightly")
+    assert waiting.outcome is zsched.ManualOutcome.QUEUED
+    await dispatch(app, real)
+    (out,) = node_worker(node_dir, real.url, queue, "--max-attempts", "1")
+    assert (out["outcome"], out["written"]) == ("dead", True)
+    assert app.get_run(holder.run_id).state == "dead"
+    k = app.keys
+    assert real.sync.get(k.lease("nightly")) == waiting.run_id.encode()
+    assert not real.sync.hexists(k.rule_waiting, "nightly")
+    assert app.get_run(waiting.run_id).state == "scheduled"

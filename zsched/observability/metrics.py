@@ -131,7 +131,8 @@ class Metrics:
         )  # fmt: skip
         self.fenced = Counter(
             "zsched_fenced_total",
-            "Acks, retries or hold renewals refused because this consumer no longer owned the run.",
+            "Acks, retries, dead letters, hand-backs or hold renewals refused: this consumer "
+            "no longer owned the run.",
             ["queue", "reason"], registry=r,
         )  # fmt: skip
         self.resent_written = Counter(

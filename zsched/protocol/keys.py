@@ -65,6 +65,10 @@ class QueueKeys:
     rule_waiting: str = field(init=False)
     #: ZSET schedule_id -> oldest slot still waiting to be replayed (misfire = catch_up).
     rule_catchup: str = field(init=False)
+    #: The triggers edits replaced, oldest first, at most 16, each with the span its slots
+    #: were the rule's (zsched/rules/past_triggers.py), for the audit.
+    #: HASH schedule_id -> trigger history (msgpack array).
+    rule_triggers: str = field(init=False)
     #: STRING: a random marker set once (SET NX); gone or changed = Redis lost the data.
     epoch: str = field(init=False)
     #: ZSET run_id -> latest due allowed (ms): the deadline of a debounced run (replace.lua).
@@ -99,6 +103,7 @@ class QueueKeys:
             "rule_state",
             "rule_waiting",
             "rule_catchup",
+            "rule_triggers",
             "epoch",
             "debounce",
             "cancelled",
@@ -169,6 +174,7 @@ class QueueKeys:
             self.rule_state,
             self.rule_waiting,
             self.rule_catchup,
+            self.rule_triggers,
             self.epoch,
             self.debounce,
             self.cancelled,

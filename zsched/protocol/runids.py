@@ -83,3 +83,11 @@ def created_ms(run_id: str) -> int:
     for c in run_id[:8]:
         ms = ms * 64 + ORDERED_ALPHABET.index(c)
     return ms
+
+
+def rule_of(run_id: str) -> str | None:
+    """The schedule id a run id may be a fire of (`<schedule_id>@<slot>`, `...@manual:...`:
+    the part before its last `@`), or None. A guess is harmless: the lease scripts free a
+    lease only for the run it names."""
+    head, sep, _ = run_id.rpartition("@")
+    return head if sep and head else None

@@ -3,13 +3,16 @@ dispatcher, and report every slot past its grace that has no recorded outcome.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zsched.clock import server_now_ms
+from zsched.rules import past_triggers
 from zsched.rules.ledger import LEDGER_MAX_AGE_MS
+from zsched.rules.past_triggers import Span
 from zsched.rules.spec import Spec, State, decode_spec, decode_state, min_gap_ms
-from zsched.rules.triggers import Cron, trigger_from_dict
+from zsched.rules.triggers import Cron, Trigger, trigger_from_dict
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
@@ -36,20 +39,25 @@ def audit(ctx: QueueContext, now_ms: int | None = None) -> list[AuditResult]:
     """One result per rule. `unaccounted` lists slots that should have an outcome by now."""
     now = now_ms if now_ms is not None else server_now_ms(ctx.clock, ctx.redis)
     k, r = ctx.keys, ctx.redis
-    specs = r.hgetall(k.rules)
-    states = r.hgetall(k.rule_state)
+    pipe = r.pipeline(transaction=False)
+    pipe.hgetall(k.rules)
+    pipe.hgetall(k.rule_state)
+    pipe.hgetall(k.rule_triggers)
+    specs, states, pasts = pipe.execute()
     results = []
     for raw_id, raw_spec in sorted(specs.items()):
         sid = raw_id.decode()
         spec, state = decode_spec(raw_spec), decode_state(states.get(raw_id))
-        results.append(check(sid, spec, state, r.xrange(k.ledger(sid)), now))
+        past = past_triggers.decode(pasts.get(raw_id))
+        results.append(check(sid, spec, state, r.xrange(k.ledger(sid)), now, past))
     return results
 
 
-def check(schedule_id: str, spec: Spec, state: State, entries: list[Any], now_ms: int
-          ) -> AuditResult:  # fmt: skip
-    """One rule against its ledger `entries` (XRANGE or XREVRANGE replies, any order)."""
-    expected = _expected(spec, *_window(spec, state, now_ms), state.gap_checked_ms)
+def check(schedule_id: str, spec: Spec, state: State, entries: list[Any], now_ms: int,
+          past: Sequence[Span] = ()) -> AuditResult:  # fmt: skip
+    """One rule against its ledger `entries` (XRANGE or XREVRANGE replies, any order), and
+    `past`: its trigger history (past_triggers.decode; empty: the current trigger only)."""
+    expected = _all_expected(spec, state, past, now_ms)
     seen = {int(f[b"slot_ms"]) for _, f in entries}
     ranges = [(int(f[b"slot_ms"]), int(f[b"last_ms"])) for _, f in entries if b"last_ms" in f]
     waiting = [s for s in expected if s in state.backlog]
@@ -59,10 +67,34 @@ def check(schedule_id: str, spec: Spec, state: State, entries: list[Any], now_ms
                        len(waiting), missing)  # fmt: skip
 
 
-def _window(spec: Spec, state: State, now: int) -> tuple[int, int]:
-    """The slots audited: since the rule's slots were last set (its creation, or an edit of
-    its trigger, start_at or end_at; a state written before that was kept: its last write), at
-    most the ledger's age and the newest MAX_AUDITED_SLOTS, up to its grace plus SLACK_MS ago."""
+def _all_expected(spec: Spec, state: State, past: Sequence[Span], now: int) -> list[int]:
+    """The current trigger's slots since they were set, then, newest first while the budget
+    of MAX_AUDITED_SLOTS lasts, each earlier trigger's over its own span (past_triggers)."""
+    since, end = _bounds(spec, state, now)
+    start = max(since, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger))
+    out = _expected(spec.trigger, start, end, state.gap_checked_ms)
+    budget = MAX_AUDITED_SLOTS - len(out)
+    if start > since:  # the budget ends inside the current trigger's slots
+        return out
+    cut = since  # no earlier trigger's slot is audited past when the later one took over
+    top = now - spec.misfire_grace_ms - SLACK_MS
+    for span in reversed(past):
+        if budget <= 0:
+            break
+        hi = min(span.valid_until_ms, top, cut)
+        lo = max(span.valid_from_ms, now - LEDGER_MAX_AGE_MS)
+        lo = max(lo, hi - budget * min_gap_ms(span.trigger))
+        slots = _expected(span.trigger, lo, hi, span.gaps_checked_ms)[-budget:]
+        out = slots + out
+        budget -= len(slots)
+        cut = min(cut, span.valid_from_ms)
+    return out
+
+
+def _bounds(spec: Spec, state: State, now: int) -> tuple[int, int]:
+    """The current trigger's slots audited: since the rule's slots were last set (its
+    creation, or an edit of its trigger, start_at or end_at; a state written before that was
+    kept: its last write), at most the ledger's age, up to its grace plus SLACK_MS ago."""
     since = state.slots_from_ms if state.slots_from_ms is not None else state.updated_ms
     start = max(since or state.created_ms or now, now - LEDGER_MAX_AGE_MS)
     if spec.start_ms is not None:
@@ -72,16 +104,15 @@ def _window(spec: Spec, state: State, now: int) -> tuple[int, int]:
         end = min(end, spec.end_ms)
     if spec.paused and state.paused_at_ms is not None:
         end = min(end, state.paused_at_ms - 1)
-    return max(start, end - MAX_AUDITED_SLOTS * min_gap_ms(spec.trigger)), end
+    return start, end
 
 
-def _expected(spec: Spec, start: int, end: int, gaps_checked: int | None) -> list[int]:
+def _expected(trig: Trigger, start: int, end: int, gaps_checked: int | None) -> list[int]:
     """The slots that need an outcome: the trigger's, and for a `dst_gap="skip"` cron rule
     the instants where a gap dropped one (recorded `skipped: dst_gap` when the rule next
     comes due: so only up to where the dispatcher has checked)."""
     if end <= start:
         return []
-    trig = spec.trigger
     own = trig.slots_between(start, end, MAX_AUDITED_SLOTS)
     if not isinstance(trig, Cron) or trig.dst_gap != "skip" or gaps_checked is None:
         return own

@@ -12,7 +12,8 @@ model's own enumerator (tests/model/test_slots_vs_triggers.py):
 
 And croniter accepts syntax the doc does not have (`L` but alone in a day-of-month list, `W`,
 `#`, a range that runs backwards, H and R): `refused` names it, so that a rule is only what
-the doc, and the model written from it, say.
+the doc, and the model written from it, say. `split` turns an expression into its fields
+(aliases spelled out) and applies `refused`.
 """
 
 from __future__ import annotations
@@ -21,16 +22,45 @@ import re
 
 from croniter import croniter
 
+from zsched.errors import RuleError
+
 # croniter's H (hashed) and R (random) pick values per process: replicas would disagree.
 _HASH_OR_RANDOM = re.compile(r"\b[hr]\b", re.IGNORECASE)
 _LAST = re.compile(r"\d*l\d*|lw")  # L-2, 5L, L5: croniter's "last" day or weekday
 _WEEKDAY = re.compile(r"\d*w")  # 15W: croniter's nearest weekday
-_NAMED = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
+#: The fields' names; a 5-field expression's are the last 5.
+NAMED = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
+ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+           "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+           "@hourly": "0 * * * *"}  # fmt: skip
 _BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
 _RANGE = re.compile(r"(\w+)-(\w+)(?:/\d+)?")
 _ANY = ("*", "?")
 _MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
 _DAYS = "sun mon tue wed thu fri sat".split()
+
+
+def split(expr: object, *, stored: bool = False) -> tuple[str, ...]:
+    """The fields of a cron expression (an alias spelled out), checked against the syntax
+    table; `stored`: read back (see `refused`). A RuleError names what is wrong."""
+    if not isinstance(expr, str) or not expr.strip():
+        raise RuleError(f"a cron expression must be a non-empty string, got {expr!r}")
+    text = expr.strip()
+    if text.startswith("@"):
+        alias = ALIASES.get(text.lower())
+        if alias is None:
+            raise RuleError(f"unknown cron alias {text!r}; valid: {', '.join(ALIASES)}")
+        text = alias
+    fields = tuple(text.split())
+    if len(fields) not in (5, 6):
+        raise RuleError(
+            f"cron {expr!r} has {len(fields)} fields; expected 5 (minute hour day-of-month "
+            "month day-of-week) or 6 (second first); a year field is not supported"
+        )
+    why = refused(fields, stored=stored)
+    if why:
+        raise RuleError(f'cron {expr!r}: {why} (docs/policies.md, "Fields")')
+    return fields
 
 
 def for_croniter(fields: tuple[str, ...]) -> tuple[str, ...]:
@@ -57,7 +87,7 @@ def refused(fields: tuple[str, ...], *, stored: bool = False) -> str | None:
     (as they always were), so that a stored rule fires as it did."""
     offset = 6 - len(fields)
     for index, value in enumerate(fields):
-        name = _NAMED[index + offset]
+        name = NAMED[index + offset]
         if stored and not _HASH_OR_RANDOM.search(value):
             continue
         why = _refused_field(value.lower(), index + offset)

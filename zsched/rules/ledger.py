@@ -48,7 +48,8 @@ REPLAY = "replay"
 HAS_RUN = frozenset({Outcome.RAN, Outcome.RAN_LATE, Outcome.BACKFILLED})
 
 #: A ledger entry decided in Python and written by fire.lua: (slot_ms, outcome, reason, run_id,
-#: last_ms); last_ms == slot_ms for one slot, later for a range (`skipped_range`).
+#: last_ms); last_ms == slot_ms for one slot, later for a range (`skipped_range`: run_id is
+#: then its number of slots).
 Record = tuple[int, str, str, str, int]
 
 
@@ -57,10 +58,12 @@ def skipped(schedule_id: str, slot_ms: int, reason: str) -> Record:
     return (slot_ms, Outcome.SKIPPED, reason, slot_run_id(schedule_id, slot_ms), slot_ms)
 
 
-def skipped_range(first_ms: int, last_ms: int, reason: str) -> Record:
+def skipped_range(first_ms: int, last_ms: int, reason: str, slots: int) -> Record:
     """One record for every slot in [first_ms, last_ms] that gets no run (a pause too long to
-    list its slots one by one: a year of a 1 s rule is one entry, not 31.5 million)."""
-    return (first_ms, Outcome.SKIPPED, reason, "", last_ms)
+    list its slots one by one: a year of a 1 s rule is one entry, not 31.5 million). `slots`:
+    how many they are (rules.slot_count): fire.lua counts them so in `stats`; it passes in
+    the run id's place (a range has no run id; the entry's run_id stays empty)."""
+    return (first_ms, Outcome.SKIPPED, reason, str(slots), last_ms)
 
 
 #: The reason of a `duplicate` slot (fire.lua writes the same for a run id live or done).

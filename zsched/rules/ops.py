@@ -13,7 +13,8 @@ from zsched.clock import server_now_ms
 from zsched.errors import RuleError, ScheduleNotFound
 from zsched.protocol.envelope import Envelope
 from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
-from zsched.rules import ledger
+from zsched.rules import ledger, past_triggers
+from zsched.rules.slot_count import count_between
 from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
 from zsched.rules.spec import _instant_ms as instant_ms
 from zsched.rules.triggers import slot_run_id
@@ -33,17 +34,20 @@ MAX_NOTE = 500
 MAX_BY = 100
 
 
-def _read(ctx: QueueContext, sid: str) -> tuple[bytes | None, bytes | None, int | None]:
+def _read(ctx: QueueContext, sid: str
+          ) -> tuple[bytes | None, bytes | None, int | None, bytes | None]:  # fmt: skip
+    """The rule's spec, state, next fire and trigger history, as stored."""
     pipe = ctx.redis.pipeline(transaction=False)
     pipe.hget(ctx.keys.rules, sid)
     pipe.hget(ctx.keys.rule_state, sid)
     pipe.zscore(ctx.keys.rule_next, sid)
-    raw_spec, raw_state, nxt = pipe.execute()
-    return raw_spec, raw_state, None if nxt is None else int(nxt)
+    pipe.hget(ctx.keys.rule_triggers, sid)
+    raw_spec, raw_state, nxt, raw_triggers = pipe.execute()
+    return raw_spec, raw_state, None if nxt is None else int(nxt), raw_triggers
 
 
 def load(ctx: QueueContext, sid: str) -> tuple[Spec, State, bytes, bytes, int | None]:
-    raw_spec, raw_state, nxt = _read(ctx, sid)
+    raw_spec, raw_state, nxt, _ = _read(ctx, sid)
     if raw_spec is None:
         raise ScheduleNotFound(f"no schedule {sid!r} in queue {ctx.queue!r}")
     return decode_spec(raw_spec), decode_state(raw_state), raw_spec, raw_state or b"", nxt
@@ -68,7 +72,7 @@ def _with_cas(schedule_id: str, attempt: Callable[[], int]) -> int:
 def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     schedule_id = spec.schedule_id
     now = server_now_ms(ctx.clock, ctx.redis)
-    raw_old, raw_state, old_next = _read(ctx, schedule_id)
+    raw_old, raw_state, old_next, raw_triggers = _read(ctx, schedule_id)
     new_raw = spec.encode()
     expected = (raw_old or b"", old_next, raw_state or b"")
     if raw_old is None:
@@ -96,6 +100,11 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         return ScheduleCode.CHANGED
     expected = (raw_old, old_next, raw_state)
     state = _edited_state(old, spec, decode_state(raw_state), now)
+    triggers = b""
+    if _slots_differ(old, spec):
+        # The old trigger's slots up to the edit stay audited (zsched/rules/past_triggers.py).
+        span = past_triggers.replaced(old, decode_state(raw_state), old_next, now)
+        triggers = past_triggers.appended(raw_triggers, span)
     if spec.paused:
         nxt = None
     elif old_next is not None and old_next <= now:
@@ -104,7 +113,8 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         nxt = spec.first_slot_after(now)
     head = None if spec.paused else state.catchup_head
     return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(),
-                                      catchup_head=head, expected=expected))  # fmt: skip
+                                      catchup_head=head, expected=expected,
+                                      triggers=triggers))  # fmt: skip
 
 
 def _edited_state(old: Spec, new: Spec, state: State, now: int) -> State:
@@ -219,7 +229,7 @@ def paused_records(spec: Spec, state: State, since: int, now: int) -> list[ledge
     slots = spec.trigger.slots_between(lo, hi, MAX_PAUSED_RECORDS + 1)
     why = paused_reason(state.pause_note, state.paused_by)
     if len(slots) > MAX_PAUSED_RECORDS:
-        return [ledger.skipped_range(slots[0], hi, why)]
+        return [ledger.skipped_range(slots[0], hi, why, count_between(spec.trigger, lo, hi))]
     return [ledger.skipped(spec.schedule_id, s, why) for s in slots if s <= hi]
 
 

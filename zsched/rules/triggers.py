@@ -20,6 +20,7 @@ from croniter import CroniterBadDateError, croniter
 
 from zsched.clock import ms_to_datetime
 from zsched.errors import RuleError
+from zsched.protocol.limits import MAX_INSTANT_MS
 from zsched.rules import cronfields, dst
 from zsched.rules.policies import Misfire as Misfire  # re-exported (their home before)
 from zsched.rules.policies import Overlap as Overlap
@@ -29,17 +30,6 @@ TriggerDict = dict[str, str | int | None]
 #: Deprecated alias of TriggerDict (its name before issue #17).
 RuleDict = TriggerDict
 
-_ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-_NAMES_5 = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_NAMES_6 = ("second", *_NAMES_5)
 # Any fixed start works for the "does it ever fire" probe: every valid cron pattern repeats
 # within croniter's 50-year search window. A fixed value keeps construction deterministic.
 _PROBE_START = datetime(2000, 1, 1)
@@ -114,7 +104,7 @@ class Cron(_Base):
 
     def _build(self, expr: str, tz: str | None, dst_gap: str | None, dst_repeat: str | None,
                *, stored: bool) -> None:  # fmt: skip
-        fields = _cron_fields(expr, stored)
+        fields = cronfields.split(expr, stored=stored)
         zone = _zone(tz, expr)
         fixed = dst.is_fixed_time(minute=fields[-5], hour=fields[-4])
         gap, repeat = dst.policy(fixed, dst_gap, dst_repeat)
@@ -126,6 +116,11 @@ class Cron(_Base):
         put(self, "_zone", zone)
         put(self, "_matcher", _matcher(fields))
         put(self, "_fixed", fixed)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The expression's fields, an alias spelled out (5, or 6 with the seconds first)."""
+        return cronfields.split(self.expr, stored=True)  # checked when built
 
     @property
     def fixed_time(self) -> bool:
@@ -199,6 +194,7 @@ class Every(_Base):
     @classmethod
     def from_ms(cls, interval_ms: int, start_ms: int = 0) -> Every:
         """An Every from whole milliseconds (stored rules' triggers, the wire)."""
+        _start_in_range(start_ms, f"{start_ms} ms")
         return cls(timedelta(milliseconds=interval_ms), start_at=ms_to_datetime(start_ms))
 
     def next_after_ms(self, ms: int) -> int:
@@ -266,27 +262,6 @@ def slot_run_id(schedule_id: str, slot_ms: int) -> str:
     return f"{schedule_id}@{dst.iso_utc(slot_ms)}"
 
 
-def _cron_fields(expr: object, stored: bool) -> tuple[str, ...]:
-    if not isinstance(expr, str) or not expr.strip():
-        raise RuleError(f"a cron expression must be a non-empty string, got {expr!r}")
-    text = expr.strip()
-    if text.startswith("@"):
-        alias = _ALIASES.get(text.lower())
-        if alias is None:
-            raise RuleError(f"unknown cron alias {text!r}; valid: {', '.join(_ALIASES)}")
-        text = alias
-    fields = tuple(text.split())
-    if len(fields) not in (5, 6):
-        raise RuleError(
-            f"cron {expr!r} has {len(fields)} fields; expected 5 (minute hour day-of-month "
-            "month day-of-week) or 6 (second first); a year field is not supported"
-        )
-    why = cronfields.refused(fields, stored=stored)
-    if why:
-        raise RuleError(f'cron {expr!r}: {why} (docs/policies.md, "Fields")')
-    return fields
-
-
 def _matcher(fields: tuple[str, ...]) -> Any:
     text = " ".join(cronfields.for_croniter(fields))
     seconds_first = len(fields) == 6
@@ -306,7 +281,7 @@ def _matcher(fields: tuple[str, ...]) -> Any:
 
 def _bad_field_message(fields: tuple[str, ...], exc: Exception) -> str:
     # croniter names the whole expression; find the field by testing each one alone.
-    names = _NAMES_6 if len(fields) == 6 else _NAMES_5
+    names = cronfields.NAMED[6 - len(fields) :]
     for index, (name, value) in enumerate(zip(names, fields, strict=True)):
         probe = ["*"] * len(fields)
         probe[index] = value
@@ -375,13 +350,23 @@ def _start_ms(start_at: datetime | float | None) -> int:
     if isinstance(start_at, datetime):
         if start_at.utcoffset() is None:
             raise RuleError(f"start_at must be an aware datetime, got naive {start_at!r}")
-        return _round_ms(start_at - ms_to_datetime(0))
+        return _start_in_range(_round_ms(start_at - ms_to_datetime(0)), start_at.isoformat())
     # Epoch seconds, as everywhere in the Python API (app.schedule, enqueue's run_at).
     if isinstance(start_at, int | float) and not isinstance(start_at, bool):
         if not math.isfinite(start_at):
             raise RuleError(f"start_at must be finite epoch seconds, got {start_at!r}")
-        return int(round(start_at * 1000))
+        return _start_in_range(int(round(start_at * 1000)), f"{start_at!r} epoch seconds")
     raise RuleError(f"start_at must be an aware datetime or epoch seconds, got {start_at!r}")
+
+
+def _start_in_range(ms: int, shown: str) -> int:
+    # The scripts and the wire take instants from 1970 to the year 9999 (protocol/limits.py);
+    # refused here, by name, rather than as a Redis error or an OverflowError at a later read.
+    if ms < 0:
+        raise RuleError(f"start_at {shown} is before 1970-01-01T00:00:00Z", "start_at")
+    if ms > MAX_INSTANT_MS:
+        raise RuleError(f"start_at {shown} is after the year 9999", "start_at")
+    return ms
 
 
 def _human_ms(ms: int) -> str:

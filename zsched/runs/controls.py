@@ -14,6 +14,7 @@ from typing import Any
 from zsched.errors import ScriptError
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.replies import EnqueueCode
+from zsched.protocol.runids import rule_of
 from zsched.store.scripts import Call, _int_list, _now
 
 #: Dead letters reschedule reads (newest first) to tell a dead run from an unknown one.
@@ -210,13 +211,14 @@ def revoke(
         env = bytes(reply[1]) if reply[1] else None
         return CancelResult(run_id, outcome, env)
 
-    return Call(
-        "revoke",
-        [k.delayed, k.runs, k.entries, k.ready, k.done, k.cancelled, k.stats,
-         k.cancel_request(run_id)],
-        [_now(now_ms), run_id, GROUP, dedupe_window_ms],
-        decode,
-    )  # fmt: skip
+    keys = [k.delayed, k.runs, k.entries, k.ready, k.done, k.cancelled, k.stats,
+            k.cancel_request(run_id)]  # fmt: skip
+    args: list[Any] = [_now(now_ms), run_id, GROUP, dedupe_window_ms]
+    sid = rule_of(run_id)
+    if sid is not None:  # a rule's fire: its lease ends in this call (none is freed if not its)
+        keys += [k.lease(sid), k.rule_waiting, k.wake]
+        args.append(sid)
+    return Call("revoke", keys, args, decode)
 
 
 def discard(
@@ -226,15 +228,19 @@ def discard(
     *,
     now_ms: int | None,
     dedupe_window_ms: int,
+    leases: Sequence[tuple[str, str]] = (),
 ) -> Call[list[int]]:
-    """End held runs whose cancel was requested. pairs: (entry_id, run_id). Reply: a HoldCode
-    per pair."""
+    """End held runs whose cancel was requested. pairs: (entry_id, run_id); leases:
+    (schedule_id, run_id) of the rule runs among them that hold an overlap lease, ended in the
+    same call. Reply: a HoldCode per pair."""
     return Call(
         "discard",
-        [k.ready, k.runs, k.entries, k.cancelled, k.stats],
-        [_now(now_ms), GROUP, consumer, dedupe_window_ms, *[x for p in pairs for x in p]],
+        [k.ready, k.runs, k.entries, k.cancelled, k.stats, k.rule_waiting, k.delayed, k.wake,
+         k.done, *[k.lease(sid) for sid, _ in leases]],
+        [_now(now_ms), GROUP, consumer, dedupe_window_ms, *[x for p in pairs for x in p],
+         *[x for p in leases for x in p]],
         _int_list,
-    )
+    )  # fmt: skip
 
 
 def pause(k: QueueKeys, note: str | None, *, now_ms: int | None) -> Call[bool]:

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from zsched.errors import ScriptError
+from zsched.errors import InvalidArgument, ScriptError
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.limits import MAX_BATCH as MAX_BATCH
+from zsched.protocol.runids import rule_of
 from zsched.protocol.text import text
 from zsched.store.loader import ALIASES as ALIASES
 from zsched.store.loader import NAMES as NAMES
@@ -157,7 +158,8 @@ def retry(
 def release(
     k: QueueKeys, consumer: str, pairs: Sequence[tuple[str, str]], *, now_ms: int | None
 ) -> Call[list[int]]:
-    """pairs: (entry_id, run_id). Reply: a HoldCode each."""
+    """pairs: (entry_id, run_id). Reply: a HoldCode each: OK released, FENCED another
+    consumer holds the entry, GONE no longer pending (or its run no longer live)."""
     return Call(
         "release",
         [k.ready, k.runs, k.entries, k.delayed, k.wake],
@@ -172,14 +174,15 @@ def dead(
     groups: Sequence[tuple[str, str, str, bytes]],
     *,
     now_ms: int | None,
+    dedupe_window_ms: int = 0,
+    leases: Sequence[tuple[str, str]] = (),
 ) -> Call[list[int]]:
-    """groups: (entry_id, run_id, reason, envelope). Reply: a HoldCode each."""
-    return Call(
-        "dead",
-        [k.ready, k.runs, k.entries, k.dead, k.stats],
-        [_now(now_ms), GROUP, consumer, *_flatten(groups)],
-        _int_list,
-    )
+    """groups: (entry_id, run_id, reason, envelope); leases: as ack's, ended in the same call.
+    Reply: a HoldCode each."""
+    keys = [k.ready, k.runs, k.entries, k.dead, k.stats, k.rule_waiting, k.delayed, k.wake,
+            k.done, *[k.lease(sid) for sid, _ in leases]]  # fmt: skip
+    tail = [dedupe_window_ms, *_flatten(leases)] if leases else []
+    return Call("dead", keys, [_now(now_ms), GROUP, consumer, *_flatten(groups), *tail], _int_list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,9 +233,17 @@ def renew(k: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Call[list[in
     return Call("renew", [k.ready, k.stats], [GROUP, consumer, *entry_ids], _int_list)
 
 
-def cancel(k: QueueKeys, run_id: str) -> Call[int]:
-    """Reply: a CancelCode."""
-    return Call("cancel", [k.delayed, k.runs], [run_id], int)
+def cancel(
+    k: QueueKeys, run_id: str, *, now_ms: int | None = None, dedupe_window_ms: int = 0
+) -> Call[int]:
+    """Reply: a CancelCode. For a rule fire's id, the run's lease ends in the same call."""
+    keys: list[str] = [k.delayed, k.runs]
+    args: list[Any] = [run_id]
+    sid = rule_of(run_id)
+    if sid is not None:
+        keys += [k.lease(sid), k.rule_waiting, k.wake, k.done]
+        args += [sid, _now(now_ms), dedupe_window_ms]
+    return Call("cancel", keys, args, int)
 
 
 def status(k: QueueKeys, *, now_ms: int | None, max_leaves: int = 1000) -> Call[list[Any]]:
@@ -265,16 +276,21 @@ def schedule(
     state: bytes = b"",
     catchup_head: int | None = None,
     expected: tuple[bytes, int | None, bytes] | None = None,
+    triggers: bytes = b"",
 ) -> Call[int]:
     """Upsert a rule. Reply: a ScheduleCode: CREATED, UPDATED, UNCHANGED, or CHANGED when
     `expected` (spec, next fire, state as read; b"" / None = absent) no
-    longer holds. `catchup_head`: with a state, its oldest waiting catch-up slot."""
+    longer holds. `catchup_head`: with a state, its oldest waiting catch-up slot. `triggers`
+    (with `expected`): the rule's trigger history to store with the spec (b"": keep it)."""
     args: list[Any] = [schedule_id, spec, -1 if next_ms is None else next_ms, state,
                        -1 if catchup_head is None else catchup_head]  # fmt: skip
     if expected is not None:
         exp_spec, exp_next, exp_state = expected
-        args += [exp_spec, "" if exp_next is None else exp_next, exp_state]
-    return Call("schedule", [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake], args, int)
+        args += [exp_spec, "" if exp_next is None else exp_next, exp_state, triggers]
+    elif triggers:
+        raise InvalidArgument("schedule: a trigger history is written only with `expected`")
+    keys = [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.wake, k.rule_triggers]
+    return Call("schedule", keys, args, int)
 
 
 def unschedule(k: QueueKeys, schedule_id: str) -> Call[int]:
@@ -282,7 +298,7 @@ def unschedule(k: QueueKeys, schedule_id: str) -> Call[int]:
     return Call(
         "unschedule",
         [k.rules, k.rule_next, k.rule_state, k.rule_catchup, k.rule_waiting,
-         k.ledger(schedule_id), k.lease(schedule_id)],
+         k.ledger(schedule_id), k.lease(schedule_id), k.rule_triggers],
         [schedule_id],
         int,
     )  # fmt: skip

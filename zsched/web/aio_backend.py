@@ -108,11 +108,12 @@ class AsyncBackend:
         pipe.hget(k.rule_state, schedule_id)
         pipe.zscore(k.rule_next, schedule_id)
         pipe.xrevrange(k.ledger(schedule_id), "+", "-", count=reads.AUDIT_LEDGER_MAX)
-        raw, raw_state, nxt, audit_ledger = await pipe.execute()
+        pipe.hget(k.rule_triggers, schedule_id)
+        raw, raw_state, nxt, audit_ledger, raw_past = await pipe.execute()
         sec, _usec = await aio.redis.time()  # not in the pipeline: TIME has no key to route by
         spec, state = _decode_rule(home, schedule_id, raw, raw_state)
         now = int(sec) * 1000
-        missing = reads.unaccounted(spec, state, audit_ledger, now)
+        missing = reads.unaccounted(spec, state, audit_ledger, now, raw_past)
         ledger = await aio.schedule_history(schedule_id, reads.PAGE_MAX)
         return rule_view(spec, state, None if nxt is None else int(nxt), now, missing, ledger)
 

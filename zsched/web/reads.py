@@ -351,24 +351,31 @@ def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]
         return int(nxt), {}
     pipe = r.pipeline(transaction=False)
     pipe.hmget(k.rule_state, ids)
+    pipe.hmget(k.rule_triggers, ids)
     for raw_id in ids:
         pipe.xrevrange(k.ledger(lossy_text(raw_id)), "+", "-", count=AUDIT_LEDGER_MAX)
-    states, *ledgers = pipe.execute()
+    states, pasts, *ledgers = pipe.execute()
     out: dict[str, int] = {}
-    for raw_id, raw_state, ledger in zip(ids, states, ledgers, strict=True):
+    for raw_id, raw_state, raw_past, ledger in zip(ids, states, pasts, ledgers, strict=True):
         spec, state = decode_spec(specs[raw_id]), decode_state(raw_state)
-        out[lossy_text(raw_id)] = len(unaccounted(spec, state, ledger, now_ms))
+        out[lossy_text(raw_id)] = len(unaccounted(spec, state, ledger, now_ms, raw_past))
     return int(nxt), out
 
 
 def audit_rule(app: Any, schedule_id: str, spec: Spec, state: State, now_ms: int) -> list[int]:
     """One rule's slots past their grace with no outcome (its newest AUDIT_LEDGER_MAX entries)."""
-    ledger = app.redis.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=AUDIT_LEDGER_MAX)
-    return unaccounted(spec, state, ledger, now_ms)
+    pipe = app.redis.pipeline(transaction=False)
+    pipe.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=AUDIT_LEDGER_MAX)
+    pipe.hget(app.keys.rule_triggers, schedule_id)
+    ledger, raw_past = pipe.execute()
+    return unaccounted(spec, state, ledger, now_ms, raw_past)
 
 
-def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int) -> list[int]:
-    """zsched.rules.audit's check of one rule against the ledger entries read."""
+def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int,
+                raw_past: bytes | None = None) -> list[int]:  # fmt: skip
+    """zsched.rules.audit's check of one rule against the ledger entries read (and its
+    trigger history as stored, `rule_triggers`)."""
     from zsched.rules.audit import check
+    from zsched.rules.past_triggers import decode
 
-    return check(spec.schedule_id, spec, state, ledger, now_ms).unaccounted
+    return check(spec.schedule_id, spec, state, ledger, now_ms, decode(raw_past)).unaccounted

@@ -153,6 +153,20 @@ class Holds:
                 return out
             start = "(" + out[-1][0]
 
+    def _count_release(self, released: int, fenced: int, gone: int) -> None:
+        """Count the hand-back's codes: FENCED (another consumer took the entry over) in
+        zsched_fenced_total{reason="release"}; GONE (no longer pending, or its run no longer
+        live: nothing to hand back) at debug only, as it is harmless."""
+        ctx = self.ctx
+        if fenced:
+            ctx.metrics.fenced.labels(ctx.queue, "release").inc(fenced)
+        if released:
+            _worker_log.info("handed back %d runs", released, extra={"queue": ctx.queue})
+        if fenced or gone:
+            _worker_log.debug("hand-back refused: %d fenced (another consumer holds them), %d "
+                              "gone (no longer pending or no longer live)", fenced, gone,
+                              extra={"queue": ctx.queue})  # fmt: skip
+
     async def hand_back(self) -> None:
         """Release every entry still pending for this consumer (unfinished or never started)."""
         ctx = self.ctx
@@ -162,14 +176,15 @@ class Holds:
         pairs = [(eid, run_id) for eid, run_id in mine if run_id]
         if gone:
             await r.xack(k.ready, GROUP, *gone)
-        released = 0
+        released = fenced = written = 0
         for i in range(0, len(pairs), S.MAX_BATCH):
             batch = pairs[i : i + S.MAX_BATCH]
             codes = await ctx.scripts.run(
                 S.release(k, ctx.consumer, batch, now_ms=ctx.clock.now_ms())
             )
-            released += sum(codes)
-        if released:
-            _worker_log.info("handed back %d runs", released, extra={"queue": ctx.queue})
+            released += codes.count(HoldCode.OK)
+            fenced += codes.count(HoldCode.FENCED)
+            written += codes.count(HoldCode.GONE)
+        self._count_release(released, fenced, written)
         if not await self.own_pending():
             await r.xgroup_delconsumer(k.ready, GROUP, ctx.consumer)

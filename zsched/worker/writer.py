@@ -5,9 +5,9 @@ script call for up to FLUSH_BATCH runs). Every write is fenced: a consumer that 
 an entry cannot ack, retry or dead-letter it. An outcome sent again after its call failed
 (the reply lost: maybe applied) and found no longer pending is most likely written by that
 call: counted apart (zsched_resent_written_total), not as a fence. A rule's run frees its
-overlap lease when its outcome is written (in the ack script itself; unlease.lua after a dead
-letter or a cancel), or keeps it for a retry's wait (extend.lua).
-"""
+overlap lease in the same script call that writes its outcome (ack, dead or discard: a crash
+between two calls can no longer leave the lease held and a queued fire waiting), or keeps it
+for a retry's wait (extend.lua)."""
 
 from __future__ import annotations
 
@@ -155,17 +155,26 @@ class Writer:
                 self.flushing.difference_update(acked)
                 self.slot_free.set()
 
+    def _leases_of(self, items: list[Any]) -> list[tuple[str, str]]:
+        """(schedule_id, run_id) of the overlap leases the runs of `items` hold."""
+        held = [self.overlap_leases.get(it[0]) for it in items]
+        return [(lease.schedule_id, lease.run_id) for lease in held if lease is not None]
+
+    def _leases_written(self, items: list[Any]) -> None:
+        """The call that ended the leases of `items` returned (until then they are kept: a
+        failed call is sent again, leases and all)."""
+        for it in items:
+            self.overlap_leases.pop(it[0], None)
+
     async def _write_acks(self, acks: list[tuple[str, str]], now: int | None) -> None:
         """The ack also ends the runs' overlap leases (one script: a crash after the ack can
         no longer leave a finished run's lease held and a queued fire waiting)."""
         ctx, window = self.ctx, self.ctx.queue_settings.dedupe_window_ms
-        held = [self.overlap_leases.get(a[0]) for a in acks]
-        leases = [(lease.schedule_id, lease.run_id) for lease in held if lease is not None]
+        leases = self._leases_of(acks)
         codes = await self._send(S.ack(ctx.keys, ctx.consumer, acks, now_ms=now,
                                        dedupe_window_ms=window, leases=leases), acks)  # fmt: skip
-        if leases:  # kept until written: a failed call is sent again, leases and all
-            for a in acks:
-                self.overlap_leases.pop(a[0], None)
+        if leases:
+            self._leases_written(acks)
         written = _taken(acks)
         await self._record(written, self._judge("ack", written, codes))
 
@@ -180,28 +189,34 @@ class Writer:
             self.kept.pop(r[0], None)
 
     async def _write_deads(self, deads: list[tuple[str, str, str, bytes]], now: int | None) -> None:
-        ctx = self.ctx
-        codes = await self._send(S.dead(ctx.keys, ctx.consumer, deads, now_ms=now), deads)
+        """The dead letter also ends the runs' overlap leases, in the same call (as the ack)."""
+        ctx, window = self.ctx, self.ctx.queue_settings.dedupe_window_ms
+        leases = self._leases_of(deads)
+        codes = await self._send(S.dead(ctx.keys, ctx.consumer, deads, now_ms=now,
+                                        dedupe_window_ms=window, leases=leases), deads)  # fmt: skip
+        if leases:
+            self._leases_written(deads)
         written = _taken(deads)
-        codes = self._judge("dead", written, codes)
-        await self._unlease(written, codes)
-        await self._record(written, codes)
+        await self._record(written, self._judge("dead", written, codes))
 
     async def _flush_discards(self) -> None:
-        """End the runs that stopped after a cancel request (discard.lua), freeing leases."""
+        """End the runs that stopped after a cancel request (discard.lua), and their leases
+        in the same call."""
         ctx = self.ctx
         while self.discards:
             batch, self.discards = self.discards[:FLUSH_BATCH], self.discards[FLUSH_BATCH:]
+            leases = self._leases_of(batch)
             try:
                 codes = await self._send(C.discard(ctx.keys, ctx.consumer, batch,
                     now_ms=ctx.clock.now_ms(),
-                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms), batch)  # fmt: skip
+                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms, leases=leases),
+                    batch)  # fmt: skip
             except _FLUSH_ERRORS:
                 self.discards[:0] = batch
                 raise
-            codes = self._judge("discard", batch, codes)
-            await self._unlease(batch, codes)
-            await self._record(batch, codes)
+            if leases:
+                self._leases_written(batch)
+            await self._record(batch, self._judge("discard", batch, codes))
 
     async def _record(self, items: list[Any], codes: list[int]) -> None:
         """Keep the outcomes of keep_result runs just finished (record.lua); none: no call.
@@ -218,25 +233,6 @@ class Writer:
             call = _outcomes.record(ctx.keys, pairs, now_ms=ctx.clock.now_ms(),
                                     dedupe_window_ms=ctx.queue_settings.dedupe_window_ms)  # fmt: skip
             await ctx.scripts.run(call)
-
-    async def _unlease(self, items: list[Any], codes: list[int]) -> None:
-        """A rule's run finished: free its overlap lease (and start a fire that waited)."""
-        ctx = self.ctx
-        for it, code in zip(items, codes, strict=True):
-            lease = self.overlap_leases.pop(it[0], None)
-            if lease is None or code != _OK:
-                continue
-            sid, run_id, lease_ms = lease
-            await ctx.scripts.run(
-                S.unlease(
-                    ctx.keys,
-                    sid,
-                    run_id,
-                    lease_ms,
-                    now_ms=ctx.clock.now_ms(),
-                    dedupe_window_ms=ctx.queue_settings.dedupe_window_ms,
-                )  # fmt: skip
-            )
 
     async def _extend(self, items: list[Any], codes: list[int]) -> None:
         """A rule's run waits for its retry: not finished, so it keeps its overlap lease, for

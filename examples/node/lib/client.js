@@ -145,26 +145,21 @@ export class Client {
   /**
    * Cancel a run wherever it is (revoke.lua): a delayed or unread ready run is removed; a
    * running one is asked to stop (its worker ends it `cancelled`). Returns {runId, code,
-   * outcome}. A removed rule fire holding its rule's overlap lease has the lease freed with
-   * unlease.lua, as the Python client does.
+   * outcome}. A removed rule fire holding its rule's overlap lease frees it in the same call
+   * (revoke.lua's lease keys, for a run id `<schedule_id>@...`), as the Python client does.
    */
   async cancelRun(runId, { dedupeWindowMs = this.dedupeWindowMs } = {}) {
     const k = this.keys;
-    const [code, env] = await runScript(
-      this.redis,
-      'revoke',
-      [k.delayed, k.runs, k.entries, k.ready, k.done, k.cancelled, k.stats, k.cancelRequest(runId)],
-      ['', runId, GROUP, dedupeWindowMs],
-      { binary: true },
-    );
-    const n = Number(code);
-    if ((n === 1 || n === 2) && env && env.length) {
-      const e = safeDecode(env, runId);
-      if (e && e.schedule_id && e.lease_ms) {
-        await runScript(this.redis, 'unlease', [k.lease(e.schedule_id), k.rule_waiting, k.runs, k.delayed, k.wake],
-          ['', e.schedule_id, runId, e.lease_ms]);
-      }
+    let keys = [k.delayed, k.runs, k.entries, k.ready, k.done, k.cancelled, k.stats, k.cancelRequest(runId)];
+    const args = ['', runId, GROUP, dedupeWindowMs];
+    const at = runId.lastIndexOf('@');
+    if (at > 0) {
+      const scheduleId = runId.slice(0, at); // a rule's fire routes by the part before its last @
+      keys = [...keys, k.lease(scheduleId), k.rule_waiting, k.wake];
+      args.push(scheduleId);
     }
+    const [code] = await runScript(this.redis, 'revoke', keys, args, { binary: true });
+    const n = Number(code);
     return { runId, code: n, outcome: REVOKE_OUTCOMES[n] };
   }
 

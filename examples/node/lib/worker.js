@@ -161,7 +161,7 @@ export class Worker {
       return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}` };
     }
     // A rule's fire that holds the rule's overlap lease (no TTL: it lasts while the run lives):
-    // freed by ack.lua once it is done, with unlease.lua once it is dead (flush).
+    // freed by ack.lua once it is done, by dead.lua once it is dead (flush), in that call.
     const lease = env.lease_ms && env.schedule_id ? [env.schedule_id, env.run_id, env.lease_ms] : null;
     const base = { ...d, task: env.task, attempt: env.attempt, payload: env.payload, lease };
     const handler = Object.hasOwn(this.handlers, env.task) ? this.handlers[env.task] : null;
@@ -213,7 +213,7 @@ export class Worker {
       },
       dead: {
         script: 'dead',
-        keys: [k.ready, k.runs, k.entries, k.dead, k.stats],
+        keys: [k.ready, k.runs, k.entries, k.dead, k.stats, k.rule_waiting, k.delayed, k.wake, k.done],
         fixed: ['', GROUP, this.consumer],
         // The raw envelope as read, so the dead letter can be replayed unchanged.
         group: (o) => [o.entryId, o.runId, o.reason, o.raw],
@@ -225,12 +225,15 @@ export class Worker {
         const chunk = mine.slice(i, i + MAX_BATCH);
         let keys = spec.keys;
         let args = [...spec.fixed, ...chunk.flatMap(spec.group)];
-        // ack.lua ends the leases of the rule runs it finishes, in the same call: a worker
-        // that dies right after it leaves no lease held by a finished run.
-        const withLease = kind === 'ack' ? chunk.filter((o) => o.lease) : [];
+        // ack.lua and dead.lua end the leases of the rule runs they finish, in the same
+        // call: a worker that dies right after it leaves no lease held by a run that ended.
+        const withLease = kind === 'retry' ? [] : chunk.filter((o) => o.lease);
         if (withLease.length > 0) {
-          keys = [...keys, k.rule_waiting, k.delayed, k.wake, ...withLease.map((o) => k.lease(o.lease[0]))];
-          args = [...args, ...withLease.flatMap((o) => [o.lease[0], o.lease[1]])];
+          const pairs = withLease.flatMap((o) => [o.lease[0], o.lease[1]]);
+          if (kind === 'ack') keys = [...keys, k.rule_waiting, k.delayed, k.wake];
+          keys = [...keys, ...withLease.map((o) => k.lease(o.lease[0]))];
+          // dead.lua's lease tail starts with the dedupe window (a waiting fire done within it is dropped).
+          args = kind === 'dead' ? [...args, this.dedupeWindowMs, ...pairs] : [...args, ...pairs];
         }
         const codes = await runScript(this.redis, spec.script, keys, args);
         chunk.forEach((o, j) => {
@@ -238,9 +241,7 @@ export class Worker {
           if (!o.written) o.fenced = true; // another consumer owns (0) or finished (2) it
           if (codes[j] === GONE) o.gone = true;
         });
-        const leased = chunk.filter((o) => o.written && o.lease);
-        if (kind === 'retry') await this.extend(leased);
-        else if (kind === 'dead') await this.unlease(leased);
+        if (kind === 'retry') await this.extend(chunk.filter((o) => o.written && o.lease));
       }
     }
   }
@@ -250,15 +251,6 @@ export class Worker {
     const k = this.keys;
     for (const { delayMs, lease: [scheduleId, runId, leaseMs] } of waiting) {
       await runScript(this.redis, 'extend', [k.lease(scheduleId), k.runs], [runId, Math.max(1, delayMs + leaseMs)]);
-    }
-  }
-
-  /** Runs of rules that went dead: free each rule's lease, start a waiting fire. */
-  async unlease(finished) {
-    const k = this.keys;
-    for (const { lease: [scheduleId, runId, leaseMs] } of finished) {
-      await runScript(this.redis, 'unlease', [k.lease(scheduleId), k.rule_waiting, k.runs, k.delayed, k.wake, k.done],
-        ['', scheduleId, runId, leaseMs, this.dedupeWindowMs]);
     }
   }
 }

@@ -73,11 +73,13 @@ def test_the_audit_sees_slots_from_before_the_last_edit_pause_and_resume(backend
     assert app.resume_schedule("r")
     (report,) = audit(app, now_ms=T0 + 14 * M + 35_000)
     assert (report.checked, report.unaccounted) == (14, [])
-    # An edit of the trigger changes the slots: the audit starts again from it.
+    # An edit of the trigger changes the slots from it on; the old trigger's stay audited
+    # (its trigger history) up to its slot already due at the edit, T0 + 15 min, which the
+    # edit leaves to fire under the new spec: still without an outcome (no dispatcher).
     clock.set(T0 + 20 * M)
     app.schedule("r", "t", every=120, misfire="skip")
     (report,) = audit(app, now_ms=T0 + 21 * M)
-    assert (report.checked, report.unaccounted) == (0, [])
+    assert (report.checked, report.unaccounted) == (15, [T0 + 15 * M])
 
 
 def test_the_cli_history_shows_a_range_entry_as_its_first_and_last_slot(redis_url, queue, capsys):
@@ -125,7 +127,7 @@ def test_an_edit_of_a_paused_rules_trigger_keeps_one_outcome_per_slot(backend, q
         (at(2026, 10, 27, 23), "paused"),
     ]
     (report,) = audit(app, now_ms=at(2026, 10, 28, 12) + 65_000)
-    assert report.unaccounted == [] and report.checked == 2
+    assert report.unaccounted == [] and report.checked == 4  # both triggers' (the history)
 
 
 def test_a_long_pause_then_a_trigger_edit_records_the_old_slots_as_one_range(backend, queue):
@@ -140,3 +142,36 @@ def test_a_long_pause_then_a_trigger_edit_records_the_old_slots_as_one_range(bac
     assert rows[0] == (T0, T0 + 2500 * S)
     assert rows[1:] == [(T0 + s * S, T0 + s * S) for s in range(2502, 2601, 2)]
     assert _after_grace(app, T0 + 2600 * S).unaccounted == []
+
+
+def _paused_count(app) -> int:
+    return app.status().stats.get("ledger:skipped:paused:r", 0)
+
+
+def test_stats_count_a_range_entry_by_its_slots(backend, queue) -> None:
+    """`stats` (zsched_queue_rule_outcomes_total) counted a range entry as one outcome."""
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", every=1, paused=True)
+    clock.set(T0 + 2500 * S)
+    assert app.resume_schedule("r")
+    assert _paused_count(app) == 2501
+    (entry,) = backend.sync.xrange(app.keys.ledger("r"))
+    assert entry[1][b"slots"] == b"2501" and entry[1][b"run_id"] == b""
+
+
+def test_stats_count_a_cron_range_by_the_trigger_in_force_when_it_was_written(backend, queue):
+    """A paused cron rule edited: the old trigger's range is counted by its own slots, the
+    new trigger's by its (2 days of `* * * * *` in Berlin, then a day of `*/2 * * * *`)."""
+    t0 = 1_800_000_000_000 // (3600 * S) * (3600 * S)
+    clock = FakeClock(t0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("r", "t", cron="* * * * *", tz="Europe/Berlin", paused=True)
+    clock.set(t0 + 2 * 86_400 * S)
+    app.schedule("r", "t", cron="*/2 * * * *", tz="Europe/Berlin", paused=True)
+    assert _paused_count(app) == 2 * 1440 + 1  # t0 .. t0 + 2 days, both ends
+    clock.set(t0 + 5 * 86_400 * S)
+    assert app.resume_schedule("r")
+    rows = sorted((r["slot_ms"], r["last_ms"]) for r in app.schedule_history("r"))
+    assert rows == [(t0, t0 + 2 * 86_400 * S), (t0 + 2 * 86_400 * S + 2 * M, t0 + 5 * 86_400 * S)]
+    assert _paused_count(app) == 2 * 1440 + 1 + 3 * 720

@@ -151,8 +151,9 @@ async def test_a_resend_that_finds_the_entry_held_by_another_consumer_is_a_fence
 
 
 async def test_a_dead_letter_whose_reply_was_lost_still_frees_its_rules_lease(backend, queue):
-    """dead.lua applied, its reply lost: on the resend (GONE) the writer acts as if written,
-    so the rule's overlap lease is freed (read as a fence, the lease stayed with a dead run)."""
+    """dead.lua applied, its reply lost: the call freed the rule's overlap lease itself (issue
+    18: before, a second call after the reply did, and a fence read from the resend's GONE
+    left the lease with a dead run); the resend (GONE) is counted as written, not a fence."""
     import zsched
     from zsched import FakeClock
 
@@ -181,7 +182,7 @@ async def test_a_dead_letter_whose_reply_was_lost_still_frees_its_rules_lease(ba
         assert backend.sync.get(lease) is not None  # the slot's run holds the lease
         with pytest.raises(redis.exceptions.TimeoutError):
             await w.tick()
-        assert len(app.dead_letters()) == 1 and backend.sync.get(lease) is not None
+        assert len(app.dead_letters()) == 1 and backend.sync.get(lease) is None
         await w.flush()
     finally:
         await d.close()

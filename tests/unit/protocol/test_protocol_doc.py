@@ -154,7 +154,7 @@ def test_documented_keys_are_the_ones_the_python_wrapper_passes(name: str) -> No
     k = QueueKeys("h")
     by_name = {getattr(k, f): f for f in declared_keys() if "(" not in f}
     by_name.update({k.ledger("s"): "ledger", k.lease("s"): "lease"})  # per-rule keys
-    by_name[k.cancel_request("r")] = "cancel_request"  # a per-run key
+    by_name[k.cancel_request("s@2026-01-01T00:00:00Z")] = "cancel_request"  # a per-run key
     by_name.update(
         {
             k.limit_holders("t"): "limit_holders",

@@ -62,6 +62,23 @@ def test_a_rules_start_at_or_end_at_before_1970_is_refused_naming_the_field(
     assert app.schedules() == []
 
 
+@pytest.mark.parametrize("value", [BEFORE_1970, -60.0, -1e15, 1e14])
+def test_an_every_triggers_own_start_at_outside_1970_to_9999_is_refused_naming_it(
+    backend, queue, value
+) -> None:
+    """Accepted before (issue 18's review): `Every(60, start_at=-1e15)` was stored, and then
+    every read of the queue's rules raised OverflowError and every dispatcher pass logged
+    'ledger audit failed'."""
+    with pytest.raises(RuleError, match=r"^start_at .*(before 1970|after the year 9999)") as e:
+        Every(60, start_at=value)
+    assert e.value.field == "start_at"
+    with pytest.raises(RuleError, match=r"^start_at .* ms is before 1970"):
+        Every.from_ms(60_000, -(10**15))
+    app = backend.app(queue)
+    app.schedule("ok", "t", every=Every(60, start_at=0))  # 1970 itself is fine
+    assert [s.schedule_id for s in app.schedules()] == ["ok"]
+
+
 def test_an_end_at_before_the_start_at_is_refused(backend, queue) -> None:
     app = backend.app(queue)
     with pytest.raises(InvalidArgument, match="end_at is before start_at") as e:
