@@ -98,6 +98,14 @@ def wrappers() -> dict[tuple[str, str], str]:
     for script, cells in code_map().items():
         for path, func in REF.findall(cells[1]):
             out[(module_name(ROOT / path), func)] = script
+    # A wrapper re-exported (`from M import f as f`, as scripts.py does for rule_scripts.py's)
+    # is the same wrapper under the re-exporting module's name.
+    for path in sorted((ROOT / "zsched").rglob("*.py")):
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    if a.asname == a.name and (node.module, a.name) in out:
+                        out[(module_name(path), a.name)] = out[(node.module, a.name)]
     return out
 
 

@@ -15,7 +15,9 @@ from zsched.errors import ScriptError
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.replies import EnqueueCode
 from zsched.protocol.runids import rule_of
-from zsched.store.scripts import Call, _int_list, _now
+from zsched.store.replies import int_list as _int_list
+from zsched.store.replies import now_arg as _now
+from zsched.store.scripts import Call
 
 #: Dead letters reschedule reads (newest first) to tell a dead run from an unknown one.
 DEAD_SCAN = 1000

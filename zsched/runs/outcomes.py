@@ -11,7 +11,8 @@ import msgpack
 
 from zsched.errors import ScriptError
 from zsched.protocol.keys import QueueKeys
-from zsched.store.scripts import Call, _now
+from zsched.store.replies import now_arg as _now
+from zsched.store.scripts import Call
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,8 @@ from typing import Any
 
 from zsched.errors import InvalidArgument, ScriptError
 from zsched.protocol.keys import QueueKeys
-from zsched.store.scripts import Call, _now
+from zsched.store.replies import now_arg as _now
+from zsched.store.scripts import Call
 
 #: How long a run waits when the task's semaphore is full (ms), before jitter: this times
 #: the runs waiting per slot, at most MAX_DEFER_MS (acquire.lua).
