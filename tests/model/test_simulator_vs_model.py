@@ -87,34 +87,6 @@ async def test_the_simulator_agrees_with_the_model_for_any_grace_and_cap(
     await _agree(queue, trigger, slow, overlap, misfire, grace, cap)
 
 
-async def _agree(queue: str, trigger: str, slow: float, overlap: str, misfire: str,
-                 grace: float | None, cap: int) -> None:  # fmt: skip
-    # The simulator copies the rule into its own fakeredis, whatever the app's backend.
-    backend = Backend(None)
-    trig, start = TRIGGERS[trigger] if trigger in TRIGGERS else DST_CHOICES[trigger]
-    period = shortest_period(trig)
-    jitter = JITTER_MS.get(trigger, DST_CHOICE_JITTER_MS.get(trigger, 0))
-    grace_ms = None if grace is None else int(period * grace)
-    rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=cap,
-                   jitter_ms=jitter, grace_ms=grace_ms)  # fmt: skip
-    app = backend.app(queue, clock=FakeClock(start))
-    opts: dict[str, Any] = {"misfire": misfire, "overlap": overlap, "max_catch_up": cap,
-                            "jitter": jitter / 1000}  # fmt: skip
-    if grace_ms is not None:
-        opts["misfire_grace"] = grace_ms / 1000
-    if isinstance(trig, Every):
-        opts["every"] = trig.interval_ms / 1000
-    else:
-        opts.update(cron=trig.expr, tz=trig.tz, dst_gap=trig.dst_gap, dst_repeat=trig.dst_repeat)
-    app.schedule("r", "t", **opts)
-    slow_ms = int(period * slow)
-    down_to = start + 7 * period + 5
-    rows = await asyncio.to_thread(simulate, app, "r", start, down_to, slow_ms / 1000 or None)
-    got = sorted((r.slot_ms, r.outcome, r.reason) for r in rows)
-    assert got == _model(rule, start, down_to, slow_ms)
-    backend.sync.close()
-
-
 #: The DST choices the table above leaves out (review of issue 18): a wildcard rule across a
 #: fall-back (its default, `both`), the wildcard overrides (`dst_gap="shift"`,
 #: `dst_repeat="first"`), and jitter on a cron rule whose repeat shortens a gap to 1 h.
@@ -153,3 +125,31 @@ async def test_the_simulator_agrees_with_the_model_for_wildcard_dst_choices_and_
     queue: str, trigger: str, slow: float, overlap: str, misfire: str
 ) -> None:
     await _agree(queue, trigger, slow, overlap, misfire, None, 3)
+
+
+async def _agree(queue: str, trigger: str, slow: float, overlap: str, misfire: str,
+                 grace: float | None, cap: int) -> None:  # fmt: skip
+    # The simulator copies the rule into its own fakeredis, whatever the app's backend.
+    backend = Backend(None)
+    trig, start = TRIGGERS[trigger] if trigger in TRIGGERS else DST_CHOICES[trigger]
+    period = shortest_period(trig)
+    jitter = JITTER_MS.get(trigger, DST_CHOICE_JITTER_MS.get(trigger, 0))
+    grace_ms = None if grace is None else int(period * grace)
+    rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=cap,
+                   jitter_ms=jitter, grace_ms=grace_ms)  # fmt: skip
+    app = backend.app(queue, clock=FakeClock(start))
+    opts: dict[str, Any] = {"misfire": misfire, "overlap": overlap, "max_catch_up": cap,
+                            "jitter": jitter / 1000}  # fmt: skip
+    if grace_ms is not None:
+        opts["misfire_grace"] = grace_ms / 1000
+    if isinstance(trig, Every):
+        opts["every"] = trig.interval_ms / 1000
+    else:
+        opts.update(cron=trig.expr, tz=trig.tz, dst_gap=trig.dst_gap, dst_repeat=trig.dst_repeat)
+    app.schedule("r", "t", **opts)
+    slow_ms = int(period * slow)
+    down_to = start + 7 * period + 5
+    rows = await asyncio.to_thread(simulate, app, "r", start, down_to, slow_ms / 1000 or None)
+    got = sorted((r.slot_ms, r.outcome, r.reason) for r in rows)
+    assert got == _model(rule, start, down_to, slow_ms)
+    backend.sync.close()
