@@ -24,6 +24,7 @@ from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.rules.ledger import history
 from zsched.rules.ops import load, resume
 from zsched.rules.spec import State
+from zsched.rules.triggers import slot_run_id
 from zsched.store import scripts as S
 from zsched.store.delayed import leaf_number
 from zsched.worker.recovery import ensure_group
@@ -98,7 +99,7 @@ async def _run(
                                    paused.encode()))  # fmt: skip
         clock.set(end)
         resume(sim, sid)
-        return ledger_rows(sim, sid)
+        return _paused_rows(sim, spec)
     sim.scripts.run(
         S.schedule(sim.keys, sid, raw_spec, first, State(created_ms=down_from).encode())
     )
@@ -113,6 +114,16 @@ def ledger_rows(ctx: QueueContext, sid: str) -> list[SimRow]:
         history(ctx.redis, ctx.keys, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"])
     )
     return [SimRow(h["slot_ms"], h["outcome"], h["reason"], h["run_id"]) for h in rows]
+
+
+def _paused_rows(ctx: QueueContext, spec: Any) -> list[SimRow]:
+    """The ledger of a paused rule's resume, one row per slot as the other simulations have
+    (a pause over 1,000 slots is one range entry in the ledger)."""
+    sid, out = spec.schedule_id, []
+    for h in history(ctx.redis, ctx.keys, sid, 10**6):
+        slots = spec.trigger.slots_between(h["slot_ms"] - 1, h["last_ms"], 2**62)
+        out += [SimRow(s, h["outcome"], h["reason"], slot_run_id(sid, s)) for s in slots]
+    return sorted(out, key=lambda r: r.slot_ms)
 
 
 class Driver:

@@ -31,3 +31,15 @@ def test_a_paused_rule_simulates_as_paused_and_as_resumed_on_request(backend: An
     (info,) = app.schedules()
     assert info.paused
     assert app.schedule_history("hb") == []
+
+
+def test_a_paused_rule_over_more_than_1000_slots_still_shows_every_slot(backend: Any,
+                                                                       queue: str) -> None:  # fmt: skip
+    # The resume writes one range entry for them (docs: the fire ledger); the simulator lists
+    # each slot, as it does for a rule that is not paused.
+    app = backend.app(queue, clock=FakeClock(T0 - 30 * M))
+    app.schedule("hb", "t", every=1)
+    app.pause_schedule("hb")
+    rows = simulate(app, "hb", T0, T0 + 1_500_000)
+    assert [r.slot_ms for r in rows] == list(range(T0, T0 + 1_505_001, 1000))
+    assert {(r.outcome, r.reason) for r in rows} == {("skipped", "paused")}
