@@ -175,3 +175,94 @@ async def test_a_sync_handler_that_raises_after_its_timeout_is_no_duplicate(real
     assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 0
     await d.close()
     await w.close()
+
+
+async def test_a_run_whose_thread_outlives_the_shutdown_is_not_started_beside_it(
+    real, queue
+) -> None:
+    """Worker A's sync handler for r1 is stuck past its timeout (a gate only the test opens)
+    when A is stopped. A's process lives on, so the thread does too: A must not hand r1 back
+    (another worker would start it again, attempt 1, beside that thread); it keeps r1 held,
+    renewed, and writes its outcome when the thread returns. Only then does worker B run the
+    retry. (Before: handed back after the grace, B ran ("r1", 1) again beside the thread and
+    no duplicate was counted.)"""
+    app = real.app(queue)
+    gate, returned = threading.Event(), threading.Event()
+    calls: list[tuple[str, int]] = []
+
+    @app.task(name="slow", timeout=0.2, max_attempts=3, backoff=0)
+    def slow(payload: Any) -> None:
+        info = zsched.current_run()
+        calls.append((info.run_id, info.attempt))
+        if len(calls) == 1:  # (a second start of attempt 1, beside it, must not block)
+            gate.wait(NET_S)  # stuck past its timeout and the shutdown: until the test opens it
+            returned.set()
+
+    app.enqueue("slow", None, run_id="r1")
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    # A short visibility timeout: A renews every 100 ms, so the test sees renewals after the
+    # shutdown without waiting long (it awaits one, it does not time it).
+    a = app.worker(redis=real.async_client(), concurrency=1, shutdown_grace_ms=50,
+                   visibility_timeout_ms=300)  # fmt: skip
+    b = app.worker(redis=real.async_client(), concurrency=1)
+    stuck_log = _Stuck()
+    held_log: list[str] = []
+    logger = logging.getLogger("zsched.worker.worker")
+    logger.addHandler(stuck_log)
+    stop = asyncio.Event()
+    ta = asyncio.create_task(a.run(stop))
+    try:
+        await stuck_log.seen.wait()  # r1 outlived its timeout; its thread still runs
+        seen_held = _Kept(held_log)
+        logger.addHandler(seen_held)
+        stop.set()
+        await ta  # A stopped (its grace passed), the thread still runs
+        await d.tick()
+        # B has nothing to start while A's thread runs (before: it ran ("r1", 1) again).
+        assert (await b.tick(), calls) == (0, [("r1", 1)])
+        assert _held_by(real, app) == {"r1": a.consumer}
+        assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 0  # not handed back
+        assert any("r1" in m for m in held_log)  # the warning names the run
+        assert not gate.is_set() and a.keeping is not None
+        renewed = asyncio.Event()
+        renew = a.holds.renew
+
+        async def spy() -> int:
+            lost = await renew()
+            renewed.set()
+            return lost
+
+        a.holds.renew = spy  # type: ignore[method-assign]
+        await renewed.wait()  # A still renews r1's hold after its shutdown
+        assert _held_by(real, app) == {"r1": a.consumer}
+        gate.set()
+        assert await asyncio.to_thread(returned.wait, NET_S)
+        await a.keeping  # A writes the timed-out attempt's retry, then leaves the group
+        assert _held_by(real, app) == {}
+        await d.tick()
+        assert await b.tick() == 1
+    finally:
+        gate.set()
+        stop.set()
+        logger.removeHandler(stuck_log)
+        await asyncio.gather(ta, return_exceptions=True)
+        await a.close()
+        await b.close()
+        await d.close()
+    assert calls == [("r1", 1), ("r1", 2)]
+    assert real.sync.zscore(app.keys.done, "r1")
+    # Attempt 1 returned (did its work) after its timeout, and was retried: a duplicate.
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 1
+
+
+class _Kept(logging.Handler):
+    """Collects the worker's warnings that a run stays held past its shutdown."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "stays held" in record.getMessage():
+            self.into.append(record.getMessage())
