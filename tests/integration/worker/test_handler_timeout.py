@@ -266,3 +266,85 @@ class _Kept(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "stays held" in record.getMessage():
             self.into.append(record.getMessage())
+
+
+async def _stopped_while_stuck(real: Any, app: Any, gate: threading.Event,
+                               exiting: bool) -> Any:  # fmt: skip
+    """Worker of `app`, stopped while its sync handler for r1 (task "slow") is stuck past its
+    timeout on `gate`; returns it once its run() has returned."""
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), concurrency=1, shutdown_grace_ms=50)
+    stuck_log = _Stuck()
+    logger = logging.getLogger("zsched.worker.worker")
+    logger.addHandler(stuck_log)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop, exiting=exiting))
+    try:
+        await stuck_log.seen.wait()
+    finally:
+        logger.removeHandler(stuck_log)
+        stop.set()
+        await t
+    return w
+
+
+async def test_closing_a_worker_waits_for_a_thread_that_outlived_its_shutdown(real, queue) -> None:
+    """close() while a kept run's thread still runs: it keeps holding the run and waits for
+    the thread (which keeps the process alive anyway), then writes its outcome."""
+    app = real.app(queue)
+    gate = threading.Event()
+
+    @app.task(name="slow", timeout=0.2, max_attempts=3, backoff=0)
+    def slow(payload: Any) -> None:
+        gate.wait(NET_S)
+
+    app.enqueue("slow", None, run_id="r1")
+    waits = asyncio.Event()
+
+    class _Waits(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "close waits" in record.getMessage() and "r1" in record.getMessage():
+                waits.set()
+
+    logger = logging.getLogger("zsched.worker.worker")
+    seen = _Waits(logging.WARNING)
+    logger.addHandler(seen)
+    try:
+        w = await _stopped_while_stuck(real, app, gate, exiting=False)
+        assert _held_by(real, app) == {"r1": w.consumer}
+        closing = asyncio.create_task(w.close())
+        await waits.wait()  # close is waiting for r1's thread
+        assert _held_by(real, app) == {"r1": w.consumer}  # still held, renewed
+        gate.set()
+        await closing
+    finally:
+        gate.set()
+        logger.removeHandler(seen)
+    assert _held_by(real, app) == {}
+    assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 1  # its retry, attempt 2
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 1
+
+
+async def test_a_worker_whose_process_exits_hands_back_a_run_its_stuck_thread_runs(
+    real, queue
+) -> None:
+    """`run(stop, exiting=True)` (the CLI, which exits right after, killing the thread):
+    the run is handed back at once, same attempt, like every other run it holds."""
+    app = real.app(queue)
+    gate = threading.Event()
+
+    @app.task(name="slow", timeout=0.2, max_attempts=3, backoff=0)
+    def slow(payload: Any) -> None:
+        gate.wait(NET_S)
+
+    app.enqueue("slow", None, run_id="r1")
+    try:
+        w = await _stopped_while_stuck(real, app, gate, exiting=True)
+        assert w.keeping is None
+        assert _held_by(real, app) == {}
+        assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 1
+    finally:
+        gate.set()
+    await w.close()
