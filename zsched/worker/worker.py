@@ -162,21 +162,25 @@ class Worker:
 
     async def _keep(self, kept: list[Delivery]) -> None:
         """Renew the holds (and limit shares) of runs whose thread outlived the shutdown until
-        each returns, then write their outcomes and leave the group."""
+        each returns, writing each one's outcome as it comes, then leave the group."""
         every = self.settings.visibility_timeout_ms / 3000
         hold = HoldLoop(self.ctx, self.runner, self.holds)
         pending = {d.exec_task for d in kept if d.exec_task is not None}
-        while pending:
-            _done, pending = await asyncio.wait(pending, timeout=every)
+        while True:
+            if pending:
+                _done, pending = await asyncio.wait(pending, timeout=every,
+                                                    return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             try:
-                if pending:
-                    await hold.tick()
-                else:
-                    await self.flush()
+                await self.flush()  # the outcomes of the threads that returned
+                if not pending:
                     await self.holds.hand_back()
-            except RETRYABLE_ERRORS:
+                    return
+                await hold.tick()
+            except RETRYABLE_ERRORS:  # left pending: reclaimed after the visibility timeout
                 log.warning("Redis unreachable while holding runs whose sync handler outlived "
                             "the shutdown", extra={"queue": self.ctx.queue})  # fmt: skip
+                if not pending:
+                    return
 
     async def close(self) -> None:
         """Close the connections. Runs kept at shutdown (their sync handler's thread still

@@ -348,3 +348,57 @@ async def test_a_worker_whose_process_exits_hands_back_a_run_its_stuck_thread_ru
     finally:
         gate.set()
     await w.close()
+
+
+async def test_each_run_kept_past_the_shutdown_is_written_when_its_own_thread_returns(
+    real, queue
+) -> None:
+    """A sync handler without a timeout that outlives the shutdown grace is kept too, and
+    acked when it returns: two such runs, the one whose thread returns first has its outcome
+    written then, while the other is still held."""
+    app = real.app(queue)
+    gates = {"r1": threading.Event(), "r2": threading.Event()}
+    stuck = {"r1": threading.Event(), "r2": threading.Event()}
+
+    @app.task(name="slow")
+    def slow(payload: Any) -> None:
+        run_id = zsched.current_run().run_id
+        stuck[run_id].set()
+        gates[run_id].wait(NET_S)
+
+    for run_id in gates:
+        app.enqueue("slow", None, run_id=run_id)
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), concurrency=2, shutdown_grace_ms=50)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop))
+    try:
+        for ev in stuck.values():
+            assert await asyncio.to_thread(ev.wait, NET_S)  # both handlers started
+        stop.set()
+        await t
+        assert _held_by(real, app) == {"r1": w.consumer, "r2": w.consumer}
+        written = asyncio.Event()
+        flush = w.flush
+
+        async def spy() -> None:
+            await flush()
+            if "r1" not in _held_by(real, app):
+                written.set()
+
+        w.flush = spy  # type: ignore[method-assign]
+        gates["r1"].set()
+        await written.wait()  # r1's ack written while r2's thread still runs
+        assert _held_by(real, app) == {"r2": w.consumer}
+        assert not gates["r2"].is_set()
+    finally:
+        for gate in gates.values():
+            gate.set()
+        stop.set()
+        await asyncio.gather(t, return_exceptions=True)
+        await w.close()
+    assert _held_by(real, app) == {}
+    assert real.sync.zscore(app.keys.done, "r1") and real.sync.zscore(app.keys.done, "r2")
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 0
