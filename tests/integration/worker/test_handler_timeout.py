@@ -402,3 +402,78 @@ async def test_each_run_kept_past_the_shutdown_is_written_when_its_own_thread_re
     assert _held_by(real, app) == {}
     assert real.sync.zscore(app.keys.done, "r1") and real.sync.zscore(app.keys.done, "r2")
     assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 0
+
+
+async def test_an_async_handler_is_cancelled_before_its_run_is_handed_back(real, queue) -> None:
+    """Shutdown past the grace: an async handler still running is cancelled, and has ended,
+    before its run is handed back, so no other worker can start it while it still runs here
+    (before: handed back first, cancelled after, so it ran on during the hand-back)."""
+    app = real.app(queue)
+    started = asyncio.Event()
+    held_at_cancel: list[dict[str, str]] = []
+
+    @app.task(name="a")
+    async def a(payload: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # never ends by itself
+        except asyncio.CancelledError:
+            held_at_cancel.append(_held_by(real, app))
+            raise
+
+    app.enqueue("a", None, run_id="a1")
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), shutdown_grace_ms=50)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop))
+    await started.wait()
+    stop.set()
+    await t
+    assert held_at_cancel == [{"a1": w.consumer}]  # still held when it was cancelled
+    assert _held_by(real, app) == {}  # then handed back
+    assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 1
+    assert w.keeping is None
+    await w.close()
+
+
+async def test_an_async_handler_that_ignores_its_cancel_at_shutdown_keeps_its_run_held(
+    real, queue
+) -> None:
+    """An async handler that swallows the shutdown's cancel and goes on is still running:
+    its run stays held (not handed back) until it returns, then it is acked."""
+    app = real.app(queue)
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    @app.task(name="a")
+    async def a(payload: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await gate.wait()  # goes on after its cancel, until the test opens the gate
+
+    app.enqueue("a", None, run_id="a1")
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), shutdown_grace_ms=50)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop))
+    try:
+        await started.wait()
+        stop.set()
+        await t
+        assert _held_by(real, app) == {"a1": w.consumer}
+        assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 0
+        assert w.keeping is not None
+        gate.set()
+        await w.keeping
+    finally:
+        gate.set()
+        stop.set()
+        await asyncio.gather(t, return_exceptions=True)
+        await w.close()
+    assert _held_by(real, app) == {}
+    assert real.sync.zscore(app.keys.done, "a1")
