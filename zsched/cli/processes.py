@@ -157,7 +157,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     async def main(stop: asyncio.Event) -> None:
         try:
-            await w.run(stop)
+            await w.run(stop, exiting=True)  # _exit_past_stuck_handlers: threads die with it
         finally:
             await w.close()
 

@@ -6,6 +6,7 @@ Its one home: the reader, recovery, limits and cancel all use it, none of them t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ class Delivery:
     #: Read ahead past `max_read_ahead_bytes`: `raw` was dropped (ids kept, still held) and is
     #: read again when a slot comes (ReadLoop.refill).
     spilled: bool = False
+    #: A sync handler's call in the thread pool (`running()` while its thread runs it).
+    thread: concurrent.futures.Future[None] | None = None
 
 
 def from_entry(entry_id: Any, fields: dict[bytes, bytes]) -> Delivery:

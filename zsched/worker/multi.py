@@ -42,11 +42,12 @@ class MultiWorker:
         for w in self.workers:
             await w.drain()
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
+    async def run(self, stop: asyncio.Event | None = None, exiting: bool = False) -> None:
+        """Run every partition's worker (`exiting`: see Worker.run)."""
         stop = stop or asyncio.Event()
         await asyncio.to_thread(self.ctx.claim_layout)
         await ensure_ready(self.redis)  # see MultiDispatcher.run
-        await asyncio.gather(*(w.run(stop) for w in self.workers))
+        await asyncio.gather(*(w.run(stop, exiting) for w in self.workers))
 
     async def close(self) -> None:
         # Each worker owns a thread pool; the client is shared (closing it again is harmless).

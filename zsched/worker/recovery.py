@@ -167,11 +167,12 @@ class Holds:
                               "gone (no longer pending or no longer live)", fenced, gone,
                               extra={"queue": ctx.queue})  # fmt: skip
 
-    async def hand_back(self) -> None:
-        """Release every entry still pending for this consumer (unfinished or never started)."""
+    async def hand_back(self, keep: frozenset[str] = frozenset()) -> None:
+        """Release every entry still pending for this consumer (unfinished or never started),
+        but those of `keep` (entry ids), which stay held."""
         ctx = self.ctx
         k, r = ctx.keys, ctx.redis
-        mine = await self.own_pending()
+        mine = [(eid, run_id) for eid, run_id in await self.own_pending() if eid not in keep]
         gone = [eid for eid, run_id in mine if not run_id]
         pairs = [(eid, run_id) for eid, run_id in mine if run_id]
         if gone:

@@ -99,6 +99,10 @@ class Runner:
         while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
+    def in_threads(self) -> list[Delivery]:
+        """The runs whose sync handler a thread still runs (none can be stopped)."""
+        return [d for d in self.running.values() if d.thread is not None and d.thread.running()]
+
     def observe_metrics(self) -> None:
         """Hand the buffered per-run observations to the metrics (zsched.observability)."""
         for tm in self._task_metrics.values():
@@ -170,7 +174,7 @@ class Runner:
         span = _tracing.start_attempt(env, self.ctx.queue, d.deliveries, d.entry_id, due)
         value: Any = None
         try:
-            value = await self._call(task, env, info)
+            value = await self._call(d, task, env, info)
         except asyncio.CancelledError:
             if not d.cancel_seen:  # the worker is shutting down: not a cancel of this run
                 raise
@@ -222,7 +226,7 @@ class Runner:
             self._task_metrics[task] = tm
         return tm
 
-    async def _call(self, task: Task, env: Envelope, info: RunInfo) -> Any:
+    async def _call(self, d: Delivery, task: Task, env: Envelope, info: RunInfo) -> Any:
         """Run the handler; its return value."""
         if task.is_async:  # in the run's own context, where _run set the current run
             coro = task.fn(env.payload)
@@ -232,11 +236,12 @@ class Runner:
         # In a copy of this context: the handler's thread sees the run span (tracing.py).
         run = contextvars.copy_context().run
         if not task.timeout:  # no start to hear of: one wake of the loop per batch of results
-            return await self.threads.submit(run, _call_sync, task.fn, env.payload, info, None)
+            fut, d.thread = self.threads.start(run, _call_sync, task.fn, env.payload, info, None)
+            return await fut
         loop = asyncio.get_running_loop()
         began = asyncio.Event()
-        fut = self.threads.submit(run, _call_sync, task.fn, env.payload, info,
-                                  lambda: loop.call_soon_threadsafe(began.set))  # fmt: skip
+        fut, d.thread = self.threads.start(run, _call_sync, task.fn, env.payload, info,
+                                           lambda: loop.call_soon_threadsafe(began.set))  # fmt: skip
         await began.wait()  # waiting for a thread is not the handler's time
         try:
             return await asyncio.wait_for(asyncio.shield(fut), task.timeout)

@@ -11,6 +11,7 @@ result that came in meanwhile in one callback.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +34,17 @@ class SyncPool:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Call `fn(*args)` in a thread; a future of its return value (or its exception)."""
+        return self.start(fn, *args)[0]
+
+    def start(
+        self, fn: Callable[..., Any], *args: Any
+    ) -> tuple[asyncio.Future[Any], concurrent.futures.Future[None]]:
+        """As `submit`, with the call's own future too: `running()` while a thread runs it
+        (after `executor.shutdown(cancel_futures=True)`, a call is either cancelled, running
+        or done: nothing else can start)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self.executor.submit(self._call, loop, fut, fn, args)
-        return fut
+        return fut, self.executor.submit(self._call, loop, fut, fn, args)
 
     def _call(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any],
               fn: Callable[..., Any], args: tuple[Any, ...]) -> None:  # fmt: skip

@@ -175,3 +175,305 @@ async def test_a_sync_handler_that_raises_after_its_timeout_is_no_duplicate(real
     assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 0
     await d.close()
     await w.close()
+
+
+async def test_a_run_whose_thread_outlives_the_shutdown_is_not_started_beside_it(
+    real, queue
+) -> None:
+    """Worker A's sync handler for r1 is stuck past its timeout (a gate only the test opens)
+    when A is stopped. A's process lives on, so the thread does too: A must not hand r1 back
+    (another worker would start it again, attempt 1, beside that thread); it keeps r1 held,
+    renewed, and writes its outcome when the thread returns. Only then does worker B run the
+    retry. (Before: handed back after the grace, B ran ("r1", 1) again beside the thread and
+    no duplicate was counted.)"""
+    app = real.app(queue)
+    gate, returned = threading.Event(), threading.Event()
+    calls: list[tuple[str, int]] = []
+
+    @app.task(name="slow", timeout=0.2, max_attempts=3, backoff=0)
+    def slow(payload: Any) -> None:
+        info = zsched.current_run()
+        calls.append((info.run_id, info.attempt))
+        if len(calls) == 1:  # (a second start of attempt 1, beside it, must not block)
+            gate.wait(NET_S)  # stuck past its timeout and the shutdown: until the test opens it
+            returned.set()
+
+    app.enqueue("slow", None, run_id="r1")
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    # A short visibility timeout: A renews every 100 ms, so the test sees renewals after the
+    # shutdown without waiting long (it awaits one, it does not time it).
+    a = app.worker(redis=real.async_client(), concurrency=1, shutdown_grace_ms=50,
+                   visibility_timeout_ms=300)  # fmt: skip
+    b = app.worker(redis=real.async_client(), concurrency=1)
+    stuck_log = _Stuck()
+    held_log: list[str] = []
+    logger = logging.getLogger("zsched.worker.worker")
+    logger.addHandler(stuck_log)
+    stop = asyncio.Event()
+    ta = asyncio.create_task(a.run(stop))
+    try:
+        await stuck_log.seen.wait()  # r1 outlived its timeout; its thread still runs
+        seen_held = _Kept(held_log)
+        logger.addHandler(seen_held)
+        stop.set()
+        await ta  # A stopped (its grace passed), the thread still runs
+        await d.tick()
+        # B has nothing to start while A's thread runs (before: it ran ("r1", 1) again).
+        assert (await b.tick(), calls) == (0, [("r1", 1)])
+        assert _held_by(real, app) == {"r1": a.consumer}
+        assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 0  # not handed back
+        assert any("r1" in m for m in held_log)  # the warning names the run
+        assert not gate.is_set() and a.keeping is not None
+        renewed = asyncio.Event()
+        renew = a.holds.renew
+
+        async def spy() -> int:
+            lost = await renew()
+            renewed.set()
+            return lost
+
+        a.holds.renew = spy  # type: ignore[method-assign]
+        await renewed.wait()  # A still renews r1's hold after its shutdown
+        assert _held_by(real, app) == {"r1": a.consumer}
+        gate.set()
+        assert await asyncio.to_thread(returned.wait, NET_S)
+        await a.keeping  # A writes the timed-out attempt's retry, then leaves the group
+        assert _held_by(real, app) == {}
+        await d.tick()
+        assert await b.tick() == 1
+    finally:
+        gate.set()
+        stop.set()
+        logger.removeHandler(stuck_log)
+        await asyncio.gather(ta, return_exceptions=True)
+        await a.close()
+        await b.close()
+        await d.close()
+    assert calls == [("r1", 1), ("r1", 2)]
+    assert real.sync.zscore(app.keys.done, "r1")
+    # Attempt 1 returned (did its work) after its timeout, and was retried: a duplicate.
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 1
+
+
+class _Kept(logging.Handler):
+    """Collects the worker's warnings that a run stays held past its shutdown."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "stays held" in record.getMessage():
+            self.into.append(record.getMessage())
+
+
+async def _stopped_while_stuck(real: Any, app: Any, gate: threading.Event,
+                               exiting: bool) -> Any:  # fmt: skip
+    """Worker of `app`, stopped while its sync handler for r1 (task "slow") is stuck past its
+    timeout on `gate`; returns it once its run() has returned."""
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), concurrency=1, shutdown_grace_ms=50)
+    stuck_log = _Stuck()
+    logger = logging.getLogger("zsched.worker.worker")
+    logger.addHandler(stuck_log)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop, exiting=exiting))
+    try:
+        await stuck_log.seen.wait()
+    finally:
+        logger.removeHandler(stuck_log)
+        stop.set()
+        await t
+    return w
+
+
+async def test_closing_a_worker_waits_for_a_thread_that_outlived_its_shutdown(real, queue) -> None:
+    """close() while a kept run's thread still runs: it keeps holding the run and waits for
+    the thread (which keeps the process alive anyway), then writes its outcome."""
+    app = real.app(queue)
+    gate = threading.Event()
+
+    @app.task(name="slow", timeout=0.2, max_attempts=3, backoff=0)
+    def slow(payload: Any) -> None:
+        gate.wait(NET_S)
+
+    app.enqueue("slow", None, run_id="r1")
+    waits = asyncio.Event()
+
+    class _Waits(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "close waits" in record.getMessage() and "r1" in record.getMessage():
+                waits.set()
+
+    logger = logging.getLogger("zsched.worker.worker")
+    seen = _Waits(logging.WARNING)
+    logger.addHandler(seen)
+    try:
+        w = await _stopped_while_stuck(real, app, gate, exiting=False)
+        assert _held_by(real, app) == {"r1": w.consumer}
+        closing = asyncio.create_task(w.close())
+        await waits.wait()  # close is waiting for r1's thread
+        assert _held_by(real, app) == {"r1": w.consumer}  # still held, renewed
+        gate.set()
+        await closing
+    finally:
+        gate.set()
+        logger.removeHandler(seen)
+    assert _held_by(real, app) == {}
+    assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 1  # its retry, attempt 2
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 1
+
+
+async def test_a_worker_whose_process_exits_hands_back_a_run_its_stuck_thread_runs(
+    real, queue
+) -> None:
+    """`run(stop, exiting=True)` (the CLI, which exits right after, killing the thread):
+    the run is handed back at once, same attempt, like every other run it holds."""
+    app = real.app(queue)
+    gate = threading.Event()
+
+    @app.task(name="slow", timeout=0.2, max_attempts=3, backoff=0)
+    def slow(payload: Any) -> None:
+        gate.wait(NET_S)
+
+    app.enqueue("slow", None, run_id="r1")
+    try:
+        w = await _stopped_while_stuck(real, app, gate, exiting=True)
+        assert w.keeping is None
+        assert _held_by(real, app) == {}
+        assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 1
+    finally:
+        gate.set()
+    await w.close()
+
+
+async def test_each_run_kept_past_the_shutdown_is_written_when_its_own_thread_returns(
+    real, queue
+) -> None:
+    """A sync handler without a timeout that outlives the shutdown grace is kept too, and
+    acked when it returns: two such runs, the one whose thread returns first has its outcome
+    written then, while the other is still held."""
+    app = real.app(queue)
+    gates = {"r1": threading.Event(), "r2": threading.Event()}
+    stuck = {"r1": threading.Event(), "r2": threading.Event()}
+
+    @app.task(name="slow")
+    def slow(payload: Any) -> None:
+        run_id = zsched.current_run().run_id
+        stuck[run_id].set()
+        gates[run_id].wait(NET_S)
+
+    for run_id in gates:
+        app.enqueue("slow", None, run_id=run_id)
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), concurrency=2, shutdown_grace_ms=50)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop))
+    try:
+        for ev in stuck.values():
+            assert await asyncio.to_thread(ev.wait, NET_S)  # both handlers started
+        stop.set()
+        await t
+        assert _held_by(real, app) == {"r1": w.consumer, "r2": w.consumer}
+        written = asyncio.Event()
+        flush = w.flush
+
+        async def spy() -> None:
+            await flush()
+            if "r1" not in _held_by(real, app):
+                written.set()
+
+        w.flush = spy  # type: ignore[method-assign]
+        gates["r1"].set()
+        await written.wait()  # r1's ack written while r2's thread still runs
+        assert _held_by(real, app) == {"r2": w.consumer}
+        assert not gates["r2"].is_set()
+    finally:
+        for gate in gates.values():
+            gate.set()
+        stop.set()
+        await asyncio.gather(t, return_exceptions=True)
+        await w.close()
+    assert _held_by(real, app) == {}
+    assert real.sync.zscore(app.keys.done, "r1") and real.sync.zscore(app.keys.done, "r2")
+    assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 0
+
+
+async def test_an_async_handler_is_cancelled_before_its_run_is_handed_back(real, queue) -> None:
+    """Shutdown past the grace: an async handler still running is cancelled, and has ended,
+    before its run is handed back, so no other worker can start it while it still runs here
+    (before: handed back first, cancelled after, so it ran on during the hand-back)."""
+    app = real.app(queue)
+    started = asyncio.Event()
+    held_at_cancel: list[dict[str, str]] = []
+
+    @app.task(name="a")
+    async def a(payload: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # never ends by itself
+        except asyncio.CancelledError:
+            held_at_cancel.append(_held_by(real, app))
+            raise
+
+    app.enqueue("a", None, run_id="a1")
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), shutdown_grace_ms=50)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop))
+    await started.wait()
+    stop.set()
+    await t
+    assert held_at_cancel == [{"a1": w.consumer}]  # still held when it was cancelled
+    assert _held_by(real, app) == {}  # then handed back
+    assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 1
+    assert w.keeping is None
+    await w.close()
+
+
+async def test_an_async_handler_that_ignores_its_cancel_at_shutdown_keeps_its_run_held(
+    real, queue
+) -> None:
+    """An async handler that swallows the shutdown's cancel and goes on is still running:
+    its run stays held (not handed back) until it returns, then it is acked."""
+    app = real.app(queue)
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    @app.task(name="a")
+    async def a(payload: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await gate.wait()  # goes on after its cancel, until the test opens the gate
+
+    app.enqueue("a", None, run_id="a1")
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()
+    await d.close()
+    w = app.worker(redis=real.async_client(), shutdown_grace_ms=50)
+    stop = asyncio.Event()
+    t = asyncio.create_task(w.run(stop))
+    try:
+        await started.wait()
+        stop.set()
+        await t
+        assert _held_by(real, app) == {"a1": w.consumer}
+        assert int(real.sync.hget(app.keys.delayed, "n") or 0) == 0
+        assert w.keeping is not None
+        gate.set()
+        await w.keeping
+    finally:
+        gate.set()
+        stop.set()
+        await asyncio.gather(t, return_exceptions=True)
+        await w.close()
+    assert _held_by(real, app) == {}
+    assert real.sync.zscore(app.keys.done, "a1")
