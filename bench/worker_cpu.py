@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -60,10 +62,12 @@ async def main():
     acked = app.keys.stats
 
     async def watch():
-        r = w.redis
-        while True:  # 20 polls a second: ~0.1 % of what the drain costs
-            await asyncio.sleep(0.05)
-            if seen[0] >= n and int(await r.hget(acked, "acked") or 0) >= n:
+        # In-process, no command: every run handled and its outcome written. (A Redis poll
+        # here cost instructions in proportion to the wall time, which callgrind stretches.)
+        wr = w.writer
+        while True:
+            await asyncio.sleep(0.01)
+            if seen[0] >= n and not (wr.unwritten() or wr.flushing or w.runner.running):
                 stop.set()
                 return
 
@@ -81,6 +85,8 @@ async def main():
         prof.dump_stats(profile)
     ru1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     await watcher
+    if int(await w.redis.hget(acked, "acked") or 0) < n:
+        raise SystemExit("the worker stopped before every run was acknowledged")
     await w.close()
     print(json.dumps({"user": ru1.ru_utime - ru0.ru_utime, "sys": ru1.ru_stime - ru0.ru_stime,
                       "wall": t1 - t0, "seen": seen[0]}))
@@ -97,7 +103,7 @@ def _info(r) -> tuple[dict[str, int], float]:  # type: ignore[no-untyped-def]
 
 
 def one(url: str, tree: str, n: int, handler: str, settings: str, profile: str,
-        spy: str = "") -> dict[str, float]:  # fmt: skip
+        spy: str = "", callgrind: bool = False) -> dict[str, float]:  # fmt: skip
     """Enqueue and dispatch `n` runs, then drain them with one worker from `tree`."""
     import asyncio
 
@@ -133,6 +139,9 @@ def one(url: str, tree: str, n: int, handler: str, settings: str, profile: str,
     if spy:  # py-spy (not a dependency: give its path) records the child, collapsed stacks
         spy_bin, _, out_file = spy.partition(":")
         cmd = [spy_bin, "record", "-r", "400", "-f", "raw", "-o", out_file, "--", *cmd]
+    cg = Path(tempfile.mkdtemp(prefix="wcpu-")) / "callgrind.out"
+    if callgrind:  # every instruction of the child, whatever the load
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", *cmd]
     out = subprocess.run(
         cmd,
         cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=False,
@@ -140,6 +149,10 @@ def one(url: str, tree: str, n: int, handler: str, settings: str, profile: str,
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     res = json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
+    if callgrind:
+        totals = [x for x in cg.read_text().splitlines() if x.startswith(("totals:", "summary:"))]
+        res["instructions"] = int(totals[-1].split()[1])
+        shutil.rmtree(cg.parent, ignore_errors=True)
     calls1, rcpu1 = _info(r)
     delta = {k: v - calls0.get(k, 0) for k, v in calls1.items() if v - calls0.get(k, 0)}
     delta.pop("info", None)
@@ -154,6 +167,7 @@ def one(url: str, tree: str, n: int, handler: str, settings: str, profile: str,
         "commands_per_run": sum(delta.values()) / n,
         "calls": delta,
         "wall_s": res["wall"],
+        "instructions": res.get("instructions", 0),
     }
 
 
@@ -167,6 +181,9 @@ def main() -> None:
     ap.add_argument("--tree", action="append", help="source tree(s) to run the worker from")
     ap.add_argument("--profile", default="-", help="cProfile output file (one round)")
     ap.add_argument("--spy", default="", help="PY_SPY_BINARY:OUT_FILE (collapsed stacks)")
+    ap.add_argument("--callgrind", type=int, default=0, metavar="N0",
+                    help="count the worker's instructions under callgrind instead: a drain of "
+                         "N0 runs and one of N, (I(N) - I(N0)) / (N - N0) per run")  # fmt: skip
     a = ap.parse_args()
     from .common import server
 
@@ -176,7 +193,15 @@ def main() -> None:
     with server() as srv:
         for rnd in range(a.rounds):
             for t, st in runs if rnd % 2 == 0 else runs[::-1]:
-                row = one(srv.url, t, a.n, a.handler, st, a.profile, a.spy)
+                row = one(srv.url, t, a.n, a.handler, st, a.profile, a.spy, bool(a.callgrind))
+                if a.callgrind:
+                    base = one(srv.url, t, a.callgrind, a.handler, st, "-", "", True)
+                    per_run = (row["instructions"] - base["instructions"]) / (a.n - a.callgrind)
+                    row["cpu_us_per_run"] = per_run / 1000  # shown as k instructions per run
+                    print(
+                        f"round {rnd} {t} {st}: {per_run / 1000:.1f} k instructions per run "
+                        f"(setup and {a.callgrind} runs {base['instructions'] / 1e6:.0f} M)"
+                    )
                 got[t, st].append(row)
                 calls = " ".join(f"{k} {v / a.n:.3f}" for k, v in sorted(row["calls"].items()))
                 print(f"round {rnd} {t} {st}: worker CPU {row['cpu_us_per_run']:.1f} us/run "
@@ -190,9 +215,10 @@ def main() -> None:
         cmd = statistics.median(r["commands_per_run"] for r in rows)
         trips = {c: statistics.median(r["calls"].get(c, 0) / a.n for r in rows)
                  for c in ("xreadgroup", "evalsha")}  # fmt: skip
-        print(f"{t[0]} {t[1]}: median worker CPU {med:.1f} us/run ({each}); Redis commands/run "
-              f"{cmd:.3f}; XREADGROUP {trips['xreadgroup']:.4f}, EVALSHA {trips['evalsha']:.4f} "
-              f"per run")  # fmt: skip
+        rcpu = statistics.median(r["redis_cpu_us_per_run"] for r in rows)
+        print(f"{t[0]} {t[1]}: median worker CPU {med:.1f} us/run ({each}); Redis CPU "
+              f"{rcpu:.1f} us/run, commands/run {cmd:.3f}; XREADGROUP "
+              f"{trips['xreadgroup']:.4f}, EVALSHA {trips['evalsha']:.4f} per run")  # fmt: skip
 
 
 if __name__ == "__main__":
