@@ -70,3 +70,10 @@ def test_the_wake_benchmark_measures_every_rule_operation() -> None:
         assert re.search(rf"^\| {op} \| 1 \| [\d.]+ / [\d.]+ \|", out, re.M), op
     for op in ("pause", "remove"):  # the contract, not a speed: nothing fired after the call
         assert re.search(rf"^\| {op} \| 1 \| atomic .* \| 0 \|$", out, re.M), op
+
+
+def test_the_worker_cpu_tool_measures_the_worker_alone() -> None:
+    out = run("bench.worker_cpu", "--n", "300", "--rounds", "1", "--settings", "{}",
+              "--settings", '{"concurrency": 8}')  # fmt: skip
+    summary = r"median worker CPU [\d.]+ us/run .*XREADGROUP [\d.]+, EVALSHA"
+    assert len(re.findall(summary, out)) == 2  # one per settings

@@ -218,6 +218,11 @@ def _decode_plain_v2(raw: bytes, run_id: str | None) -> Envelope | None:
         return None
     if type(a) is not list or len(a) < 4 or a[0] != 2 or type(a[0]) is not int:
         return None
+    if len(a) == 5:  # a first attempt of a one-off run (encode_first): nothing else to check
+        _v, task, payload, run_at, enqueued = a
+        if type(task) is not str or not task or not _instant(run_at) or not _instant(enqueued):
+            return None
+        return _first(run_id, task, payload, run_at, enqueued)
     _v, task, payload, run_at, enqueued, scheduled, attempt, sid, most, lease, trace = (
         *a[:11], *_PAD)[:11]  # fmt: skip
     if type(task) is not str or not task or not _instant(run_at):
@@ -241,6 +246,23 @@ def _decode_plain_v2(raw: bytes, run_id: str | None) -> Envelope | None:
     _set_most(e, most)
     _set_lease(e, lease)
     _set_trace(e, None if trace is None else _trace(trace))
+    return e
+
+
+def _first(run_id: str, task: str, payload: Any, run_at: int, enqueued: int) -> Envelope:
+    """The Envelope of a first attempt with every optional field at its default."""
+    e = _new(Envelope)
+    _set_id(e, run_id)
+    _set_task(e, task)
+    _set_payload(e, payload)
+    _set_run_at(e, run_at)
+    _set_scheduled(e, run_at)
+    _set_enqueued(e, enqueued)
+    _set_attempt(e, 1)
+    _set_schedule(e, None)
+    _set_most(e, None)
+    _set_lease(e, None)
+    _set_trace(e, None)
     return e
 
 

@@ -175,7 +175,9 @@ async def test_shutdown_hands_back_the_runs_read_ahead(real, queue) -> None:
     await w.close()
 
 
-async def test_the_loop_sends_the_next_read_before_the_runs_of_the_last_start(real, queue) -> None:
+async def test_the_loop_sends_the_next_read_once_the_runs_of_the_last_have_started(
+    real, queue
+) -> None:
     release = asyncio.Event()
     release.set()  # handlers that never wait
     app, ran, _, _, d, w = _queue(real, queue, range(12), release, concurrency=4, read_ahead=4,
@@ -184,9 +186,9 @@ async def test_the_loop_sends_the_next_read_before_the_runs_of_the_last_start(re
     await d.tick()
     r = w.reader
     r.prefetching = True  # as in run()
-    assert await r.tick() == 5  # a full read of 5: the next one (4 + 4 - 5 waiting) was sent
-    assert r.prefetch is not None
-    assert await r.tick() == 3 and ran == list(range(8))  # the prefetched 3, in stream order
+    assert await r.tick() == 5  # a full read of 5, all ended: the next one was sent
+    assert r.prefetch is not None and r.prefetch_count == 5  # a full read_batch, not 4 + 4 - 5
+    assert await r.tick() == 5 and ran == list(range(10))  # the prefetched 5, in stream order
     assert r.prefetch is not None
     await asyncio.wait([r.prefetch])
     # A finished prefetch's entries wait, held (renewed), before any tick takes them: with

@@ -148,6 +148,12 @@ _ARRAYS = [
     [2, "t", None, MAX_INSTANT_MS],
     [2, "t", None, MAX_INSTANT_MS + 1],
     [2, "t", None, 1, MAX_INSTANT_MS + 1],
+    [2, "t", {"a": [1]}, 5, 3],  # a first attempt, as encode_first writes it
+    [2, "t", None, 1, None],
+    [2, "t", None, 1, MAX_INSTANT_MS],
+    [2, "", None, 1, 0],
+    [2, 7, None, 1, 0],
+    [2, "t", None, True, 0],
     [2, "t", None, 1, -1],
     [2, "t", None, 1, False],
     [2, "t", None, 1, 0, 0],
