@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import zsched
+from tests.model.completeness import DueSlots
 from tests.model.real_system import RealSystem
 from tests.model.rule_model import Fate, Model, RuleDef
 from zsched.observability.metrics import Metrics
@@ -80,10 +81,13 @@ class Pair:
         self.started_under_allow: set[str] = set()
         #: Instants of edits: fires on either side of one need not keep slot order.
         self.edits_at: list[int] = []
+        #: Which slots are due, from the operations alone (the completeness check).
+        self.due: DueSlots | None = None
 
     async def start(self, paused: bool = False) -> None:
         await self.system.start()
         self.model.create(paused)
+        self.due = DueSlots(self.model.rule.trigger, self.model.now, paused)
         await self.system.create(paused)
         self.steps.append(f"create(paused={paused})")
         self.check()
@@ -96,6 +100,8 @@ class Pair:
             self.manual_at.append(self.model.now)
         getattr(self.model, op)(*args)
         await getattr(self.system, op)(*args)
+        if self.due is not None:
+            self.due.on(op, self.model.now, *args)
         self.check()
 
     async def kill_worker(self, index: int = 0) -> None:
@@ -112,6 +118,8 @@ class Pair:
             self.started_under_allow = set(self.system.live())
         self.edits_at.append(self.model.now)
         self.model.edit(**changes)
+        if self.due is not None:
+            self.due.edit(self.model.now, self.model.rule.trigger)
         await self.system.edit(self.model.rule, declared)
         self.check()
 
@@ -149,6 +157,8 @@ class Pair:
             assert real_lease == held, f"lease differs {where}: {real_lease} != {held}"
             assert s.waiting() == (m.waiting is not None), f"waiting fire differs {where}"
         self.invariants(where, audit)
+        if audit:  # at the step's end: a hole inside a step stays to its end
+            self.complete(where)
 
     def invariants(self, where: str, audited: bool = True) -> None:
         """The issue's ledger invariants, on the real system."""
@@ -170,6 +180,26 @@ class Pair:
         if audited and s.up and not self.model.paused and not self.model.removed:
             (report,) = audit(s.app, now_ms=s.clock.now_ms())
             assert report.unaccounted == [], f"unaccounted slots {report.unaccounted} {where}"
+
+    def caught_up(self) -> bool:
+        """Dispatchers up and caught up, from what the harness knows: up, none of them due to
+        pass again now (its last pass left no work, its timer is later, no wake-up unheard),
+        and the rule's stored next fire in rule_next, if any, later than now."""
+        s = self.system
+        now = s.clock.now_ms()
+        if not (s.up and self.model.up) or any(r.due(now) for r in s.racers):
+            return False
+        head = s.real.sync.zrange(s.app.keys.rule_next, 0, 0, withscores=True)
+        return not head or int(head[0][1]) > now
+
+    def complete(self, where: str) -> None:
+        """Every due slot has exactly one outcome, judged from the operations and the slot
+        enumerator alone (completeness.py): on the model's ledger, which the real one equals."""
+        if self.due is None:
+            return
+        m = self.model
+        bad = self.due.problems(m.ledger, m.backlog, m.now, self.caught_up())
+        assert not bad, f"ledger incomplete {where}:\n  " + "\n  ".join(bad[:20])
 
     def _in_slot_order(self, where: str) -> None:
         """Jitter never reorders fires (docs/policies.md): the runs recorded `ran` start in
