@@ -56,3 +56,23 @@ async def test_an_outage_of_2000_slots_of_a_one_second_rule(
     if misfire == "coalesce":
         into = "into r@2027-01-15T08:33:20Z"
         assert {out[s][0] for s in missed} == {("coalesced", into)}
+
+
+async def test_two_long_outages_of_a_coalesce_rule_each_name_their_own_run(real: Any, queue: str):
+    # The machine's counterexample (long_outage step, coalesce x queue): an outage of 1,001
+    # slots (its last pass lists the on-time slot only) kept the name its first pass gave, and
+    # the next long outage's slots were coalesced into that old run.
+    rule = RuleDef("r", Every(1), misfire="coalesce", overlap="queue")
+    p = Pair(real, queue, rule, [Fate(0)], T0 - 1)
+    try:
+        await p.start()
+        await p.do("advance_to", T0)  # down right after the slot at T0 ran: 1,000 missed + 1
+        for down_s in (1001, 1500):
+            await p.do("set_up", False)
+            await p.do("advance_to", p.model.now + down_s * S)
+            await p.do("set_up", True)
+            await p.do("advance_to", p.model.now + 2 * S)
+        into = {r for s, o, r, _ in p.model.ledger if o == "coalesced"}
+        assert into == {"into r@2027-01-15T08:16:41Z", "into r@2027-01-15T08:41:43Z"}
+    finally:
+        await p.close()

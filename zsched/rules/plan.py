@@ -112,7 +112,8 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         backlog=backlog,
         gap_checked_ms=gap_checked,
         backfilled=kept,
-        coalesce_into_ms=p.coalesce_into_ms if late else state.coalesce_into_ms,
+        # Kept only between the passes of one outage (a pass that only drains keeps it).
+        coalesce_into_ms=p.coalesce_into_ms if next_ms is not None else state.coalesce_into_ms,
     )
     return p
 
