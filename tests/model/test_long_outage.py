@@ -76,3 +76,26 @@ async def test_two_long_outages_of_a_coalesce_rule_each_name_their_own_run(real:
         assert into == {"into r@2027-01-15T08:16:41Z", "into r@2027-01-15T08:41:43Z"}
     finally:
         await p.close()
+
+
+@pytest.mark.parametrize("overlap", ["skip", "queue"])
+async def test_a_run_waiting_since_before_a_long_outage_holds_the_lease_through_all_its_passes(
+    real: Any, queue: str, overlap: str
+) -> None:  # fmt: skip
+    # The machine's counterexample (long_outage, coalesce x queue, jitter): the run of the slot
+    # before the outage waits in the delayed set (its jitter) holding the lease. The dispatcher
+    # moved it to a worker between two passes of the outage, so the last pass found the lease
+    # free and the on-time fire ran, where the model (one instant) has it meet that run.
+    rule = RuleDef("r", Every(1), misfire="coalesce", overlap=overlap, jitter_ms=250)
+    p = Pair(real, queue, rule, [Fate(0)], T0 - 1, workers=3)
+    try:
+        await p.start()
+        await p.do("advance_to", T0)  # the slot at T0 fired, due a little later
+        await p.do("set_up", False)
+        await p.do("advance_to", T0 + 1500 * S + 5)
+        await p.do("set_up", True)
+        await p.do("advance_to", p.model.now + 2 * S)
+        held = [o for s, o, r, _ in p.model.ledger if s == T0 + 1500 * S]
+    finally:
+        await p.close()
+    assert held == (["ran"] if overlap == "queue" else ["skipped"])
