@@ -359,8 +359,10 @@ class Model:
         if not self.paused and self.next_slot is not None and self.next_slot <= now:
             # The stored next fire first, even if an edit changed the trigger: "a slot that is
             # already due fires under the new definition".
+            # Every missed slot, however long the outage: "every missed slot ... gets its
+            # outcome"; catch_up keeps the newest max_catch_up of the whole outage.
             nxt = self.next_slot
-            slots = [nxt, *calendar.slots_between(self.rule.trigger, nxt, now, 999)]
+            slots = [nxt, *calendar.slots_between(self.rule.trigger, nxt, now, 10**7)]
             self.next_slot = self._first_after(now)
             self._dst_gaps()  # checked when the rule comes due
         on_time = [s for s in slots if now - s <= rule.grace()]

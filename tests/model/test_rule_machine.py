@@ -215,6 +215,19 @@ class RuleMachine(RuleBasedStateMachine):
         self.run(self.pair.do("set_up", True))
         event("an outage")
 
+    @precondition(lambda self: self.pair is not None and self.pair.model.up
+                  and self.period < H and len(self.pair.model.ledger) < 5000)  # fmt: skip
+    @rule(periods=st.sampled_from([1001, 1500]))
+    def long_outage(self, periods: int) -> None:
+        """Every dispatcher down for more slots than one pass lists (1,000; review of issue
+        18): the real dispatchers take several passes at once, the model lists every slot.
+        Rules of a short period only; the ledger bound keeps it under the real ledger's cap."""
+        assert self.pair
+        self.run(self.pair.do("set_up", False))
+        self.run(self.pair.do("advance_to", self.pair.model.now + self.period * periods + 5))
+        self.run(self.pair.do("set_up", True))
+        event("an outage over more than 1,000 slots")
+
     @precondition(lambda self: self.pair is not None and self.pair.model.up)
     @rule()
     def dispatchers_down(self) -> None:

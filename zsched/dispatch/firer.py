@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 #: (rules written by a client that does not publish). Idle dispatchers pass less often than
 #: this anyway (max_idle_ms), so it adds no request then.
 RULES_RECHECK_S = 5.0
+#: Passes of one tick while a rule stays due (1,000 slots each: an outage of 10,000 slots is
+#: judged before any run it fired is dispatched; a longer one goes on at the next tick).
+PASSES_PER_TICK = 10
 
 
 class RuleFirer:
@@ -54,6 +57,7 @@ class RuleFirer:
         self._due_at = 0.0
         self._read_at = -RULES_RECHECK_S
         self._dirty = True
+        self._now = 0  # the Redis time of the last pass that read the rules
 
     def invalidate(self) -> None:
         """Read the rules at the next pass: something was published on `wake` (a rule was
@@ -78,7 +82,17 @@ class RuleFirer:
     async def tick(self, now_ms: int | None) -> int | None:
         """Fire what is due; return the earliest next fire (or now, if catch-up remains).
         A pass before the next known fire, with no change announced, costs nothing; else
-        one round trip when nothing is due."""
+        one round trip when nothing is due. A rule still due after a pass (an outage of over
+        MAX_SLOTS_PER_PASS slots) is passed again at once, before the dispatcher moves any
+        run: its outage is judged as at one instant (up to PASSES_PER_TICK passes)."""
+        head = await self._pass(now_ms)
+        for _ in range(PASSES_PER_TICK - 1):
+            if head is None or head > self._now:
+                break
+            head = await self._pass(now_ms)
+        return head
+
+    async def _pass(self, now_ms: int | None) -> int | None:
         if self._still_known(now_ms):
             await self._maybe_audit()
             return self._known
@@ -94,7 +108,7 @@ class RuleFirer:
         replies = await pipe.execute()
         t = await self.redis.time() if cluster else replies.pop(0)
         heads, catchup = replies
-        now = now_ms if now_ms is not None else time_reply_ms(t)
+        now = self._now = now_ms if now_ms is not None else time_reply_ms(t)
         due = {text(m): int(sc) for m, sc in heads if int(sc) <= now}
         ids = list(dict.fromkeys([*due, *(text(m) for m in catchup)]))
         await self._maybe_audit()

@@ -144,13 +144,16 @@ class Driver:
     async def step(self, t: int) -> None:
         """Everything that happens at instant `t`: finish runs, dispatch, start runs; again
         while a finished run started a fire that waited for it (unlease wakes the real
-        dispatchers at once: that fire runs now, not at the next slot)."""
+        dispatchers at once: that fire runs now, not at the next slot), or while the pass
+        left work due at `t` (an outage of over 1,000 slots: run() passes again at once)."""
         self.clock.set(t)
         await self._finish(t)
         for _ in range(MAX_ROUNDS_PER_STEP):
-            await self.dispatcher.tick()
+            r = await self.dispatcher.tick()
             await self._start_ready(t)
-            if not await self._finish(t):
+            woke = await self._finish(t)
+            due_now = r.more or (r.next_due_ms is not None and r.next_due_ms <= t)
+            if not (woke or due_now):
                 break
 
     async def _start_ready(self, t: int) -> None:
@@ -174,7 +177,8 @@ class Driver:
             t = await self._next_event(t)
 
     async def _finish(self, t: int) -> bool:
-        """Finish the runs due to end by `t`; True if one started a fire that waited."""
+        """Finish the runs due to end by `t`; True if one freed its rule's lease (which wakes
+        the dispatchers: a fire or a replay may wait for it)."""
         k = self.ctx.keys
         started = False
         for eid, (finish, run_id, sid, lease_ms) in sorted(self.running.items(),
@@ -186,9 +190,13 @@ class Driver:
             await self.scripts.run(S.ack(k, "sim", [(eid, run_id)], now_ms=t,
                                          dedupe_window_ms=window))  # fmt: skip
             if lease_ms:
-                _, woke = await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t,
-                                                           dedupe_window_ms=window))  # fmt: skip
-                started = started or bool(woke)
+                await self.scripts.run(S.unlease(k, sid, run_id, lease_ms, now_ms=t,
+                                                 dedupe_window_ms=window))  # fmt: skip
+                # The lease's end publishes on `wake`: the dispatchers read the rule again at
+                # once (a replay may wait for it), as the real ones hear it.
+                for part in self.dispatcher.parts:
+                    part.invalidate()
+                started = True
         return started
 
     async def _next_event(self, t: int) -> int:

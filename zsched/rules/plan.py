@@ -37,6 +37,8 @@ class Plan:
     state: State = field(default_factory=State)
     missed: int = 0
     budget_used: int = 0
+    #: `coalesce` over several passes: the slot named for the missed ones (State's field).
+    coalesce_into_ms: int | None = None
 
 
 def jitter_ms(spec: Spec, slot_ms: int, base_ms: int | None = None) -> int:
@@ -80,15 +82,18 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
     backlog = list(state.backlog)
     if late:
         last_pass = new_next is None or new_next > now_ms
-        backlog = _misfire(spec, p, backlog, on_time, late, now_ms, last_pass)
+        backlog = _misfire(spec, p, state, backlog, on_time, late, now_ms, last_pass)
     for s in on_time:
         p.fires.append((s, s + jitter_ms(spec, s), ledger.Outcome.RAN))
     seen = {*backlog, *(f[0] for f in p.fires)}
     backlog = _backfilled_duplicates(spec, p, set(state.backfilled), backlog)
     # Catch-up replays drain under the budget, after the on-time fires. Under overlap skip or
     # queue they run one after another: one at a time, only while no run holds the lease,
-    # so no replay is ever skipped or queued because of another (docs/policies.md).
-    take = backlog[: max(0, _replay_room(spec, p, budget, lease_free))]
+    # so no replay is ever skipped or queued because of another (docs/policies.md). None
+    # starts while missed slots wait for the next pass: the newest max_catch_up of the whole
+    # outage are kept, and the on-time fire that ends it goes first.
+    more = new_next is not None and new_next <= now_ms
+    take = [] if more else backlog[: max(0, _replay_room(spec, p, budget, lease_free))]
     for s in take:
         p.fires.append((s, now_ms, ledger.REPLAY))
     p.budget_used = len(take)
@@ -107,6 +112,8 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
         backlog=backlog,
         gap_checked_ms=gap_checked,
         backfilled=kept,
+        # Kept only between the passes of one outage (a pass that only drains keeps it).
+        coalesce_into_ms=p.coalesce_into_ms if next_ms is not None else state.coalesce_into_ms,
     )
     return p
 
@@ -131,8 +138,8 @@ def _replay_room(spec: Spec, p: Plan, budget: int, lease_free: bool) -> int:
     return min(budget, 1) if lease_free and not p.fires else 0
 
 
-def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: list[int],
-             now_ms: int, last_pass: bool) -> list[int]:  # fmt: skip
+def _misfire(spec: Spec, p: Plan, state: State, backlog: list[int], on_time: list[int],
+             late: list[int], now_ms: int, last_pass: bool) -> list[int]:  # fmt: skip
     """Apply the rule's misfire policy to its `late` slots: records and fires go into `p`; the
     catch-up backlog (capped at max_catch_up) is returned. `last_pass`: no more missed slots
     wait for the next pass (an outage of over MAX_SLOTS_PER_PASS slots takes several)."""
@@ -145,28 +152,50 @@ def _misfire(spec: Spec, p: Plan, backlog: list[int], on_time: list[int], late: 
                 p.records.append(ledger.skipped(sid, s, "catch_up_cap"))
             backlog = backlog[cut:]
     elif spec.misfire is Misfire.COALESCE:
-        _coalesce(spec, p, on_time, late, now_ms, last_pass)
+        _coalesce(spec, p, state, on_time, late, now_ms, last_pass)
     else:
         for s in late:
             p.records.append(ledger.skipped(sid, s, "grace_passed"))
     return backlog
 
 
-def _coalesce(spec: Spec, p: Plan, on_time: list[int], late: list[int], now_ms: int,
-              last_pass: bool) -> None:  # fmt: skip
-    """One run stands for all missed slots: the on-time fire, else the newest missed slot."""
-    if not last_pass:  # that slot is listed by a later pass
-        for s in late:
-            p.records.append(ledger.coalesced(s, "into a later slot's run", ""))
-        return
-    target = on_time[0] if on_time else late[-1]
+def _coalesce(spec: Spec, p: Plan, state: State, on_time: list[int], late: list[int],
+              now_ms: int, last_pass: bool) -> None:  # fmt: skip
+    """One run stands for all missed slots: the on-time fire, else the newest missed slot.
+    An outage listed over several passes names that slot's run from its first pass on
+    (kept in the state, so a clock that moves on between passes changes no name)."""
+    named = state.coalesce_into_ms
+    if not last_pass:  # the target is listed by a later pass
+        target = named if named is not None else _coalesce_target(spec, late[-1], now_ms)
+        p.coalesce_into_ms = target
+    else:
+        slots = {*on_time, *late}
+        target = named if named in slots else (on_time[0] if on_time else late[-1])
     into = slot_run_id(spec.schedule_id, target)
     for s in late:
         if s != target:
             p.records.append(ledger.coalesced(s, f"into {into}", into))
-    if not on_time:
+    if last_pass and target not in on_time:
         p.fires.append((target, now_ms + jitter_ms(spec, target, now_ms),
                         ledger.Outcome.RAN_LATE))  # fmt: skip
+
+
+def _coalesce_target(spec: Spec, slot_ms: int, now_ms: int) -> int:
+    """The slot the last pass at `now_ms` would run for all missed ones, without listing
+    them: the first on-time slot, else the newest slot up to `now_ms` (found by bisection
+    from `slot_ms`, a slot before it: about 40 trigger steps for any outage)."""
+    first_on_time = spec.first_slot_after(now_ms - spec.misfire_grace_ms - 1)
+    if first_on_time is not None and first_on_time <= now_ms:
+        return first_on_time
+    lo, hi = slot_ms, now_ms  # the newest slot is in (lo, hi]: the first x with none in (x, now]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        nxt = spec.first_slot_after(mid)
+        if nxt is None or nxt > now_ms:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 _OFFSET_STEP_MS = 7 * 86_400_000

@@ -156,6 +156,9 @@ class State:
     #: waiting, or a slot not yet handled): the rule records them `duplicate` instead, however
     #: long after the backfill, since `done` forgets a run after the dedupe window.
     backfilled: list[int] = field(default_factory=list)
+    #: The slot whose run stands for the missed slots of a `coalesce` outage listed over
+    #: several passes: named by the first pass, run by the last.
+    coalesce_into_ms: int | None = None
 
     @property
     def catchup_head(self) -> int | None:

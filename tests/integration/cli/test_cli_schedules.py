@@ -86,3 +86,29 @@ def test_schedule_usage_errors_exit_2_naming_the_value(redis_url, queue, capsys,
         code = e.code
     assert code == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("misfire", ["skip", "catch_up", "coalesce"])
+def test_simulate_an_outage_longer_than_one_dispatcher_pass(redis_url, queue, capsys, misfire):
+    # A 1 s rule down 2,000 s (over 1,000 slots: two passes): the simulator printed the first
+    # 1,000 rows and no run after the outage (review of issue 18).
+    base = ["--redis", redis_url, "--queue", queue]
+    add = ["schedules", "add", "hb", "t", "--every", "1", "--misfire", misfire,
+           "--max-catch-up", "3"]  # fmt: skip
+    assert run(capsys, *add, *base)["result"] == "created"
+    down = ["schedules", "simulate", "hb", "--down", "2027-01-15T08:00:00Z..2027-01-15T08:33:20Z"]
+    sim = run(capsys, *down, *base)
+    assert len({r["slot_ms"] for r in sim}) == len(sim) == 2001 + 5  # every slot, once
+    on_time = 1_800_002_000_000  # 08:33:20Z and the 5 slots after it run
+    assert [r["outcome"] for r in sim if r["slot_ms"] >= on_time] == ["ran"] * 6
+    late = [r for r in sim if r["slot_ms"] < on_time]
+    if misfire == "catch_up":
+        kept = [r["slot_ms"] for r in late if r["outcome"] == "ran_late"]
+        assert kept == [on_time - 3000, on_time - 2000, on_time - 1000]
+    if misfire == "coalesce":
+        assert {(r["outcome"], r["run_id"]) for r in late} == {
+            ("coalesced", "hb@2027-01-15T08:33:20Z")
+        }
+    assert main([*down, *base]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert "08:33:25" in text[-1] and "ran" in text[-1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from zsched.rules.plan import jitter_ms, plan
 from zsched.rules.spec import State, build_spec, default_grace_ms
 from zsched.rules.triggers import Every, slot_run_id
@@ -72,3 +74,73 @@ def test_jitter_is_the_formula_policies_md_gives() -> None:
     s = spec(jitter=30)
     for slot in (T0, T0 + M, T0 + 7 * M):
         assert jitter_ms(s, slot) == zlib.crc32(f"s@{slot}".encode()) % 30_000
+
+
+def _passes(s, now, clocks=None, state=None, nxt=T0):
+    """plan() as the dispatcher calls it over an outage from T0 to `now`: pass after pass
+    while the rule is still due (the clock may move on between them: `clocks`), then the
+    catch-up passes, each run ended before the next (the lease free)."""
+    state, fires, records = state or State(created_ms=T0 - M), [], []
+    clocks = list(clocks or [])
+    while nxt is not None and nxt <= now:
+        p = plan(s, state, nxt, now, budget=100)
+        fires, records = fires + p.fires, records + p.records
+        state, nxt = p.state, p.new_next
+        now = clocks.pop(0) if clocks else now
+    while state.backlog:
+        p = plan(s, state, None, now, budget=100, lease_free=True)
+        fires, records, state = fires + p.fires, records + p.records, p.state
+    return fires, records, state, nxt
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+def test_catch_up_over_several_passes_replays_the_newest_slots_of_the_outage_after_the_on_time_fire(
+    overlap,
+) -> None:  # fmt: skip
+    # 2,500 missed slots take three 1,000-slot passes: each pass kept its own newest 3 and
+    # started them (9 replays under allow; under skip one started before the on-time fire).
+    s = spec(misfire="catch_up", max_catch_up=3, overlap=overlap)
+    now = T0 + 2500 * M + 5
+    fires, records, state, _ = _passes(s, now)
+    assert [(f[0] - T0) // M for f in fires] == [2500, 2497, 2498, 2499]
+    assert [f[2] for f in fires] == ["ran", "replay", "replay", "replay"]
+    capped = sorted(r[0] for r in records if r[2] == "catch_up_cap")
+    assert capped == [T0 + i * M for i in range(2497)] and state.backlog == []
+
+
+@pytest.mark.parametrize("grace", [None, 0])
+def test_coalesce_over_several_passes_names_the_run_that_stands_for_them(grace) -> None:
+    # The earlier passes said "into a later slot's run", with no run id to look up.
+    s = spec(misfire="coalesce", **({} if grace is None else {"misfire_grace": grace}))
+    now = T0 + 2500 * M + 5
+    fires, records, state, _ = _passes(s, now)
+    target = T0 + 2500 * M  # the on-time fire; with no grace, the newest missed slot
+    rid = slot_run_id("s", target)
+    assert [(f[0], f[2]) for f in fires] == [(target, "ran" if grace is None else "ran_late")]
+    assert sorted(r[0] for r in records) == [T0 + i * M for i in range(2501) if T0 + i * M < target]
+    assert {(r[1], r[2], r[3]) for r in records} == {("coalesced", f"into {rid}", rid)}
+    assert state.coalesce_into_ms is None
+
+
+def test_coalesce_keeps_the_run_it_named_when_the_clock_moves_on_between_passes() -> None:
+    # A real dispatcher's passes are milliseconds apart: a slot may come due in between.
+    s = spec(misfire="coalesce", misfire_grace=0)
+    now = T0 + 2500 * M - 5
+    fires, records, _, _ = _passes(s, now, clocks=[now + 10, now + 10])
+    named = T0 + 2499 * M
+    assert {r[3] for r in records if r[1] == "coalesced"} == {slot_run_id("s", named)}
+    assert [(f[0], f[2]) for f in fires] == [(named, "ran_late")]  # the run they were told of
+    assert T0 + 2500 * M in {r[0] for r in records}  # due by the last pass: coalesced into it
+
+
+def test_a_second_long_outage_of_a_coalesce_rule_names_its_own_run() -> None:
+    # The first outage's last pass had only the on-time slot (1,001 slots: 1,000 + 1) and
+    # kept the name it was given; the next outage's slots were coalesced into that old run
+    # (found by tests/model/test_rule_machine.py's long_outage step).
+    s = spec(misfire="coalesce")
+    first = T0 + 1000 * M
+    _, _, state, nxt = _passes(s, first + 5)
+    assert state.coalesce_into_ms is None
+    second = first + 1500 * M
+    _, records, _, _ = _passes(s, second + 5, state=state, nxt=nxt)
+    assert {r[3] for r in records} == {slot_run_id("s", second)}
