@@ -64,9 +64,8 @@ def test_an_outage_leaves_each_due_slot_one_outcome(misfire: str, overlap: str) 
     assert len(d.due.expected(d.model.now, True)) == 51  # slots 0..50
 
 
-# The model's _pass lists 1,000 slots of an outage and drops the rest (review-18 section 0);
-# wt-hlong fixes it. Remove this mark when that lands (strict: it then fails as passing).
-@pytest.mark.xfail(strict=True, reason="the model drops the slots of an outage past 1,000")
+# The model's _pass listed 1,000 slots of an outage and dropped the rest (review-18 section 0,
+# fixed with the planner's and the simulator's: every missed slot gets one outcome).
 def test_an_outage_of_more_than_1000_slots_leaves_each_due_slot_one_outcome() -> None:
     d = outage("skip", "allow", 2000)
     assert d.problems() == []
