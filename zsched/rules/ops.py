@@ -84,7 +84,7 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         )
     if raw_old == new_raw:
         return ScheduleCode.UNCHANGED
-    old = decode_spec(raw_old)
+    old = _editable(schedule_id, raw_old)
     if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
         # declared rule synced at every dispatcher start, an ctx that upserts at boot).
@@ -115,6 +115,14 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(),
                                       catchup_head=head, expected=expected,
                                       triggers=triggers))  # fmt: skip
+
+
+def _editable(schedule_id: str, raw: bytes) -> Spec:
+    try:
+        return decode_spec(raw)
+    except RuleError as exc:  # not overwritten: a newer zsched may have written it
+        raise RuleError(f"schedule {schedule_id} cannot be edited: {exc}; edit it with the "
+                        "zsched that wrote it, or remove it and create it again") from exc  # fmt: skip
 
 
 def _edited_state(old: Spec, new: Spec, state: State, now: int) -> State:
@@ -305,8 +313,13 @@ def infos(ctx: QueueContext) -> list[ScheduleInfo]:
     lasts = pipe.execute()
     out = []
     for sid, last in zip(ids, lasts, strict=True):
-        spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
         outcome = ledger.last_outcome(last)
+        try:
+            spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
+        except RuleError as exc:  # listed, not hidden, and the other rules still listed
+            out.append(ScheduleInfo(sid, "?", "?", "?", "?", False, nxt.get(sid), None, None,
+                                    outcome, 0, 0, 0, unreadable=str(exc)))  # fmt: skip
+            continue
         out.append(ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             nxt.get(sid), state.last_slot_ms, state.last_fire_ms, outcome, state.missed,
