@@ -98,7 +98,7 @@ class RuleFirer:
         # Past the unreadable ones, so that as many readable rules are seen as without them.
         pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1 + len(bad), withscores=True)
         pipe.zrange(k.rule_catchup, 0, self.rules_per_pass - 1)
-        if bad:  # one command more in the same round trip, only while some rule is unreadable
+        if bad:  # two commands more in the same round trip, only while a rule is unreadable
             pipe.hmget(k.rules, bad)
             pipe.zmscore(k.rule_next, bad)
         replies = await pipe.execute()
@@ -108,7 +108,8 @@ class RuleFirer:
             self._recheck(bad, *replies[2:])
         now = now_ms if now_ms is not None else time_reply_ms(t)
         skip = self._unreadable
-        heads = [(m, sc) for m, sc in heads if text(m) not in skip]
+        if skip:
+            heads = [(m, sc) for m, sc in heads if text(m) not in skip]
         due = {text(m): int(sc) for m, sc in heads if int(sc) <= now}
         waiting = [text(m) for m in catchup]
         ids = list(dict.fromkeys([*due, *(sid for sid in waiting if sid not in skip)]))
@@ -124,10 +125,11 @@ class RuleFirer:
         pipe.zrange(k.rule_next, 0, len(self._unreadable), withscores=True)
         pipe.zcard(k.rule_catchup)
         nxt, more = await pipe.execute()
-        nxt = [(m, sc) for m, sc in nxt if text(m) not in self._unreadable]
+        if skip:
+            nxt = [(m, sc) for m, sc in nxt if text(m) not in skip]
+            # An unreadable rule's catch-up waits for its spec to change, not the next pass.
+            more = max(0, more - sum(1 for sid in waiting if sid in skip))
         head = int(nxt[0][1]) if nxt else None
-        # An unreadable rule's catch-up waits for its spec to change, not the next pass.
-        more = max(0, more - sum(1 for sid in waiting if sid in self._unreadable))
         if more:  # catch-up left to drain under the budget: come back soon, not at once
             # Replays that only wait for a run to end: unlease publishes when it does.
             pause = CATCH_UP_BLOCKED_MS if self.blocked >= more else CATCH_UP_PAUSE_MS
@@ -166,7 +168,8 @@ class RuleFirer:
         free = await self._leases_free(ids, holders)
         for sid, raw_spec, raw_state, nxt in zip(ids, specs, states, nexts, strict=True):
             if raw_spec is None:
-                self._set_unreadable(sid, None, "it has a next fire but no stored spec")
+                if nxt is not None:  # else removed since this pass read it: nothing to tell
+                    self._set_unreadable(sid, None, "it has a next fire but no stored spec")
                 continue
             try:
                 spec = decode_spec(raw_spec)

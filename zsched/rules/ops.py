@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from zsched.clock import server_now_ms
-from zsched.errors import RuleError, ScheduleNotFound
+from zsched.errors import RuleError, ScheduleNotFound, UnreadableRule
 from zsched.protocol.envelope import Envelope
 from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
 from zsched.rules import ledger, past_triggers
@@ -121,7 +121,7 @@ def _editable(schedule_id: str, raw: bytes) -> Spec:
     try:
         return decode_spec(raw)
     except RuleError as exc:  # not overwritten: a newer zsched may have written it
-        raise RuleError(f"schedule {schedule_id} cannot be edited: {exc}; edit it with the "
+        raise UnreadableRule(f"schedule {schedule_id} cannot be edited: {exc}; edit it with the "
                         "zsched that wrote it, or remove it and create it again") from exc  # fmt: skip
 
 
@@ -333,11 +333,19 @@ def sync_declared(
     ctx: QueueContext, declared: dict[str, dict[str, Any]], prune: bool = False
 ) -> dict[str, list[str]]:
     """Upsert the rules declared in code; report (and with prune, remove) rules only in Redis."""
-    names = ("created", "updated", "unchanged", "undeclared", "removed")
+    names = ("created", "updated", "unchanged", "undeclared", "removed", "unreadable")
     result: dict[str, list[str]] = {n: [] for n in names}
     for sid, opts in declared.items():
         opts = dict(opts)
-        code = upsert(ctx, sid, opts.pop("task"), **opts)
+        try:
+            code = upsert(ctx, sid, opts.pop("task"), **opts)
+        except UnreadableRule as exc:
+            # Kept as stored (a newer zsched's?), and the other rules synced: a dispatcher
+            # that refused to start here would retry forever and dispatch nothing.
+            log.error("%s; kept as stored, the other declared schedules are synced", exc,
+                      extra={"queue": ctx.queue, "schedule_id": sid})  # fmt: skip
+            result["unreadable"].append(sid)
+            continue
         result[code.name.lower()].append(sid)
     stored = {m.decode() for m in ctx.redis.hkeys(ctx.keys.rules)}
     for sid in sorted(stored - set(declared)):

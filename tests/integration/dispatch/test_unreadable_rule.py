@@ -159,3 +159,22 @@ def test_an_unreadable_rule_is_listed_audited_and_not_overwritten(backend, queue
         main(["schedules", "list", "--redis", backend.url, "--queue", queue])
         assert "UNREADABLE, does not fire until rewritten" in capsys.readouterr().out
     assert app.unschedule("bad")  # removing it needs no reading
+
+
+def test_a_declared_rule_stored_unreadable_is_kept_and_the_others_synced(backend, queue, caplog):
+    """The sync a dispatcher runs at start (the same sync_declared): before, it raised, and
+    the dispatcher retried it forever without dispatching anything."""
+    caplog.set_level(logging.WARNING, logger="zsched")
+    app = backend.app(queue, clock=FakeClock(T0))
+    app.declare("bad", "t", every=60)
+    app.declare("good", "t", every=60)
+    app.sync_schedules()
+    k, r = app.keys, backend.sync
+    broken = unreadable(r.hget(k.rules, "bad"))
+    r.hset(k.rules, "bad", broken)
+    app.declare("good", "t", every=120)
+    result = app.sync_schedules()
+    assert (result["unreadable"], result["updated"]) == (["bad"], ["good"])
+    assert r.hget(k.rules, "bad") == broken
+    (line,) = [x for x in caplog.records if "schedule bad cannot be edited" in x.getMessage()]
+    assert line.levelno == logging.ERROR and "bogus" in line.getMessage()
