@@ -2,7 +2,7 @@
 -- KEYS[1] dead (stream)   KEYS[2] runs (hash)   KEYS[3] delayed (B-tree root)   KEYS[4] wake (channel)
 -- ARGV[1] now_ms  "" = server TIME
 -- ARGV[2..] groups of 3: dead entry id, run_id, envelope (the new envelope, attempt 1;
---   at most 1000 groups)
+--   at most 1000 groups; a rule's run without lease_ms: a replay takes no overlap lease)
 -- Returns {code, ...} one per group: 1 replayed, 0 no such dead letter,
 --   2 refused because a run with that id is live again.
 --   An error reply (a malformed entry id, a bad argument) means nothing was written.

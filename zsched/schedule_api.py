@@ -114,7 +114,8 @@ class ScheduleMethods:
         )
 
     def backfill(self, schedule_id: str, start: datetime | float, end: datetime | float) -> int:
-        """Enqueue a past range's slots with their usual run ids; re-running adds nothing."""
+        """Enqueue a past range's slots with their usual run ids; re-running adds nothing.
+        Returns the runs added; a range of more than 10,000 slots is a RuleError."""
         from zsched.rules import ops as schedule_ops
 
         home = self.ctx.rule_home(schedule_id)

@@ -208,8 +208,11 @@ class Model:
         hold no lease: overlap does not apply to them. The rule never fires a backfilled
         slot again: a replay of it still waiting is recorded `duplicate` now and leaves the
         backlog; a later fire or replay of it is recorded `duplicate`."""
+        slots = calendar.slots_between(self.rule.trigger, lo - 1, hi, 10_001)
+        if len(slots) > 10_000:  # docs: a longer range is refused, nothing enqueued
+            raise ValueError("a backfill of more than 10,000 slots is refused")
         done = {s for s, o, _, _ in self.ledger if o in ("ran", "ran_late", "backfilled")}
-        for s in calendar.slots_between(self.rule.trigger, lo - 1, hi, 10_000):
+        for s in slots:
             rid = run_id(self.rule.schedule_id, s)
             if s in done or (rid in self.runs and self.runs[rid].state != "dead"):
                 continue

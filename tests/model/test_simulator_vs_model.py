@@ -103,13 +103,53 @@ async def test_the_simulator_agrees_with_the_model_for_any_grace_and_cap(
     await _agree(queue, trigger, slow, overlap, misfire, grace, cap)
 
 
+#: The DST choices the table above leaves out (review of issue 18): a wildcard rule across a
+#: fall-back (its default, `both`), the wildcard overrides (`dst_gap="shift"`,
+#: `dst_repeat="first"`), and jitter on a cron rule whose repeat shortens a gap to 1 h.
+DST_CHOICES = {
+    # Berlin springs forward at 2026-03-29T01:00Z: 02:07 and 02:37 shift to 01:00Z, one fire
+    # (with */15 the shifted slots would meet the real 03:00 and shift would change nothing).
+    "berlin-wildcard-shift": (
+        Cron("7,37 * * * *", "Europe/Berlin", dst_gap="shift"),
+        1_774_742_400_000 - H,
+    ),  # fmt: skip
+    # Berlin falls back at 2026-10-25T01:00Z: 02:00-02:45 local happen twice, 00:00Z-01:45Z.
+    "berlin-wildcard-fall-back": (Cron("*/15 * * * *", "Europe/Berlin"), 1_792_890_000_000 - H),
+    "berlin-wildcard-fall-back-first": (
+        Cron("*/15 * * * *", "Europe/Berlin", dst_repeat="first"),
+        1_792_890_000_000 - H,
+    ),  # fmt: skip
+    # Lord Howe falls back at 2026-04-04T15:00Z (+11 -> +10:30): 01:30-01:45 local repeat.
+    "lord-howe-wildcard-fall-back-first": (
+        Cron("*/15 * * * *", "Australia/Lord_Howe", dst_repeat="first"),
+        1_775_314_800_000 - H,
+    ),  # fmt: skip
+    # 02:30 twice on 2026-10-25 (00:30Z, 01:30Z): a 6 h jitter is cut at that 1 h gap.
+    "berlin-daily-both-jitter": (
+        Cron("30 2 * * *", "Europe/Berlin", dst_repeat="both"),
+        1_792_800_000_000,
+    ),  # fmt: skip
+}
+DST_CHOICE_JITTER_MS = {"berlin-daily-both-jitter": 6 * H}
+
+
+@pytest.mark.parametrize("trigger", sorted(DST_CHOICES))
+@pytest.mark.parametrize("slow", [0, 1.5])
+@pytest.mark.parametrize("overlap", OVERLAPS)
+@pytest.mark.parametrize("misfire", MISFIRES)
+async def test_the_simulator_agrees_with_the_model_for_wildcard_dst_choices_and_cron_jitter(
+    queue: str, trigger: str, slow: float, overlap: str, misfire: str
+) -> None:
+    await _agree(queue, trigger, slow, overlap, misfire, None, 3)
+
+
 async def _agree(queue: str, trigger: str, slow: float, overlap: str, misfire: str,
                  grace: float | None, cap: int) -> None:  # fmt: skip
     # The simulator copies the rule into its own fakeredis, whatever the app's backend.
     backend = Backend(None)
-    trig, start = TRIGGERS[trigger]
+    trig, start = TRIGGERS[trigger] if trigger in TRIGGERS else DST_CHOICES[trigger]
     period = shortest_period(trig)
-    jitter = JITTER_MS.get(trigger, 0)
+    jitter = JITTER_MS.get(trigger, DST_CHOICE_JITTER_MS.get(trigger, 0))
     grace_ms = None if grace is None else int(period * grace)
     rule = RuleDef("r", trig, misfire=misfire, overlap=overlap, max_catch_up=cap,
                    jitter_ms=jitter, grace_ms=grace_ms)  # fmt: skip

@@ -99,6 +99,8 @@ def register(sub: Any) -> None:
     s.add_argument("--down", required=True, metavar="FROM..TO",
                    help="dispatcher outage, two ISO instants joined by '..'")  # fmt: skip
     s.add_argument("--slow-runs", metavar="SECONDS", help="each run takes this long")
+    s.add_argument("--as-resumed", action="store_true",
+                   help="a paused rule: what its policies would do, resumed before FROM")  # fmt: skip
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -276,9 +278,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from zsched.rules.ops import load
 
     home = app.rule_home(args.schedule_id).ctx
-    tz = getattr(load(home, args.schedule_id)[0].trigger, "tz", "UTC")
+    spec, state, *_ = load(home, args.schedule_id)
+    tz = getattr(spec.trigger, "tz", "UTC")
     rows = simulate(home, args.schedule_id, datetime_to_ms(start, floor=True),
-                    datetime_to_ms(end, floor=True), slow)  # fmt: skip
+                    datetime_to_ms(end, floor=True), slow, as_resumed=args.as_resumed)  # fmt: skip
     lines = [f"{_iso(r.slot_ms, tz)}  {r.outcome:<10} {r.reason}" for r in rows]
+    if spec.paused:
+        lines.insert(0, _paused_header(args.schedule_id, state, tz, args.as_resumed))
     emit(args, [r.as_dict() for r in rows], "\n".join(lines) or "no slots")
     return 0
+
+
+def _paused_header(sid: str, state: Any, tz: str, as_resumed: bool) -> str:
+    """The first line of a paused rule's simulation: what the rows below assume."""
+    from zsched.rules.ops import paused_reason
+
+    since = f" since {_iso(state.paused_ms, tz)}" if state.paused_ms is not None else ""
+    head = f"{sid} is paused{since} ({paused_reason(state.pause_note, state.paused_by)})"
+    if as_resumed:
+        return f"{head}: below, what its policies would do had it been resumed before FROM"
+    return (f"{head}: it fires nothing while paused, so each slot below is recorded "
+            "`skipped: paused` when it is resumed; --as-resumed shows what its policies "
+            "would do had it been resumed before FROM")  # fmt: skip

@@ -3,12 +3,15 @@
 It copies the rule into a private in-memory Redis (fakeredis, running the very same Lua
 scripts) and drives the real dispatcher code with an injected clock: down from FROM to TO,
 then up again, with runs that take `slow_runs` seconds. Live state is only read, never written.
+The rule is simulated as it is: a paused rule fires nothing, and its slots are recorded
+`skipped: paused` as its resume would record them (`as_resumed=True`: as if it were resumed
+before FROM). It starts fresh at FROM otherwise: no run of it live, no catch-up backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from zsched.clock import FakeClock
@@ -19,8 +22,9 @@ from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import decode
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.rules.ledger import history
-from zsched.rules.ops import load
+from zsched.rules.ops import load, resume
 from zsched.rules.spec import State
+from zsched.rules.triggers import slot_run_id
 from zsched.store import scripts as S
 from zsched.store.delayed import leaf_number
 from zsched.worker.recovery import ensure_group
@@ -44,12 +48,19 @@ class SimRow:
 
 def simulate(
     ctx: QueueContext, schedule_id: str, down_from_ms: int, down_to_ms: int,
-    slow_runs_s: float | None = None, after_slots: int = SLOTS_AFTER,
+    slow_runs_s: float | None = None, after_slots: int = SLOTS_AFTER, as_resumed: bool = False,
 ) -> list[SimRow]:  # fmt: skip
-    """The ledger the rule would write: dispatcher down over [from, to), up before and after."""
-    spec, _state, raw_spec, _, _ = load(ctx, schedule_id)
+    """The ledger the rule would write: dispatcher down over [from, to), up before and after.
+    A paused rule stays paused (every slot `skipped: paused`) unless `as_resumed`."""
+    spec, state, raw_spec, _, _ = load(ctx, schedule_id)
+    pause = None
+    if spec.paused:
+        spec = replace(spec, paused=False)
+        raw_spec = spec.encode()
+        if not as_resumed:
+            pause = state
     return asyncio.run(
-        _run(ctx, spec, raw_spec, down_from_ms, down_to_ms, slow_runs_s, after_slots)
+        _run(ctx, spec, raw_spec, down_from_ms, down_to_ms, slow_runs_s, after_slots, pause)
     )
 
 
@@ -64,7 +75,7 @@ def fakeredis_module() -> Any:
 
 async def _run(
     ctx: QueueContext, spec: Any, raw_spec: bytes, down_from: int, down_to: int,
-    slow_s: float | None, after_slots: int,
+    slow_s: float | None, after_slots: int, pause: State | None = None,
 ) -> list[SimRow]:  # fmt: skip
     fakeredis = fakeredis_module()
     server = fakeredis.FakeServer()
@@ -73,14 +84,25 @@ async def _run(
                        QueueKeys(ctx.queue), ctx.settings, clock, Metrics())  # fmt: skip
     sid = spec.schedule_id
     first = spec.first_slot_after(down_from - 1)
-    state = State(created_ms=down_from).encode()
-    sim.scripts.run(S.schedule(sim.keys, sid, raw_spec, first, state))
     end = down_to
     for _ in range(after_slots):
         nxt = spec.first_slot_after(end)
         if nxt is None:
             break
         end = nxt
+    if pause is not None:
+        # Paused since FROM, with the live rule's note: the real resume, after the last slot
+        # shown, records each slot of the window `skipped: paused` (nothing else happens).
+        paused = State(created_ms=down_from, paused_at_ms=first, paused_ms=down_from,
+                       pause_note=pause.pause_note, paused_by=pause.paused_by)  # fmt: skip
+        sim.scripts.run(S.schedule(sim.keys, sid, replace(spec, paused=True).encode(), None,
+                                   paused.encode()))  # fmt: skip
+        clock.set(end)
+        resume(sim, sid)
+        return _paused_rows(sim, spec)
+    sim.scripts.run(
+        S.schedule(sim.keys, sid, raw_spec, first, State(created_ms=down_from).encode())
+    )
     driver = Driver(sim, fakeredis.FakeAsyncRedis(server=server, protocol=2), clock, slow_s)
     await driver.run_until(down_to, end)
     await driver.close()
@@ -92,6 +114,16 @@ def ledger_rows(ctx: QueueContext, sid: str) -> list[SimRow]:
         history(ctx.redis, ctx.keys, sid, 10**6), key=lambda h: (h["slot_ms"], h["at_ms"])
     )
     return [SimRow(h["slot_ms"], h["outcome"], h["reason"], h["run_id"]) for h in rows]
+
+
+def _paused_rows(ctx: QueueContext, spec: Any) -> list[SimRow]:
+    """The ledger of a paused rule's resume, one row per slot as the other simulations have
+    (a pause over 1,000 slots is one range entry in the ledger)."""
+    sid, out = spec.schedule_id, []
+    for h in history(ctx.redis, ctx.keys, sid, 10**6):
+        slots = spec.trigger.slots_between(h["slot_ms"] - 1, h["last_ms"], 2**62)
+        out += [SimRow(s, h["outcome"], h["reason"], slot_run_id(sid, s)) for s in slots]
+    return sorted(out, key=lambda r: r.slot_ms)
 
 
 class Driver:

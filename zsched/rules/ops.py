@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from zsched.clock import server_now_ms
+from zsched.clock import ms_to_datetime, server_now_ms
 from zsched.errors import RuleError, ScheduleNotFound, UnreadableRule
 from zsched.protocol.envelope import Envelope
 from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
@@ -32,6 +32,8 @@ CAS_ATTEMPTS = 5
 MAX_NOTE = 500
 #: Longest name of who paused a rule (characters; no ":" so the ledger's reason parses).
 MAX_BY = 100
+#: Most slots one backfill enqueues; a longer range is refused, not cut (docs/policies.md).
+MAX_BACKFILL_SLOTS = 10_000
 
 
 def _read(ctx: QueueContext, sid: str
@@ -246,13 +248,20 @@ def backfill(
 ) -> int:
     """Enqueue the rule's slots in [start, end] with their usual run ids, due now. Slots the
     ledger shows as run, and run ids still live or recently done, are not enqueued again.
-    Returns how many runs were added."""
+    Returns how many runs were added. A range of more than MAX_BACKFILL_SLOTS slots is a
+    RuleError, and nothing is enqueued."""
     spec, _, _, _, _ = load(ctx, schedule_id)
     lo, hi = instant_ms(start, "start"), instant_ms(end, "end")
     assert lo is not None and hi is not None
     if hi < lo:
         raise RuleError(f"backfill of {schedule_id}: end is before start")
-    slots = spec.trigger.slots_between(lo - 1, hi, 10_000)
+    slots = spec.trigger.slots_between(lo - 1, hi, MAX_BACKFILL_SLOTS + 1)
+    if len(slots) > MAX_BACKFILL_SLOTS:
+        # Refused whole: a silent cut would leave the newest slots undone, unsaid.
+        last = ms_to_datetime(slots[MAX_BACKFILL_SLOTS - 1]).isoformat()
+        raise RuleError(f"backfill of {schedule_id}: the range holds more than "
+                        f"{MAX_BACKFILL_SLOTS:,} slots (the {MAX_BACKFILL_SLOTS:,}th is at "
+                        f"{last}); backfill it in parts of at most {MAX_BACKFILL_SLOTS:,}")  # fmt: skip
     ran = {row["slot_ms"] for row in ledger.history(ctx.redis, ctx.keys, schedule_id,
                                                     ledger.LEDGER_MAXLEN)
            if row["outcome"] in ledger.HAS_RUN}  # fmt: skip

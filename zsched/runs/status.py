@@ -298,6 +298,8 @@ def replay_dead(ctx: QueueContext, entry_ids: Iterable[str] | None) -> dict[str,
         except PayloadError:
             counts["undecodable"] += 1
             continue
+        # No lease_ms: a replayed rule run holds no overlap lease, like a backfill (the rule
+        # gave it up; its lease may be a later slot's now). docs/policies.md says why.
         fresh = Envelope(env.run_id, env.task, env.payload, now, env.scheduled_ms, now,
                          1, env.schedule_id, env.max_attempts)  # fmt: skip
         groups.append((d.entry_id, env.run_id, fresh.encode()))

@@ -48,6 +48,24 @@ def test_schedules_lifecycle_through_the_cli(redis_url, queue, capsys) -> None:
     assert run(capsys, "schedules", "list", *base) == []
 
 
+def test_simulate_says_plainly_that_a_rule_is_paused(redis_url, queue, capsys) -> None:
+    """A paused rule simulates paused (each slot `skipped: paused`), under a first line that
+    says so; --as-resumed shows what its policies would do had it been resumed before FROM."""
+    base = ["--redis", redis_url, "--queue", queue]
+    run(capsys, "schedules", "add", "hb", "t", "--every", "60", "--misfire", "skip", *base)
+    run(capsys, "schedules", "pause", "hb", "--note", "db migration", "--by", "ops", *base)
+    sim = ["schedules", "simulate", "hb", "--down", "2030-01-01T00:00:00Z..2030-01-01T00:05:00Z"]
+    assert main([*sim, *base]) == 0
+    head, *rows = capsys.readouterr().out.splitlines()
+    assert head.startswith("hb is paused since ") and "(paused by ops: db migration)" in head
+    assert "fires nothing while paused" in head and "--as-resumed" in head
+    assert len(rows) == 11 and all("skipped    paused by ops: db migration" in r for r in rows)
+    outcomes = [r["outcome"] for r in run(capsys, *sim, "--as-resumed", *base)]
+    assert outcomes == ["skipped"] * 5 + ["ran"] * 6
+    assert main([*sim, "--as-resumed", *base]) == 0
+    assert "resumed before FROM" in capsys.readouterr().out.splitlines()[0]
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
