@@ -22,6 +22,7 @@ from zsched.errors import (
     ScheduleNotFound,
     ScriptError,
     UnknownTask,
+    UnreadableRule,
     ZschedError,
 )
 from zsched.protocol.envelope import Envelope, Payload, QueueName, RunId, ScheduleId
@@ -81,6 +82,7 @@ __all__ = [
     "ScriptError",
     "SystemClock",
     "UnknownTask",
+    "UnreadableRule",
     "WorkerSettings",
     "ZschedError",
     "__version__",

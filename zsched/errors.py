@@ -42,6 +42,11 @@ class RuleError(InvalidArgument):
     be written (it kept changing under a compare-and-set)."""
 
 
+class UnreadableRule(RuleError):
+    """A stored rule this zsched cannot decode (corrupt, or written by a newer zsched) was
+    to be edited: it is left as stored, not overwritten."""
+
+
 class PayloadError(ZschedError):
     """A payload or envelope cannot be encoded, decoded, or is too large."""
 

@@ -62,7 +62,9 @@ class ScheduleMethods:
         self.ctx.declared[schedule_id] = {"task": task_name, **options}
 
     def sync_schedules(self, prune: bool = False) -> dict[str, list[str]]:
-        """Write the declared rules; report rules only in Redis (removed only with prune)."""
+        """Write the declared rules; report rules only in Redis (removed only with prune).
+        Returns ids by `created`, `updated`, `unchanged`, `undeclared`, `removed` and
+        `unreadable` (stored in a form this zsched cannot read: kept as stored, not synced)."""
         return self._ride(
             "sync of declared schedules",
             lambda _: self._sync_once(prune),

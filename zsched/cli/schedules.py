@@ -176,6 +176,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             since = f" since {_iso(i.paused_ms)}" if i.paused_ms is not None else ""
             by = f" by {i.paused_by}" if i.paused_by else ""
             lines.append(f"{'':<20} paused{since}{by}: {i.pause_note or '(no note)'}")
+        if i.unreadable:
+            lines.append(f"{'':<20} UNREADABLE, does not fire until rewritten: {i.unreadable}")
     emit(args, [i.as_dict() for i in infos], "\n".join(lines) if infos else "no schedules")
     return 0
 
@@ -254,10 +256,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     lines = []
     for r in results:
         state = "ok" if not r.unaccounted else f"{len(r.unaccounted)} slot(s) without an outcome"
+        if r.unreadable:
+            state = f"UNREADABLE, not audited: {r.unreadable}"
         lines.append(f"{r.schedule_id:<20} checked {r.checked:<6} {state}")
         lines += [f"    missing {_iso(s)}" for s in r.unaccounted[:20]]
     emit(args, [r.as_dict() for r in results], "\n".join(lines) or "no schedules")
-    return 1 if any(r.unaccounted for r in results) else 0
+    return 1 if any(r.unaccounted or r.unreadable for r in results) else 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -58,6 +58,11 @@ class RuleFirer:
         self._read_at = -RULES_RECHECK_S
         self._dirty = True
         self._now = 0  # the Redis time of the last pass that read the rules
+        #: Rules whose stored spec this process cannot decode (corrupt, or written by a newer
+        #: zsched), by id: the raw spec that failed (None: no spec). They are left out of the
+        #: due rules and of the next fire until their spec changes, so a due one neither spins
+        #: the loop (its score stays <= now) nor is logged every pass. Never written to Redis.
+        self._unreadable: dict[str, bytes | None] = {}
 
     def invalidate(self) -> None:
         """Read the rules at the next pass: something was published on `wake` (a rule was
@@ -103,14 +108,25 @@ class RuleFirer:
         pipe = self.redis.pipeline(transaction=False)
         if not cluster:
             pipe.time()
-        pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1, withscores=True)
+        bad = list(self._unreadable)
+        # Past the unreadable ones, so that as many readable rules are seen as without them.
+        pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1 + len(bad), withscores=True)
         pipe.zrange(k.rule_catchup, 0, self.rules_per_pass - 1)
+        if bad:  # two commands more in the same round trip, only while a rule is unreadable
+            pipe.hmget(k.rules, bad)
+            pipe.zmscore(k.rule_next, bad)
         replies = await pipe.execute()
         t = await self.redis.time() if cluster else replies.pop(0)
-        heads, catchup = replies
+        heads, catchup = replies[:2]
+        if bad:
+            self._recheck(bad, *replies[2:])
         now = self._now = now_ms if now_ms is not None else time_reply_ms(t)
+        skip = self._unreadable
+        if skip:
+            heads = [(m, sc) for m, sc in heads if text(m) not in skip]
         due = {text(m): int(sc) for m, sc in heads if int(sc) <= now}
-        ids = list(dict.fromkeys([*due, *(text(m) for m in catchup)]))
+        waiting = [text(m) for m in catchup]
+        ids = list(dict.fromkeys([*due, *(sid for sid in waiting if sid not in skip)]))
         await self._maybe_audit()
         if not ids:
             return self._learn(int(heads[0][1]) if heads else None, now, read_at)
@@ -120,9 +136,13 @@ class RuleFirer:
         self.blocked = 0
         await self._fire(ids, now, budget)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zrange(k.rule_next, 0, 0, withscores=True)
+        pipe.zrange(k.rule_next, 0, len(self._unreadable), withscores=True)
         pipe.zcard(k.rule_catchup)
         nxt, more = await pipe.execute()
+        if skip:
+            nxt = [(m, sc) for m, sc in nxt if text(m) not in skip]
+            # An unreadable rule's catch-up waits for its spec to change, not the next pass.
+            more = max(0, more - sum(1 for sid in waiting if sid in skip))
         head = int(nxt[0][1]) if nxt else None
         if more:  # catch-up left to drain under the budget: come back soon, not at once
             # Replays that only wait for a run to end: unlease publishes when it does.
@@ -144,6 +164,8 @@ class RuleFirer:
             log.exception("ledger audit failed", extra={"queue": self.ctx.queue})
             return
         for r in results:
+            if r.unreadable:  # told by the pass that met it (_set_unreadable), not audited
+                continue
             self.ctx.metrics.unaccounted_slots.labels(self.ctx.queue, r.schedule_id).set(
                 len(r.unaccounted)
             )
@@ -160,11 +182,13 @@ class RuleFirer:
         free = await self._leases_free(ids, holders)
         for sid, raw_spec, raw_state, nxt in zip(ids, specs, states, nexts, strict=True):
             if raw_spec is None:
+                if nxt is not None:  # else removed since this pass read it: nothing to tell
+                    self._set_unreadable(sid, None, "it has a next fire but no stored spec")
                 continue
             try:
                 spec = decode_spec(raw_spec)
             except RuleError as exc:
-                log.error("rule %s cannot be read: %s", sid, exc, extra={"queue": self.ctx.queue})
+                self._set_unreadable(sid, raw_spec, str(exc))
                 continue
             next_ms = int(nxt) if nxt is not None else None
             fire_now = next_ms if next_ms is not None and next_ms <= now else None
@@ -183,6 +207,26 @@ class RuleFirer:
                 continue
             budget -= p.budget_used
             self._count(spec, p, r)
+
+    def _set_unreadable(self, sid: str, raw: bytes | None, why: str) -> None:
+        """Leave rule `sid` out until its spec changes; say so once per spec (a change that is
+        still unreadable is said again). The rule stays stored as it is: a newer zsched may
+        have written it, and it fires again once it is rewritten in a form this one reads."""
+        if sid in self._unreadable and self._unreadable[sid] == raw:
+            return
+        self._unreadable[sid] = raw
+        log.error("rule %s cannot be read, so it does not fire until it is rewritten "
+                  "(the other rules fire as usual): %s", sid, why,
+                  extra={"queue": self.ctx.queue, "schedule_id": sid})  # fmt: skip
+        self.ctx.metrics.unreadable_rules.labels(self.ctx.queue, sid).set(1)
+
+    def _recheck(self, bad: list[str], raws: list[Any], scores: list[Any]) -> None:
+        """Take back the unreadable rules whose spec changed or which have no next fire any
+        more (removed): this pass reads them like any other."""
+        for sid, raw, score in zip(bad, raws, scores, strict=True):
+            if score is None or raw != self._unreadable[sid]:
+                del self._unreadable[sid]
+                self.ctx.metrics.unreadable_rules.labels(self.ctx.queue, sid).set(0)
 
     async def _leases_free(self, ids: list[str], holders: list[Any]) -> dict[str, bool]:
         """Whether each rule's overlap lease is free: no key, or its run is no longer live."""

@@ -181,6 +181,12 @@ class Metrics:
             "Slots past their misfire grace that have no recorded outcome (the ledger audit).",
             ["queue", "schedule"], registry=r,
         )  # fmt: skip
+        self.unreadable_rules = Gauge(
+            "zsched_rule_unreadable",
+            "1 while this dispatcher cannot read the rule's stored spec (corrupt, or written "
+            "by a newer zsched): it does not fire until rewritten.",
+            ["queue", "schedule"], registry=r,
+        )  # fmt: skip
         self.wakeups = Counter(
             "zsched_dispatcher_wakeups_total",
             "Messages a dispatcher heard on the queue's wake channel (a sooner run, a rule "

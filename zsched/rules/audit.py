@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zsched.clock import server_now_ms
+from zsched.errors import RuleError
 from zsched.rules import past_triggers
 from zsched.rules.ledger import LEDGER_MAX_AGE_MS
 from zsched.rules.past_triggers import Span
@@ -30,6 +31,8 @@ class AuditResult:
     accounted: int
     waiting: int
     unaccounted: list[int] = field(default_factory=list)
+    #: Why the rule's stored spec cannot be read (not audited then); None: it was read.
+    unreadable: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,8 +50,12 @@ def audit(ctx: QueueContext, now_ms: int | None = None) -> list[AuditResult]:
     results = []
     for raw_id, raw_spec in sorted(specs.items()):
         sid = raw_id.decode()
-        spec, state = decode_spec(raw_spec), decode_state(states.get(raw_id))
-        past = past_triggers.decode(pasts.get(raw_id))
+        try:
+            spec, state = decode_spec(raw_spec), decode_state(states.get(raw_id))
+            past = past_triggers.decode(pasts.get(raw_id))
+        except RuleError as exc:  # one unreadable rule must not hide the others' audit
+            results.append(AuditResult(sid, 0, 0, 0, unreadable=str(exc)))
+            continue
         results.append(check(sid, spec, state, r.xrange(k.ledger(sid)), now, past))
     return results
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from zsched.clock import ms_to_datetime, server_now_ms
-from zsched.errors import RuleError, ScheduleNotFound
+from zsched.errors import RuleError, ScheduleNotFound, UnreadableRule
 from zsched.protocol.envelope import Envelope
 from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
 from zsched.rules import ledger, past_triggers
@@ -86,7 +86,7 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         )
     if raw_old == new_raw:
         return ScheduleCode.UNCHANGED
-    old = decode_spec(raw_old)
+    old = _editable(schedule_id, raw_old)
     if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
         # declared rule synced at every dispatcher start, an ctx that upserts at boot).
@@ -117,6 +117,14 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
     return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, new_raw, nxt, state.encode(),
                                       catchup_head=head, expected=expected,
                                       triggers=triggers))  # fmt: skip
+
+
+def _editable(schedule_id: str, raw: bytes) -> Spec:
+    try:
+        return decode_spec(raw)
+    except RuleError as exc:  # not overwritten: a newer zsched may have written it
+        raise UnreadableRule(f"schedule {schedule_id} cannot be edited: {exc}; edit it with the "
+                        "zsched that wrote it, or remove it and create it again") from exc  # fmt: skip
 
 
 def _edited_state(old: Spec, new: Spec, state: State, now: int) -> State:
@@ -314,8 +322,13 @@ def infos(ctx: QueueContext) -> list[ScheduleInfo]:
     lasts = pipe.execute()
     out = []
     for sid, last in zip(ids, lasts, strict=True):
-        spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
         outcome = ledger.last_outcome(last)
+        try:
+            spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
+        except RuleError as exc:  # listed, not hidden, and the other rules still listed
+            out.append(ScheduleInfo(sid, "?", "?", "?", "?", False, nxt.get(sid), None, None,
+                                    outcome, 0, 0, 0, unreadable=str(exc)))  # fmt: skip
+            continue
         out.append(ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
             nxt.get(sid), state.last_slot_ms, state.last_fire_ms, outcome, state.missed,
@@ -329,11 +342,19 @@ def sync_declared(
     ctx: QueueContext, declared: dict[str, dict[str, Any]], prune: bool = False
 ) -> dict[str, list[str]]:
     """Upsert the rules declared in code; report (and with prune, remove) rules only in Redis."""
-    names = ("created", "updated", "unchanged", "undeclared", "removed")
+    names = ("created", "updated", "unchanged", "undeclared", "removed", "unreadable")
     result: dict[str, list[str]] = {n: [] for n in names}
     for sid, opts in declared.items():
         opts = dict(opts)
-        code = upsert(ctx, sid, opts.pop("task"), **opts)
+        try:
+            code = upsert(ctx, sid, opts.pop("task"), **opts)
+        except UnreadableRule as exc:
+            # Kept as stored (a newer zsched's?), and the other rules synced: a dispatcher
+            # that refused to start here would retry forever and dispatch nothing.
+            log.error("%s; kept as stored, the other declared schedules are synced", exc,
+                      extra={"queue": ctx.queue, "schedule_id": sid})  # fmt: skip
+            result["unreadable"].append(sid)
+            continue
         result[code.name.lower()].append(sid)
     stored = {m.decode() for m in ctx.redis.hkeys(ctx.keys.rules)}
     for sid in sorted(stored - set(declared)):

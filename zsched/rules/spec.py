@@ -317,6 +317,9 @@ class ScheduleInfo:
     paused_ms: int | None = None
     pause_note: str | None = None
     paused_by: str | None = None
+    #: Why the stored spec cannot be read (corrupt, or written by a newer zsched): the rule
+    #: does not fire until rewritten; task, rule and policies read "?". None: it was read.
+    unreadable: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

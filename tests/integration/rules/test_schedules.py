@@ -103,7 +103,8 @@ def test_schedule_returns_a_named_result_that_equals_the_old_integer(backend, qu
     updated = app.schedule("named", "t", every=120)
     assert updated is ScheduleResult.UPDATED and updated == 2
     assert app.sync_schedules() == {k: [] for k in
-                                    ("created", "updated", "unchanged", "undeclared", "removed")
+                                    ("created", "updated", "unchanged", "undeclared", "removed",
+                                                 "unreadable")
                                     } | {"undeclared": ["named"]}  # fmt: skip
 
 
