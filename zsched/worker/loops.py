@@ -20,7 +20,6 @@ import redis.exceptions
 
 from zsched.errors import EvictionPolicyError
 from zsched.protocol.keys import GROUP
-from zsched.protocol.replies import HoldCode
 from zsched.store.connection import RETRYABLE_ERRORS
 from zsched.store.eviction import EvictionWatch
 from zsched.store.retrying import REFUSALS, PassFailures
@@ -256,32 +255,16 @@ class ReadLoop:
         return started
 
     async def give_back_stuck(self) -> None:
-        """Every slot is held by a stuck sync handler (past its timeout, its thread still
-        running: Runner._outlast): no run read ahead can start here until one returns, which
-        may be never, while this worker's renewals keep other workers from them. Hand them
-        all back (release.lua: due now, same attempt, not charged) for other workers to take,
-        counted in zsched_worker_stuck_handbacks_total. Nothing more is read meanwhile: with
-        no free slot the read loop only waits (a prefetch in flight is awaited first, so its
-        entries go back too)."""
+        """Every slot is held by a sync handler stuck past its timeout (Runner._outlast): no
+        run read ahead can start here until one returns, maybe never, while this worker's
+        renewals keep them from other workers: hand them all back (Holds.release_waiting).
+        With no free slot the read loop reads nothing meanwhile; a prefetch in flight is
+        awaited first, so that its entries go back too."""
         p, self.prefetch = self.prefetch, None
         if p is not None:
             await asyncio.gather(p, return_exceptions=True)  # _prefetched put them in waiting
-        ds = list(self.runner.waiting)
-        if not ds:
-            return
-        ctx = self.ctx
-        codes = await self.holds.release_waiting(ds)
-        released = [d.run_id for d, c in zip(ds, codes, strict=True) if c == HoldCode.OK]
-        fenced = codes.count(HoldCode.FENCED)
-        if fenced:
-            ctx.metrics.fenced.labels(ctx.queue, "release").inc(fenced)
-        ctx.metrics.stuck_handbacks.labels(ctx.queue).inc(len(released))
-        log.warning("every slot (%d) is held by a sync handler stuck past its timeout (runs %s): "
-                    "handed back %d runs read ahead for other workers (%s); %d fenced or gone; "
-                    "reading none until a thread returns", len(self.runner.stuck),
-                    ", ".join(self.runner.stuck[:5]), len(released), ", ".join(released[:5]),
-                    len(ds) - len(released),
-                    extra={"queue": ctx.queue, "run_ids": released[:5]})  # fmt: skip
+        if self.runner.waiting:
+            await self.holds.release_waiting(list(self.runner.waiting))
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.eviction.check(force=not self.eviction.checked)
