@@ -149,7 +149,7 @@ async def test_runs_waiting_behind_stuck_slots_go_to_another_worker(real, queue)
         info = zsched.current_run()
         calls.append((info.run_id, info.attempt, threading.get_ident()))
         if (info.run_id, info.attempt) == ("r1", 1):
-            gate.wait(NET_S)  # stuck well past its timeout: until the test opens it
+            gate.wait(3 * NET_S)  # stuck past its timeout and the test's waits: until opened
         elif (info.run_id, info.attempt) in ended:
             ended[info.run_id, info.attempt].set()
 
@@ -183,7 +183,7 @@ async def test_runs_waiting_behind_stuck_slots_go_to_another_worker(real, queue)
         await stuck_log.seen.wait()  # r1 outlived its timeout; its thread still runs
         loops += [asyncio.create_task(d.run(stop)), asyncio.create_task(b.run(stop))]
         assert await asyncio.to_thread(ended["r2", 1].wait, NET_S)  # B ran it
-        await handed.seen.wait()
+        await asyncio.wait_for(handed.seen.wait(), NET_S)
         assert any("r2" in m and "r1" in m for m in handed.messages)  # the log names both
         app.enqueue("quick", None, run_id="r3")
         assert await asyncio.to_thread(ended["r3", 1].wait, NET_S)
