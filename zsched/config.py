@@ -79,8 +79,9 @@ class WorkerSettings:
     #: ack holds its slot.
     max_unwritten_acks: int = 1000
     #: Entries a read may take beyond the free handler slots; they wait in the worker (held,
-    #: renewed, handed back at shutdown) and start as slots free, so a read is not cut to
-    #: the slots just freed. 0: a read takes at most the free slots.
+    #: renewed, handed back at shutdown or when every slot is stuck past a timeout) and start
+    #: as slots free, so a read is not cut to the slots just freed. 0: a read takes at most
+    #: the free slots.
     read_ahead: int = 64
     #: Memory budget of the entries read ahead (bytes of envelopes): reads are sized from the
     #: last read's mean size, and one read ahead past it waits as ids only (ReadLoop.spill).

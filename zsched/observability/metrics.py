@@ -203,6 +203,12 @@ class Metrics:
             "Sync handlers still running past their timeout: threads (and run slots) lost.",
             ["queue"], registry=r,
         )  # fmt: skip
+        self.stuck_handbacks = Counter(
+            "zsched_worker_stuck_handbacks_total",
+            "Runs read ahead that a worker handed back (due now, same attempt) for other "
+            "workers because every one of its slots was held by a stuck sync handler.",
+            ["queue"], registry=r,
+        )  # fmt: skip
         self.in_flight = Gauge(
             "zsched_worker_in_flight_runs", "Runs this worker holds (running or buffered).",
             ["queue"], registry=r,

@@ -258,6 +258,18 @@ class ReadLoop:
         ctx.metrics.in_flight.labels(ctx.queue).set(len(self.runner.running))
         return started
 
+    async def give_back_stuck(self) -> None:
+        """Every slot is held by a sync handler stuck past its timeout (Runner._outlast): no
+        run read ahead can start here until one returns, maybe never, while this worker's
+        renewals keep them from other workers: hand them all back (Holds.release_waiting).
+        With no free slot the read loop reads nothing meanwhile; a prefetch in flight is
+        awaited first, so that its entries go back too."""
+        p, self.prefetch = self.prefetch, None
+        if p is not None:
+            await asyncio.gather(p, return_exceptions=True)  # _prefetched put them in waiting
+        if self.runner.waiting:
+            await self.holds.release_waiting(list(self.runner.waiting))
+
     async def run(self, stop: asyncio.Event) -> None:
         await self.eviction.check(force=not self.eviction.checked)
         await self.setup()
@@ -267,6 +279,9 @@ class ReadLoop:
         try:
             while not stop.is_set():
                 if self.free_slots() <= 0:
+                    if self.runner.all_stuck() and (self.runner.waiting or self.prefetch):
+                        await self.give_back_stuck()
+                        continue  # a slot may have freed meanwhile: look again
                     slot_free.clear()
                     await slot_free.wait()
                     continue

@@ -189,3 +189,35 @@ class Holds:
         self._count_release(released, fenced, written)
         if not await self.own_pending():
             await r.xgroup_delconsumer(k.ready, GROUP, ctx.consumer)
+
+    async def release_waiting(self, ds: list[Delivery]) -> list[int]:
+        """Hand back runs read ahead and never started, because every slot is stuck (release:
+        due now, same attempt, not charged), and drop them from `waiting`; a HoldCode each.
+        Under the writer's lock, so that no renewal runs between the two (it would find them
+        gone and count them lost). From then on they are not held here: an outcome of this
+        worker for one of those entries would be fenced."""
+        ctx = self.ctx
+        codes: list[int] = []
+        async with self.writer.lock:
+            for i in range(0, len(ds), S.MAX_BATCH):
+                batch = ds[i : i + S.MAX_BATCH]
+                pairs = [(d.entry_id, d.run_id) for d in batch]
+                got = await ctx.scripts.run(
+                    S.release(ctx.keys, ctx.consumer, pairs, now_ms=ctx.clock.now_ms())
+                )
+                codes.extend(got)
+                # Fenced ones are another consumer's, gone ones have no run: none to start.
+                for d in batch:
+                    self.runner.waiting.remove(d)
+        released = [d.run_id for d, c in zip(ds, codes, strict=True) if c == HoldCode.OK]
+        if codes.count(HoldCode.FENCED):
+            ctx.metrics.fenced.labels(ctx.queue, "release").inc(codes.count(HoldCode.FENCED))
+        ctx.metrics.stuck_handbacks.labels(ctx.queue).inc(len(released))
+        stuck = self.runner.stuck
+        _worker_log.warning("every slot (%d) is held by a sync handler stuck past its timeout "
+                            "(runs %s): handed back %d runs read ahead for other workers (%s); "
+                            "%d fenced or gone; reading none until a thread returns",
+                            len(stuck), ", ".join(stuck[:5]), len(released),
+                            ", ".join(released[:5]), len(ds) - len(released),
+                            extra={"queue": ctx.queue, "run_ids": released[:5]})  # fmt: skip
+        return codes

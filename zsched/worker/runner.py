@@ -62,6 +62,9 @@ class Runner:
         #: Deliveries read ahead of the free slots, in stream order: held by this worker
         #: (renewed with the others), started by the read loop as slots free.
         self.waiting: deque[Delivery] = deque()
+        #: Run ids whose sync handler outlived its timeout and whose thread still runs: each
+        #: holds its slot (`_outlast`); with all of them so, ReadLoop.give_back_stuck.
+        self.stuck: list[str] = []
         #: Sync handlers' threads (their results reach the loop in batches: threads.py).
         self.threads = SyncPool(ctx.settings.concurrency, "zsched")
         self.executor = self.threads.executor
@@ -102,6 +105,10 @@ class Runner:
     def in_threads(self) -> list[Delivery]:
         """The runs whose sync handler a thread still runs (none can be stopped)."""
         return [d for d in self.running.values() if d.thread is not None and d.thread.running()]
+
+    def all_stuck(self) -> bool:
+        """Every slot is held by a stuck sync handler: nothing starts here until one returns."""
+        return len(self.stuck) >= int(self.ctx.settings.concurrency)
 
     def observe_metrics(self) -> None:
         """Hand the buffered per-run observations to the metrics (zsched.observability)."""
@@ -261,10 +268,14 @@ class Runner:
                     "and run slot stay taken until it returns", info.run_id, timeout,
                     extra={"queue": q, "run_id": info.run_id})  # fmt: skip
         g.inc()
+        self.stuck.append(info.run_id)
+        if self.all_stuck():
+            self.slot_free.set()  # the read loop hands back what waits (give_back_stuck)
         try:
             late = await asyncio.gather(fut, return_exceptions=True)
         finally:
             g.dec()
+            self.stuck.remove(info.run_id)
         return not isinstance(late[0], BaseException)
 
     def _retry(

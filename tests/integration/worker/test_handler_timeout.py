@@ -12,6 +12,8 @@ from typing import Any
 
 import zsched
 from zsched.protocol.keys import GROUP
+from zsched.protocol.replies import HoldCode
+from zsched.store import scripts as S
 
 #: Only a net for a wait on a thread (a broken handler must not hang the run); the events
 #: below, not this, decide every outcome.
@@ -32,6 +34,20 @@ class _Stuck(logging.Handler):
             self.seen.set()  # logged on the worker's event loop: this loop
 
 
+class _HandedBack(logging.Handler):
+    """Sets `seen` when a worker logs that it handed back runs waiting behind stuck slots."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = asyncio.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "read ahead for other workers" in record.getMessage():
+            self.messages.append(record.getMessage())
+            self.seen.set()  # logged on the worker's event loop: this loop
+
+
 def _held_by(real: Any, app: Any) -> dict[str, str]:
     """run id -> consumer, of every ready entry some worker read and has not acked."""
     ids = {eid: f[b"run_id"].decode() for eid, f in real.sync.xrange(app.keys.ready)}
@@ -41,10 +57,10 @@ def _held_by(real: Any, app: Any) -> dict[str, str]:
 
 async def test_a_stuck_sync_handler_costs_capacity_not_other_runs_attempts(real, queue) -> None:
     """concurrency=1: r1's handler is stuck past its timeout (it waits for a gate the test
-    opens only once the worker has said so); r2, read in the same batch, is held by the
-    worker meanwhile, waiting for the slot and not started (so no timer of its own runs
-    against r1's thread). After the gate r2 runs once, at attempt 1, and r1's retry never
-    starts beside its own timed-out attempt."""
+    opens only once the worker has said so); r2, read in the same batch, is not started (so
+    no timer of its own runs against r1's thread): with its only slot stuck, the worker hands
+    it back, same attempt, and reads nothing while the slot stays stuck. After the gate r2
+    runs once, at attempt 1, and r1's retry never starts beside its own timed-out attempt."""
     app = real.app(queue)
     gate = threading.Event()
     ended = {("r1", 1): threading.Event(), ("r1", 2): threading.Event(),
@@ -78,8 +94,9 @@ async def test_a_stuck_sync_handler_costs_capacity_not_other_runs_attempts(real,
     d = app.dispatcher(redis=real.async_client(), rules=False)
     await d.tick()  # both on the stream, r1 first: one read takes them both
     w = app.worker(redis=real.async_client(), concurrency=1)
-    stuck_log = _Stuck()
+    stuck_log, handed = _Stuck(), _HandedBack()
     logging.getLogger("zsched.worker.worker").addHandler(stuck_log)
+    logging.getLogger("zsched.worker.worker").addHandler(handed)
     stop = asyncio.Event()
     loops = [asyncio.create_task(d.run(stop)), asyncio.create_task(w.run(stop))]
     stuck = app.metrics.stuck_handlers.labels(queue)
@@ -87,11 +104,11 @@ async def test_a_stuck_sync_handler_costs_capacity_not_other_runs_attempts(real,
         await stuck_log.seen.wait()  # r1 outlived its timeout; its thread still runs
         assert any("r1" in m for m in stuck_log.messages)
         assert stuck._value.get() == 1
-        # Meanwhile r2 is held by this worker, waiting for the slot, not started.
-        held = _held_by(real, app)
-        assert held.keys() == {"r1", "r2"} and held["r2"] == w.consumer
-        assert [x.run_id for x in w.runner.waiting] == ["r2"]
+        await asyncio.wait_for(handed.seen.wait(), NET_S)  # its only slot stuck: r2 handed back
+        assert any("r2" in m for m in handed.messages)
+        assert [x.run_id for x in w.runner.waiting] == []
         assert [x.run_id for x in w.runner.running.values()] == ["r1"]
+        assert _held_by(real, app) == {"r1": w.consumer}
         assert [c for c in calls if c[0] == "r2"] == []
         gate.set()
         for ev in ended.values():  # r1's late return, its retry and r2, each once
@@ -101,9 +118,11 @@ async def test_a_stuck_sync_handler_costs_capacity_not_other_runs_attempts(real,
         stop.set()
         await asyncio.gather(*loops)
         logging.getLogger("zsched.worker.worker").removeHandler(stuck_log)
+        logging.getLogger("zsched.worker.worker").removeHandler(handed)
         await d.close()
         await w.close()
     assert [c for c in calls if c[0] == "r2"] == [("r2", 1)]  # not charged for r1's thread
+    assert app.metrics.stuck_handbacks.labels(queue)._value.get() == 1
     assert [c for c in calls if c[0] == "r1"] == [("r1", 1), ("r1", 2)]
     assert most["r1"] == 1  # the retry did not start beside its own timed-out attempt
     assert real.sync.zscore(app.keys.done, "r1") and real.sync.zscore(app.keys.done, "r2")
@@ -112,6 +131,105 @@ async def test_a_stuck_sync_handler_costs_capacity_not_other_runs_attempts(real,
     # r1's first attempt returned (did its work) after its timeout, and was retried: counted
     # as a duplicate execution; r2, which never timed out, is not.
     assert app.metrics.duplicates.labels(queue, "timeout")._value.get() == 1
+
+
+async def test_runs_waiting_behind_stuck_slots_go_to_another_worker(real, queue) -> None:
+    """Worker A (concurrency 1): r1's sync handler is stuck past its timeout (a gate only the
+    test opens); r2, read in the same batch, waits in A for the slot. With every slot stuck,
+    A hands r2 back (same attempt, not charged) and worker B, started after, runs it while
+    A's thread is still stuck; zsched_worker_stuck_handbacks_total counts it. A reads nothing
+    more meanwhile: r3, enqueued then, goes to B too. (Before: r2 stayed in A, its hold
+    renewed, for as long as the thread hung; B never got it.)"""
+    app = real.app(queue)
+    gate = threading.Event()
+    ended = {r: threading.Event() for r in (("r2", 1), ("r3", 1), ("r1", 2))}
+    calls: list[tuple[str, int, int]] = []  # run id, attempt, thread
+
+    def body() -> None:
+        info = zsched.current_run()
+        calls.append((info.run_id, info.attempt, threading.get_ident()))
+        if (info.run_id, info.attempt) == ("r1", 1):
+            gate.wait(3 * NET_S)  # stuck past its timeout and the test's waits: until opened
+        elif (info.run_id, info.attempt) in ended:
+            ended[info.run_id, info.attempt].set()
+
+    app.task(name="slow", timeout=0.2, max_attempts=3, backoff=0)(lambda p: body())
+    app.task(name="quick", max_attempts=3, backoff=0)(lambda p: body())
+    app.enqueue("slow", None, run_id="r1")
+    app.enqueue("quick", None, run_id="r2")
+    d = app.dispatcher(redis=real.async_client(), rules=False)
+    await d.tick()  # both on the stream, r1 first: A's first read takes them both
+    a = app.worker(redis=real.async_client(), concurrency=1)
+    b = app.worker(redis=real.async_client(), concurrency=2)
+    stuck_log, handed = _Stuck(), _HandedBack()
+    logger = logging.getLogger("zsched.worker.worker")
+    logger.addHandler(stuck_log)
+    logger.addHandler(handed)
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(a.run(stop))]
+    counted = app.metrics.stuck_handbacks.labels(queue)
+    given: list[tuple[str, str]] = []
+    release_waiting = a.holds.release_waiting
+
+    async def spy(ds: list[Any]) -> list[int]:
+        given.extend((x.entry_id, x.run_id) for x in ds)
+        return await release_waiting(ds)
+
+    a.holds.release_waiting = spy  # type: ignore[method-assign]
+    r1_acked = asyncio.Event()  # the retry's ack written (a stop must not race it)
+    for w in (a, b):
+        w.writer._write_acks = _on_ack(w.writer._write_acks, "r1", r1_acked)  # type: ignore[method-assign]
+    try:
+        await stuck_log.seen.wait()  # r1 outlived its timeout; its thread still runs
+        loops += [asyncio.create_task(d.run(stop)), asyncio.create_task(b.run(stop))]
+        assert await asyncio.to_thread(ended["r2", 1].wait, NET_S)  # B ran it
+        await asyncio.wait_for(handed.seen.wait(), NET_S)
+        assert any("r2" in m and "r1" in m for m in handed.messages)  # the log names both
+        app.enqueue("quick", None, run_id="r3")
+        assert await asyncio.to_thread(ended["r3", 1].wait, NET_S)
+        assert not gate.is_set() and a.runner.stuck == ["r1"]  # all while A's thread hung
+        assert counted._value.get() == 1  # r2 only: A did not read r3
+        # A holds r1 only (B's acks may not be written yet).
+        assert [r for r, c in _held_by(real, app).items() if c == a.consumer] == ["r1"]
+        # The fence: A can write no outcome for the entry it handed back.
+        assert [r for _e, r in given] == ["r2"]
+        window = a.ctx.queue_settings.dedupe_window_ms
+        refused = await a.ctx.scripts.run(S.ack(app.keys, a.consumer, given, now_ms=None,
+                                                dedupe_window_ms=window))  # fmt: skip
+        dead = await a.ctx.scripts.run(S.dead(app.keys, a.consumer,
+                                              [(*given[0], "late", b"x")], now_ms=None))  # fmt: skip
+        assert HoldCode.OK not in refused + dead
+        assert real.sync.xlen(app.keys.dead) == 0
+        stuck_thread = next(t for r, _n, t in calls if r == "r1")
+        assert [(r, n) for r, n, t in calls if t != stuck_thread] == [("r2", 1), ("r3", 1)]
+        gate.set()
+        assert await asyncio.to_thread(ended["r1", 2].wait, NET_S)  # r1's retry, by A or B
+        await asyncio.wait_for(r1_acked.wait(), NET_S)
+    finally:
+        gate.set()
+        stop.set()
+        await asyncio.gather(*loops)
+        logger.removeHandler(stuck_log)
+        logger.removeHandler(handed)
+        await d.close()
+        await a.close()
+        await b.close()
+    assert [(r, n) for r, n, _t in calls] == [("r1", 1), ("r2", 1), ("r3", 1), ("r1", 2)]
+    assert real.sync.xlen(app.keys.dead) == 0  # (the stop wrote r1's outcome)
+    assert all(real.sync.zscore(app.keys.done, r) for r in ("r1", "r2", "r3"))
+    assert counted._value.get() == 1
+
+
+def _on_ack(write: Any, run_id: str, written: asyncio.Event) -> Any:
+    """A Writer._write_acks that sets `written` once a call with `run_id`'s ack returned."""
+
+    async def spy(acks: list[tuple[str, str]], now: int | None) -> None:
+        ours = any(r == run_id for _e, r in acks)  # (the write empties `acks`)
+        await write(acks, now)
+        if ours:
+            written.set()
+
+    return spy
 
 
 async def test_an_async_handler_past_its_timeout_is_retried(real, queue) -> None:
