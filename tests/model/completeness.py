@@ -67,6 +67,8 @@ class DueSlots:
     paused_from: int | None = None
     #: (trigger, first, last): each of its slots in [first, last] is `skipped: paused`.
     pauses: list[tuple[Any, int, int]] = field(default_factory=list)
+    #: Kept slots of an old trigger (an edit during an outage) that a pause skipped.
+    kept_paused: set[int] = field(default_factory=set)
     _listed: dict[tuple[Any, int], tuple[list[int], int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,6 +94,11 @@ class DueSlots:
             self._pass(t)
         elif op == "pause" and not self.paused:
             self.paused, self.paused_from = True, self.cursor if self.cursor is not None else t
+            k = self.cursor
+            if k is not None and k <= t and calendar.first_after(self.trigger, k - 1) != k:
+                # The old trigger's due slot an edit kept: `skipped: paused` at the pause.
+                self.kept_paused.add(k)
+                self.paused_from = k + 1
             self.cursor = None
         elif op == "resume" and self.paused:
             assert self.paused_from is not None
@@ -152,6 +159,9 @@ class DueSlots:
                 out[s] = "any"
         for trig, first, last in self.pauses:
             for s in self._slots(trig, first - 1, last):
+                out[s] = "paused"
+        for s in self.kept_paused:
+            if s <= now:
                 out[s] = "paused"
         return out
 

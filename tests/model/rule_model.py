@@ -24,7 +24,8 @@ test_slots_vs_triggers.py); the policies are applied as the document states them
   the fire waiting (a queued manual fire of the same instant) is that fire: it waits no more;
 - a paused queue starts nothing; rule slots are still fired and recorded on time;
 - pause: no slot fires; on resume the slots from the pause up to now are `skipped: paused`,
-  the rule goes on from the first slot after now; catch-up replays waiting are kept;
+  the rule goes on from the first slot after now; catch-up replays waiting are kept; a due
+  slot an edit during an outage kept from the old trigger is `skipped: paused` at the pause;
 - a `dst_gap="skip"` cron rule records `skipped: dst_gap` at the instant a gap dropped a slot
   (written when the rule next comes due);
 - jitter: a fire is due `crc32("<schedule_id>@<slot ms>") % jitter_ms` after its slot.
@@ -183,7 +184,14 @@ class Model:
         if self.paused:
             return
         self.paused = True
-        self.paused_at = self.next_slot if self.next_slot is not None else self.now
+        nxt = self.next_slot
+        self.paused_at = nxt if nxt is not None else self.now
+        if nxt is not None and nxt <= self.now and self._first_after(nxt - 1) != nxt:
+            # An edit during an outage kept this due slot of the old trigger; the resume
+            # lists the current trigger's slots only: "a slot already due when the rule is
+            # paused is `skipped: paused`", recorded now, and the pause starts after it.
+            self._record(nxt, "skipped", "paused", run_id(self.rule.schedule_id, nxt))
+            self.paused_at = nxt + 1
         self.next_slot = None
         self.settle()
 

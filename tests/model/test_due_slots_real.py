@@ -3,8 +3,6 @@ the model at once (Pair compares them and runs the check at each step's end)."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.model.harness import Pair
 from tests.model.rule_model import Fate, RuleDef
 from zsched.rules.triggers import Every
@@ -13,11 +11,9 @@ M = 60_000
 T0 = 1_800_000_000_000 // M * M
 
 
-# Found by the completeness check: the real system and the model agree, and both leave the old
-# trigger's slot 1 min without an outcome (the pause starts at the stored next fire, the old
-# trigger's slot kept by the edit; the resume records the new trigger's slots from there, and
-# 1 min is none of them). Not fixed here: remove the mark with the fix.
-@pytest.mark.xfail(strict=True, reason="a kept slot paused before it fired gets no outcome")
+# Found by the completeness check: the real system and the model both left the old trigger's
+# slot 1 min without an outcome (the pause started at that kept slot, and the resume records
+# only the new trigger's slots). Now the pause records it `skipped: paused` (ops._pause_once).
 async def test_a_slot_due_at_an_edit_during_an_outage_then_paused(real, queue) -> None:
     """Dispatchers down from 0.5 min; at 4.5 min the interval is edited to 90 s (slot 1 min,
     the stored next fire, is already due: "a slot already due fires under the new

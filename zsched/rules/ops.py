@@ -200,9 +200,32 @@ def _pause_once(ctx: QueueContext, schedule_id: str, note: str | None, by: str |
     since = nxt if nxt is not None else now  # the first slot not handled yet
     new_state = replace(state, paused_at_ms=since, updated_ms=now, paused_ms=now, pause_note=note,
                         paused_by=by)  # fmt: skip
-    return ctx.scripts.run(S.schedule(ctx.keys, schedule_id, replace(spec, paused=True).encode(),
-                                      None, new_state.encode(),
+    paused = replace(spec, paused=True)
+    code = ctx.scripts.run(S.schedule(ctx.keys, schedule_id, paused.encode(), None,
+                                      new_state.encode(),
                                       expected=(raw_spec, nxt, raw_state)))  # fmt: skip
+    if code == ScheduleCode.UPDATED and nxt is not None and nxt <= now \
+            and spec.first_slot_after(nxt - 1) != nxt:  # fmt: skip
+        _record_kept_slot(ctx, paused, new_state, nxt)
+    return code
+
+
+def _record_kept_slot(ctx: QueueContext, spec: Spec, state: State, slot: int) -> None:
+    """A paused rule's stored next fire that an edit during an outage kept from the old
+    trigger (due, not a slot of the current one): record it `skipped: paused` now and start
+    the pause after it, since the resume lists the current trigger's slots only (else it got
+    no outcome; docs/policies.md, an edit during an outage). A second call after the pause,
+    compare-and-set on it, as an edit of a paused rule records the pause so far."""
+    moved = replace(state, paused_at_ms=slot + 1)
+    records = [ledger.skipped(spec.schedule_id, slot, paused_reason(state.pause_note,
+                                                                    state.paused_by))]  # fmt: skip
+    args = S.FireArgs(spec.schedule_id, spec.encode(), None, state.encode(), None, moved.encode(),
+                      None, str(spec.overlap), spec.lease_ms, [], records)  # fmt: skip
+    r = ctx.scripts.run(ledger.fire(ctx.keys, args, now_ms=ctx.clock.now_ms(),
+                                    dedupe_window_ms=ctx.settings.dedupe_window_ms, trim=False))  # fmt: skip
+    if not r.ok:  # resumed, edited or removed in the instant between: nothing to undo
+        log.warning("schedule %s changed while its pause recorded slot %d; the slot may lack an "
+                    "outcome (zsched schedules audit reports it)", spec.schedule_id, slot)  # fmt: skip
 
 
 def resume(ctx: QueueContext, schedule_id: str) -> bool:
