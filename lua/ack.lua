@@ -25,8 +25,11 @@
 --   2 * pairs + 1000 pending entries between the first and the last pair's entry, then checks
 --   the rest one by one (pairs in stream order are the fast case); the trim of the
 --   acknowledged prefix (calls of 16 entries or more) reads XINFO GROUPS and one XPENDING
---   summary per group (at most 4 groups of 256 consumers, else no trim) and frees whole
---   stream nodes only (XTRIM ~, Redis's default LIMIT: 100 nodes).
+--   summary per group (at most 4 groups of 256 consumers, else no trim), then trims exactly
+--   below the oldest entry a group still needs (XTRIM MINID): every entry there is already
+--   deleted but this call's own (an entry leaves the stream when it is acknowledged), so it
+--   frees the nodes of this call's entries and walks one node (100 entries) at most; XDEL
+--   then takes the owned entries the trim left, parsing one id more than it deletes.
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local waiting, delayed, wake, lease_keys = KEYS[6], KEYS[7], KEYS[8], {unpack(KEYS, 9)}
 -- Check types before any write: a script is atomic but not transactional. `ready` and
@@ -319,13 +322,17 @@ end
 -- else. An id not found there (out of order, past the budget, or not ours) is checked alone,
 -- so the order only costs time. No id is parsed here: a pattern match costs ~9 k instructions
 -- an id, as much as the XPENDING.
-local pending = {}
+local pending, in_range, np = {}, {}, 0
 if n > 0 then
   local start, budget = ids[1], 2 * n + 1000
   while budget > 0 do
     local page, err = read(ready, 'stream', 'XPENDING', ready, group, start, ids[n], 1000, consumer)
     if err then return err end
-    for _, p in ipairs(page) do pending[p[1]] = true end
+    for _, p in ipairs(page) do
+      pending[p[1]] = true
+      np = np + 1
+      in_range[np] = p[1] -- in stream order: XPENDING lists ascending ids
+    end
     budget = budget - #page
     if #page < 1000 then break end
     start = '(' .. page[#page][1]
@@ -385,7 +392,30 @@ local function keep_from()
     if not (f['last-delivered-id'] and lower(f['last-delivered-id'], true)) then return nil end
     if waiting > 0 and not lower(redis.call('XPENDING', ready, f['name'])[2] or '', false) then return nil end
   end
-  if keep_ms then return string.format('%d-%d', keep_ms, keep_seq) end
+  if keep_ms then return string.format('%d-%d', keep_ms, keep_seq), keep_ms, keep_seq end
+end
+-- The owned entries the exact trim to `keep` leaves on the stream (ids at or after it): every
+-- one checked alone (outside the range: not known to be in order), and of those found in the
+-- range the newest ones, walked down from the newest to the first below `keep`, so a call
+-- whose entries are all older than every entry still needed parses one id.
+local function left_after(keep_ms, keep_seq)
+  local left, l = {}, 0
+  for i = 1, o do
+    if not pending[owned[i]] then
+      l = l + 1
+      left[l] = owned[i]
+    end
+  end
+  for j = np, 1, -1 do
+    local id = in_range[j]
+    if taken[id] then
+      local ms, seq = id_parts(id)
+      if ms and (ms < keep_ms or (ms == keep_ms and seq < keep_seq)) then break end
+      l = l + 1
+      left[l] = id
+    end
+  end
+  return left, l
 end
 
 -- A run finishes only through its current entry (a stale entry of a run that moved on is
@@ -395,16 +425,23 @@ if #owned > 0 then current, err = read(entries, 'hash', 'HMGET', entries, unpack
 if err then return err end
 if #owned > 0 then
   redis.call('XACK', ready, group, unpack(owned))
-  -- Delete the acknowledged entries. First the stream nodes that hold only entries no group
-  -- needs any more (XTRIM MINID ~ frees whole nodes, an entry costs it nothing), then XDEL
-  -- the owned ones: an entry already gone costs XDEL one lookup, one still there a walk of
-  -- its node from the start (up to stream-node-max-entries, 100). The stream keeps exactly
-  -- the entries it kept before (no acknowledged entry stays), so XLEN and memory are as before.
-  -- Worth its three commands only when the call may finish a node (100 entries): from
+  -- Delete the acknowledged entries. First every entry no group needs any more (XTRIM MINID,
+  -- exact: whole nodes freed, the entries of the first node left below `keep` marked deleted
+  -- in one walk of that node), then XDEL only the owned entries at or after `keep`: XDEL walks
+  -- an entry's node from its start for each id (up to stream-node-max-entries, 100), even for
+  -- an id already gone. The stream keeps exactly the entries it kept before (no acknowledged
+  -- entry stays, every entry below `keep` is acknowledged by every group), so XLEN and memory
+  -- are as before. Worth its three commands only when the call may finish a node: from
   -- TRIM_FROM owned entries on (measured: at 10 a call the trim costs more than it saves).
-  local keep = #owned >= TRIM_FROM and keep_from()
-  if keep then redis.call('XTRIM', ready, 'MINID', '~', keep) end
-  redis.call('XDEL', ready, unpack(owned))
+  local keep, keep_ms, keep_seq = nil, nil, nil
+  if o >= TRIM_FROM then keep, keep_ms, keep_seq = keep_from() end
+  if keep then
+    redis.call('XTRIM', ready, 'MINID', keep)
+    local left, l = left_after(keep_ms, keep_seq)
+    if l > 0 then redis.call('XDEL', ready, unpack(left)) end
+  else
+    redis.call('XDEL', ready, unpack(owned))
+  end
   -- The score as a string once: a number is formatted again for every argument it is in.
   local finished, records, f, at = {}, {}, 0, string.format('%d', now_ms)
   for i = 1, #owned do
