@@ -234,6 +234,23 @@ def test_ack_deletes_the_owned_entries_the_trim_leaves_in_any_order(backend, que
     assert set(snapshot(r, k)["runs"]) == set(left)
 
 
+def test_ack_finishes_an_entry_named_twice_in_one_call_once(backend, queue) -> None:
+    """A second pair with the same entry id is refused (0), in the pending range or outside it."""
+    ids = [f"r{i:02d}" for i in range(12)]
+    app, ent = seed_ready(backend, queue, ids)
+    r, k = backend.sync, app.keys
+    order = [*ids[:10], "r03", "r11", "r11"]  # r03 again in the range; r11 twice outside it
+    pairs = [x for i in order for x in (ent[i], i)]
+    sha = r.script_load(S.source("ack"))
+    codes = r.evalsha(sha, 5, k.ready, k.runs, k.entries, k.done, k.stats, NOW, GROUP, "c1",
+                      60_000, 200, *pairs)  # fmt: skip
+    assert codes == [1] * 10 + [0, 1, 0]
+    st = snapshot(r, k)
+    assert set(st["runs"]) == {"r10"} and len(st["done"]) == 11
+    assert st["stats"]["acked"] == 11 and st["stats"]["fenced"] == 2
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ["r10"]
+
+
 @pytest.mark.parametrize("key", ["ready", "runs", "entries", "done", "stats"])
 def test_ack_names_a_key_of_the_wrong_type_before_writing(backend, queue, key) -> None:
     """ready and entries are checked by ack.lua's first reads of them, the others by TYPE."""
