@@ -24,12 +24,12 @@
 -- Bound: 1000 pairs, as many leases, and trim_limit records per call; the ownership check reads at most
 --   2 * pairs + 1000 pending entries between the first and the last pair's entry, then checks
 --   the rest one by one (pairs in stream order are the fast case); the trim of the
---   acknowledged prefix (calls of 8 owned entries or more) reads XINFO GROUPS and one XPENDING
+--   acknowledged prefix (calls of 16 owned entries or more) reads XINFO GROUPS and one XPENDING
 --   summary per group (at most 4 groups of 256 consumers, else no trim), then trims exactly
 --   below the oldest entry a group still needs (XTRIM MINID): every entry there is already
 --   deleted but this call's own (an entry leaves the stream when it is acknowledged), so it
 --   frees the nodes of this call's entries and walks one node (100 entries) at most; XDEL
---   then takes the owned entries the trim left, parsing one id more than it deletes.
+--   then takes the owned entries the trim left (found with at most log2(pairs) + 2 parsed ids).
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local waiting, delayed, wake, lease_keys = KEYS[6], KEYS[7], KEYS[8], {unpack(KEYS, 9)}
 -- Check types before any write: a script is atomic but not transactional. `ready` and
@@ -368,7 +368,7 @@ end
 -- entry and the entry after its last delivered one. Every entry before it is acknowledged (or
 -- deleted) by every group. nil (trim nothing) when unsure: an id it cannot read, more than
 -- MAX_GROUPS groups or MAX_CONSUMERS consumers in one (XPENDING's summary lists them all).
-local MAX_GROUPS, MAX_CONSUMERS, TRIM_FROM = 4, 256, 8
+local MAX_GROUPS, MAX_CONSUMERS, TRIM_FROM = 4, 256, 16
 local function id_parts(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if ms and #ms < 16 and #seq < 16 then return tonumber(ms), tonumber(seq) end
@@ -394,26 +394,48 @@ local function keep_from()
   end
   if keep_ms then return string.format('%d-%d', keep_ms, keep_seq), keep_ms, keep_seq end
 end
--- The owned entries the exact trim to `keep` leaves on the stream (ids at or after it): every
--- one checked alone (outside the range: not known to be in order), and of those found in the
--- range the newest ones, walked down from the newest to the first below `keep`, so a call
--- whose entries are all older than every entry still needed parses one id.
+-- The owned entries an exact trim to `keep` leaves on the stream (ids at or after it), and
+-- whether the trim has any of this call's entries to take: a range row before `keep` is no
+-- longer pending, so it is one this call acknowledged. Entries checked alone (outside the
+-- range: order unknown) are always left to XDEL. The range's rows are in stream order: a look
+-- at both ends settles the usual cases (every row before `keep`, or none: a slow run pins it)
+-- with one or two parsed ids, else a binary search finds the first row at or after it.
 local function left_after(keep_ms, keep_seq)
-  local left, l = {}, #alone
+  local function before(row)
+    local ms, seq = id_parts(row[1])
+    return ms and (ms < keep_ms or (ms == keep_ms and seq < keep_seq))
+  end
+  local left, l, trimmed = {}, #alone, false
   for i = 1, l do left[i] = alone[i] end
   for j = #pages, 1, -1 do
     local page = pages[j]
-    for r = #page, 1, -1 do
+    local rows = #page
+    local lo = 1 -- the first row at or after keep
+    if rows == 0 then
+      lo = 1
+    elseif before(page[rows]) then
+      lo = rows + 1
+    elseif before(page[1]) then
+      local a, b = 2, rows -- page[a - 1] is before keep, page[b] is not
+      while a < b do
+        local mid = (a + b - (a + b) % 2) / 2
+        if before(page[mid]) then a = mid + 1 else b = mid end
+      end
+      lo = a
+    end
+    for r = lo, rows do
       local id = page[r][1]
       if pending[id] == false then
-        local ms, seq = id_parts(id)
-        if ms and (ms < keep_ms or (ms == keep_ms and seq < keep_seq)) then return left, l end
         l = l + 1
         left[l] = id
       end
     end
+    if lo > 1 then -- so is every row of the earlier pages
+      trimmed = true
+      break
+    end
   end
-  return left, l
+  return left, l, trimmed
 end
 
 -- A run finishes only through its current entry (a stale entry of a run that moved on is
@@ -429,14 +451,15 @@ if #owned > 0 then
   -- an entry's node from its start for each id (up to stream-node-max-entries, 100), even for
   -- an id already gone. The stream keeps exactly the entries it kept before (no acknowledged
   -- entry stays, every entry below `keep` is acknowledged by every group), so XLEN and memory
-  -- are as before. Worth its three commands from TRIM_FROM owned entries on (callgrind, the
-  -- call's entries the oldest: 5 a call 90.4 k -> 95.5 k instructions a run with the trim, 8 a
-  -- call 72.2 k -> 70.3 k, 10 a call 68.7 k -> 64.6 k).
+  -- are as before. Worth its reads (XINFO GROUPS, the XPENDING summary) from TRIM_FROM owned
+  -- entries on (callgrind, instructions a run: at 10 a call it saves 68 k -> 61 k when the
+  -- call's entries are the oldest but costs 67 k -> 75 k when an older entry stays pending;
+  -- at 20 a call 54 k -> 45 k and 61 k -> 60 k).
   local keep, keep_ms, keep_seq = nil, nil, nil
   if o >= TRIM_FROM then keep, keep_ms, keep_seq = keep_from() end
   if keep then
-    redis.call('XTRIM', ready, 'MINID', keep)
-    local left, l = left_after(keep_ms, keep_seq)
+    local left, l, trimmed = left_after(keep_ms, keep_seq)
+    if trimmed then redis.call('XTRIM', ready, 'MINID', keep) end
     if l > 0 then redis.call('XDEL', ready, unpack(left)) end
   else
     redis.call('XDEL', ready, unpack(owned))

@@ -215,6 +215,19 @@ def test_ack_deletes_entries_older_than_every_needed_one_by_the_trim_alone(real,
     assert r.xlen(k.ready) == 120 and r.xpending(k.ready, GROUP)["pending"] == 70
 
 
+def test_ack_behind_an_older_pending_entry_deletes_by_xdel_without_a_trim(real, queue) -> None:
+    """A slow run's entry, older than the call's, pins the trim: every owned entry is at or
+    after it, so ack.lua runs no XTRIM (it would walk that node for nothing) and XDELs them."""
+    ids = [f"r{i:02d}" for i in range(40)]
+    app, ent = seed_ready(real, queue, ids)
+    r, k = real.sync, app.keys
+    xdel, xtrim = _calls(r, "xdel"), _calls(r, "xtrim")
+    pairs = [(ent[i], i) for i in ids[1:31]]  # r00 stays pending
+    assert app.scripts.run(S.ack(k, "c1", pairs, now_ms=NOW, dedupe_window_ms=60_000)) == [1] * 30
+    assert (_calls(r, "xdel"), _calls(r, "xtrim")) == (xdel + 1, xtrim)
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ["r00", *ids[31:]]
+
+
 def test_ack_deletes_the_owned_entries_the_trim_leaves_in_any_order(backend, queue) -> None:
     """Entries at or after the oldest one still pending stay after the trim and are deleted
     one by one: those found in the pending range (walked from the newest down to the first
