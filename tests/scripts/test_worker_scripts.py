@@ -192,6 +192,78 @@ def test_ack_deletes_exactly_the_acked_entries_when_it_trims_whole_stream_nodes(
     assert [f[b"run_id"].decode() for _e, f in later] == ids[200:]
 
 
+def _calls(r, command: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_ack_deletes_entries_older_than_every_needed_one_by_the_trim_alone(real, queue) -> None:
+    """An exact XTRIM MINID removes every acknowledged entry below the oldest one a group
+    still needs, half a stream node included, so ack.lua runs no XDEL for them (XDEL walks
+    an entry's node from its start for each id). Fails with the trim of whole nodes only."""
+    ids = [f"r{i:03d}" for i in range(250)]
+    app = seed_delayed(real, queue, dict.fromkeys(ids, NOW - 1))
+    r, k = real.sync, app.keys
+    r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    app.scripts.run(S.dispatch(k, now_ms=NOW, limit=1000, max_backlog=0))
+    rows = r.xreadgroup(GROUP, "c1", {k.ready: ">"}, count=200)[0][1]  # r200.. not read
+    ent = {f[b"run_id"].decode(): e.decode() for e, f in rows}
+    xdel, xtrim = _calls(r, "xdel"), _calls(r, "xtrim")
+    first = [(ent[i], i) for i in ids[:130]]  # 1.3 stream nodes of 100 entries
+    assert app.scripts.run(S.ack(k, "c1", first, now_ms=NOW, dedupe_window_ms=60_000)) == [1] * 130
+    assert (_calls(r, "xdel"), _calls(r, "xtrim")) == (xdel, xtrim + 1)
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ids[130:]
+    assert r.xlen(k.ready) == 120 and r.xpending(k.ready, GROUP)["pending"] == 70
+
+
+def test_ack_behind_an_older_pending_entry_deletes_by_xdel_without_a_trim(real, queue) -> None:
+    """A slow run's entry, older than the call's, pins the trim: every owned entry is at or
+    after it, so ack.lua runs no XTRIM (it would walk that node for nothing) and XDELs them."""
+    ids = [f"r{i:02d}" for i in range(40)]
+    app, ent = seed_ready(real, queue, ids)
+    r, k = real.sync, app.keys
+    xdel, xtrim = _calls(r, "xdel"), _calls(r, "xtrim")
+    pairs = [(ent[i], i) for i in ids[1:31]]  # r00 stays pending
+    assert app.scripts.run(S.ack(k, "c1", pairs, now_ms=NOW, dedupe_window_ms=60_000)) == [1] * 30
+    assert (_calls(r, "xdel"), _calls(r, "xtrim")) == (xdel + 1, xtrim)
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ["r00", *ids[31:]]
+
+
+def test_ack_deletes_the_owned_entries_the_trim_leaves_in_any_order(backend, queue) -> None:
+    """Entries at or after the oldest one still pending stay after the trim and are deleted
+    one by one: those found in the pending range (walked from the newest down to the first
+    below it) and those outside the range (pairs out of order), never one more."""
+    ids = [f"r{i:02d}" for i in range(40)]
+    app, ent = seed_ready(backend, queue, ids)
+    r, k = backend.sync, app.keys
+    order = [*ids[:20], "r35", "r25"]  # the range is r00..r25; r35 is checked alone
+    pairs = [x for i in order for x in (ent[i], i)]
+    sha = r.script_load(S.source("ack"))
+    codes = r.evalsha(sha, 5, k.ready, k.runs, k.entries, k.done, k.stats, NOW, GROUP, "c1",
+                      60_000, 200, *pairs)  # fmt: skip
+    assert codes == [1] * 22
+    left = [i for i in ids[20:] if i not in ("r25", "r35")]
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == left
+    assert r.xpending(k.ready, GROUP)["pending"] == len(left)
+    assert set(snapshot(r, k)["runs"]) == set(left)
+
+
+def test_ack_finishes_an_entry_named_twice_in_one_call_once(backend, queue) -> None:
+    """A second pair with the same entry id is refused (0), in the pending range or outside it."""
+    ids = [f"r{i:02d}" for i in range(12)]
+    app, ent = seed_ready(backend, queue, ids)
+    r, k = backend.sync, app.keys
+    order = [*ids[:10], "r03", "r11", "r11"]  # r03 again in the range; r11 twice outside it
+    pairs = [x for i in order for x in (ent[i], i)]
+    sha = r.script_load(S.source("ack"))
+    codes = r.evalsha(sha, 5, k.ready, k.runs, k.entries, k.done, k.stats, NOW, GROUP, "c1",
+                      60_000, 200, *pairs)  # fmt: skip
+    assert codes == [1] * 10 + [0, 1, 0]
+    st = snapshot(r, k)
+    assert set(st["runs"]) == {"r10"} and len(st["done"]) == 11
+    assert st["stats"]["acked"] == 11 and st["stats"]["fenced"] == 2
+    assert [f[b"run_id"].decode() for _e, f in r.xrange(k.ready)] == ["r10"]
+
+
 @pytest.mark.parametrize("key", ["ready", "runs", "entries", "done", "stats"])
 def test_ack_names_a_key_of_the_wrong_type_before_writing(backend, queue, key) -> None:
     """ready and entries are checked by ack.lua's first reads of them, the others by TYPE."""
