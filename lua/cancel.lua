@@ -112,8 +112,8 @@ end
 -- tree (one more read, and only when it lands in the first leaf).
 local function bt_add(d, items, want_head)
   local index, meta = d .. ':index', d
-  local sorted = true
-  for i = 2, #items do
+  local sorted, n_items = true, #items -- #t is a search: counted once
+  for i = 2, n_items do
     if bt_before(items[i][2], items[i][1], items[i - 1][2], items[i - 1][1]) then
       sorted = false
       break
@@ -124,14 +124,14 @@ local function bt_add(d, items, want_head)
   end
   local head, counted = nil, nil -- head: known after the first pass
   local i = 1
-  while i <= #items do
+  while i <= n_items do
     local k = bt_key(items[i][2], items[i][1])
     -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
     local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
     local m = found[1]
     -- The first write on d comes after the first read of the index, before any other write: a
     -- caller may run bt_add under pcall to learn a wrong type of either before anything changed.
-    if not counted then counted = redis.call('HINCRBY', meta, 'n', #items == 1 and '1' or #items) end
+    if not counted then counted = redis.call('HINCRBY', meta, 'n', n_items == 1 and '1' or n_items) end
     if not m then
       -- Before every bound: the first leaf takes it and its bound moves down to it.
       if head == nil then head = true end
@@ -167,16 +167,15 @@ local function bt_add(d, items, want_head)
       return bt_less(bt_key(due, items[j][1]), upto)
     end
     local card = redis.call('ZCARD', leaf)
-    local args = {}
-    while i <= #items and card < BT_MAX and belongs(i) do
-      local due = items[i][2]
+    local args, a = {}, 0
+    while i <= n_items and card < BT_MAX and belongs(i) do
+      local item = items[i]
       -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
-      args[#args + 1] = items[i][3] or due
-      args[#args + 1] = items[i][1]
-      card, i = card + 1, i + 1
+      args[a + 1], args[a + 2] = item[3] or item[2], item[1]
+      a, card, i = a + 2, card + 1, i + 1
     end
-    if #args > 0 then redis.call('ZADD', leaf, unpack(args)) end
-    if card >= BT_MAX and i <= #items and belongs(i) then
+    if a > 0 then redis.call('ZADD', leaf, unpack(args)) end
+    if card >= BT_MAX and i <= n_items and belongs(i) then
       -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
       local n = redis.call('HINCRBY', meta, 'seq', 1)
       local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
