@@ -31,6 +31,8 @@ log = logging.getLogger("zsched.worker.worker")  # one logger for the whole work
 #: may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*RETRYABLE_ERRORS, *REFUSALS)
+#: A flush keeps what it had not written on these: a Redis error, or a cancel (the shutdown's).
+_KEEP_ON: tuple[type[BaseException], ...] = (*_FLUSH_ERRORS, asyncio.CancelledError)
 # Bound once: looking a member up on an Enum class costs ~0.3 us, paid per run otherwise.
 _OK, _FENCED, _GONE = HoldCode.OK, HoldCode.FENCED, HoldCode.GONE
 #: Run ids named in the one WARNING (or INFO) line per refused batch.
@@ -147,8 +149,10 @@ class Writer:
                     await self._write_retries(retries, now)
                 if deads:
                     await self._write_deads(deads, now)
-            except _FLUSH_ERRORS:
-                # Keep the outcomes; the holds keep the entries ours until Redis is back.
+            except _KEEP_ON:
+                # Keep the outcomes; the holds keep the entries ours until Redis is back. A
+                # cancel (the shutdown stops the flush loop mid-call) keeps them too: dropped,
+                # the shutdown's hand-back would release runs that are done, to run again.
                 self.acks[:0], self.retries[:0], self.deads[:0] = acks, retries, deads
                 raise
             finally:
@@ -211,7 +215,7 @@ class Writer:
                     now_ms=ctx.clock.now_ms(),
                     dedupe_window_ms=ctx.queue_settings.dedupe_window_ms, leases=leases),
                     batch)  # fmt: skip
-            except _FLUSH_ERRORS:
+            except _KEEP_ON:
                 self.discards[:0] = batch
                 raise
             if leases:
@@ -248,7 +252,7 @@ class Writer:
         """Run an outcome script; if the call fails, its items are resends from now on."""
         try:
             return await self.ctx.scripts.run(call)
-        except _FLUSH_ERRORS:
+        except _KEEP_ON:  # cancelled: it may have been sent
             self.resent.update(it[0] for it in items)
             raise
 
