@@ -20,6 +20,8 @@ from zsched.store import scripts as S
 
 #: Slots examined per rule per pass; a longer outage is counted without listing every slot.
 MAX_SLOTS_PER_PASS = 1000
+#: Ledger records one fire call carries at most (lua/fire.lua's bound).
+MAX_RECORDS_PER_CALL = 1000
 #: How soon a dispatcher comes back to drain catch-up fires the budget left for later.
 CATCH_UP_PAUSE_MS = 20
 #: How soon a dispatcher looks again at replays that wait for a run of their rule to end
@@ -52,11 +54,12 @@ def jitter_ms(spec: Spec, slot_ms: int, base_ms: int | None = None) -> int:
     return max(0, min(spread, room))
 
 
-def due_slots(spec: Spec, next_ms: int, now_ms: int) -> tuple[list[int], int | None]:
-    """Slots from `next_ms` up to `now_ms` (bounded), and the first slot after them."""
+def due_slots(spec: Spec, next_ms: int, now_ms: int, limit: int = MAX_SLOTS_PER_PASS
+              ) -> tuple[list[int], int | None]:  # fmt: skip
+    """Slots from `next_ms` up to `now_ms` (at most `limit`), and the first slot after them."""
     slots: list[int] = []
     slot: int | None = next_ms
-    while slot is not None and slot <= now_ms and len(slots) < MAX_SLOTS_PER_PASS:
+    while slot is not None and slot <= now_ms and len(slots) < limit:
         if spec.end_ms is not None and slot > spec.end_ms:
             return slots, None
         slots.append(slot)
@@ -72,7 +75,23 @@ def plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int
     """Decide the fires and outcomes of one rule at `now_ms`. Pure: no I/O, no clock.
     `next_ms` is the rule's stored next fire if it is due, else None (catch-up only).
     `lease_free`: no live run holds the rule's overlap lease (read by the caller)."""
-    slots, new_next = due_slots(spec, next_ms, now_ms) if next_ms is not None else ([], None)
+    limit = MAX_SLOTS_PER_PASS
+    while True:
+        p = _plan(spec, state, next_ms, now_ms, budget, lease_free, limit)
+        over = len(p.records) - MAX_RECORDS_PER_CALL
+        if over <= 0 or limit == 1:
+            return p
+        # Records beside the slots listed (a backlog cut by an edit that lowered max_catch_up
+        # during an outage, DST gaps, duplicates) would pass fire.lua's bound, and a refused
+        # call would stall the rule: list fewer, the next pass goes on. Outcomes do not
+        # depend on how an outage is split into passes (the newest max_catch_up are kept).
+        limit = max(1, limit - over)
+
+
+def _plan(spec: Spec, state: State, next_ms: int | None, now_ms: int, budget: int,
+          lease_free: bool, limit: int) -> Plan:  # fmt: skip
+    slots, new_next = (due_slots(spec, next_ms, now_ms, limit) if next_ms is not None
+                       else ([], None))  # fmt: skip
     # An outage longer than one pass lists stays due (new_next <= now): the next pass goes on.
     p = Plan(new_next=new_next)
     on_time = [s for s in slots if now_ms - s <= spec.misfire_grace_ms]

@@ -108,6 +108,29 @@ def test_catch_up_over_several_passes_replays_the_newest_slots_of_the_outage_aft
     assert capped == [T0 + i * M for i in range(2497)] and state.backlog == []
 
 
+def test_no_pass_carries_more_records_than_a_fire_call_takes() -> None:
+    """Found by make model (session 13): max_catch_up lowered from 3 to 1 during an outage
+    left a backlog of 3 beside the next 1,000-slot pass: 1,002 catch_up_cap records, which
+    fire.lua refuses (at most 1,000), and the refused call stalled the rule. The pass now
+    lists fewer slots; every slot still gets one outcome, the newest replayed."""
+    s = spec(misfire="catch_up", max_catch_up=1, overlap="skip")
+    backlog = [T0 - 3 * M, T0 - 2 * M, T0 - M]  # kept under the old cap of 3
+    state = State(created_ms=T0 - 4 * M, backlog=backlog)
+    now = T0 + 1500 * M + 5
+    sizes, nxt, records, fires = [], T0, [], []
+    while nxt is not None and nxt <= now:
+        p = plan(s, state, nxt, now, budget=100)
+        sizes.append(len(p.records))
+        records, fires, state, nxt = records + p.records, fires + p.fires, p.state, p.new_next
+    while state.backlog:
+        p = plan(s, state, None, now, budget=100, lease_free=True)
+        records, fires, state = records + p.records, fires + p.fires, p.state
+    assert max(sizes) <= 1000  # fire.lua's bound
+    outcomes = sorted([r[0] for r in records] + [f[0] for f in fires])
+    assert outcomes == backlog + [T0 + i * M for i in range(1501)]  # one outcome each
+    assert [((f[0] - T0) // M, f[2]) for f in fires] == [(1500, "ran"), (1499, "replay")]
+
+
 @pytest.mark.parametrize("grace", [None, 0])
 def test_coalesce_over_several_passes_names_the_run_that_stands_for_them(grace) -> None:
     # The earlier passes said "into a later slot's run", with no run id to look up.
