@@ -18,6 +18,7 @@ from typing import Any
 
 from zsched.errors import ConfigError
 from zsched.protocol.keys import QueueKeys, partitions_key
+from zsched.protocol.runids import rule_of
 from zsched.store.state import StoreTarget
 
 #: Largest accepted partition count; far more than masters a cluster sensibly has.
@@ -35,8 +36,7 @@ def routing_key(run_id: str) -> str:
     A fire `<schedule_id>@<slot>` then routes with its rule; other ids are hashed whole unless
     they contain `@` (still a pure function of the id, so dedupe stays exact).
     """
-    head, sep, _tail = run_id.rpartition("@")
-    return head if sep and head else run_id
+    return rule_of(run_id) or run_id
 
 
 def run_partition(run_id: str, n: int) -> int:

@@ -167,6 +167,16 @@ class Holds:
                               "gone (no longer pending or no longer live)", fenced, gone,
                               extra={"queue": ctx.queue})  # fmt: skip
 
+    async def _release(self, pairs: list[tuple[str, str]]) -> list[int]:
+        """release.lua over (entry_id, run_id) pairs in batches; a HoldCode each."""
+        ctx, codes = self.ctx, list[int]()
+        for i in range(0, len(pairs), S.MAX_BATCH):
+            batch = pairs[i : i + S.MAX_BATCH]
+            got = await ctx.scripts.run(S.release(ctx.keys, ctx.consumer, batch,
+                                                  now_ms=ctx.clock.now_ms()))  # fmt: skip
+            codes.extend(got)
+        return codes
+
     async def hand_back(self, keep: frozenset[str] = frozenset()) -> None:
         """Release every entry still pending for this consumer (unfinished or never started),
         but those of `keep` (entry ids), which stay held."""
@@ -177,16 +187,9 @@ class Holds:
         pairs = [(eid, run_id) for eid, run_id in mine if run_id]
         if gone:
             await r.xack(k.ready, GROUP, *gone)
-        released = fenced = written = 0
-        for i in range(0, len(pairs), S.MAX_BATCH):
-            batch = pairs[i : i + S.MAX_BATCH]
-            codes = await ctx.scripts.run(
-                S.release(k, ctx.consumer, batch, now_ms=ctx.clock.now_ms())
-            )
-            released += codes.count(HoldCode.OK)
-            fenced += codes.count(HoldCode.FENCED)
-            written += codes.count(HoldCode.GONE)
-        self._count_release(released, fenced, written)
+        codes = await self._release(pairs)
+        self._count_release(codes.count(HoldCode.OK), codes.count(HoldCode.FENCED),
+                            codes.count(HoldCode.GONE))  # fmt: skip
         if not await self.own_pending():
             await r.xgroup_delconsumer(k.ready, GROUP, ctx.consumer)
 
@@ -197,18 +200,11 @@ class Holds:
         gone and count them lost). From then on they are not held here: an outcome of this
         worker for one of those entries would be fenced."""
         ctx = self.ctx
-        codes: list[int] = []
         async with self.writer.lock:
-            for i in range(0, len(ds), S.MAX_BATCH):
-                batch = ds[i : i + S.MAX_BATCH]
-                pairs = [(d.entry_id, d.run_id) for d in batch]
-                got = await ctx.scripts.run(
-                    S.release(ctx.keys, ctx.consumer, pairs, now_ms=ctx.clock.now_ms())
-                )
-                codes.extend(got)
-                # Fenced ones are another consumer's, gone ones have no run: none to start.
-                for d in batch:
-                    self.runner.waiting.remove(d)
+            codes = await self._release([(d.entry_id, d.run_id) for d in ds])
+            # Fenced ones are another consumer's, gone ones have no run: none to start.
+            for d in ds:
+                self.runner.waiting.remove(d)
         released = [d.run_id for d, c in zip(ds, codes, strict=True) if c == HoldCode.OK]
         if codes.count(HoldCode.FENCED):
             ctx.metrics.fenced.labels(ctx.queue, "release").inc(codes.count(HoldCode.FENCED))
