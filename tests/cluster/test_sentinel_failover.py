@@ -55,7 +55,7 @@ async def test_a_sentinel_failover_loses_no_durable_enqueue_and_work_goes_on(
         await wl.until(lambda: wl.drained(p), 60, "the plain queue to drain")
     finally:
         await wl.stop()
-    # The failover is shorter than QueueSettings.outage_retry_ms: enqueue rode through it,
+    # The failover is shorter than the lanes' outage_retry_ms (60 s): enqueue rode through it,
     # no error reached the caller (before: ~90 ConnectionErrors per failover).
     assert not p.refused and not d.refused, dict(p.errors + d.errors)
     assert not d.lost, f"acknowledged durable enqueues lost: {sorted(d.lost)[:10]}"
