@@ -324,7 +324,8 @@ end
 -- Dead letters by kind, counted in `stats` as dead:<kind>, read from the reason's opening words
 -- (the Python and Node workers write them; docs/protocol.md lists them): anything else is other.
 local KINDS = {{'^failed after ', 'exhausted'}, {'^failed: ', 'failed'}, {'^unknown task ', 'unknown_task'},
-  {'^undecodable envelope', 'undecodable'}, {'^worker error: ', 'worker_error'}}
+  {'^undecodable envelope', 'undecodable'}, {'^worker error: ', 'worker_error'},
+  {'^delivered %d+ times without an ack', 'max_deliveries'}} -- an entry reclaim.lua handed over
 local function kind_of(reason)
   for _, k in ipairs(KINDS) do
     if string.find(reason, k[1]) then return k[2] end

@@ -1,5 +1,5 @@
 -- reclaim: take over pending entries idle longer than the visibility timeout; dead-letter the
---   ones delivered too many times.
+--   ones delivered too many times, or hand those of rule fires to the caller to dead-letter.
 -- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
 -- KEYS[4] dead (stream)    KEYS[5] stats (hash)
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer (the new owner)
@@ -7,12 +7,24 @@
 -- ARGV[5] count            at most this many entries examined per call (1..1000)
 -- ARGV[6] max_deliveries   an entry delivered more often than this goes to `dead`
 -- ARGV[7] cursor           XAUTOCLAIM start id ("0-0" to begin)
--- Returns {next_cursor, {entry_id, run_id, envelope, deliveries}..., dead_count, gone_count}
---   as {cursor, claimed, dead_count, gone_count}; claimed is a flat list of 4 values per entry.
---   gone_count counts pending ids whose entry was deleted (they leave the PEL).
+-- ARGV[8] hand_over        "1": an entry over max_deliveries whose run id has a rule fire's
+--   form (`<schedule_id>@...`: an `@` after its first character) is not dead-lettered here but
+--   returned in `over`, owned by `consumer`, which dead-letters it with dead.lua and the rule's
+--   lease key, so the lease ends in the call that dead-letters the run (this script is not
+--   given the lease keys of entries it has yet to find); absent or "0": the older form, every
+--   such entry dead-lettered here, its lease left to the rule's next fire (found stale)
+-- Returns {next_cursor, claimed, dead_count, gone_count} (the older form) or
+--   {next_cursor, claimed, dead_count, gone_count, over} (hand_over "1"); claimed and over are
+--   flat lists of 4 values per entry: entry_id, run_id, envelope, deliveries (over's are past
+--   max_deliveries: never run them). gone_count counts pending ids whose entry was deleted
+--   (they leave the PEL).
 -- Invariant: every reclaimed entry has exactly one owner (`consumer`) afterwards; an entry
---   over max_deliveries leaves the stream only in the call that adds it to `dead`.
+--   over max_deliveries leaves the stream only in the call that adds it to `dead` (this one,
+--   or the caller's dead.lua for an entry of `over`, which stays pending and live until then:
+--   a caller that dies first leaves it to the next reclaim, its lease held by a live run).
 -- Bound: `count` entries per call.
+-- Counts in `stats`: reclaimed (claimed), dead and dead:max_deliveries (dead-lettered here);
+--   an entry of `over` is counted by the dead.lua call that dead-letters it.
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [dead] = 'stream', [stats] = 'hash'}) do
@@ -22,7 +34,7 @@ end
 local now_ms = tonumber(ARGV[1])
 local group, consumer = ARGV[2], ARGV[3]
 local min_idle, count, max_deliveries = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local cursor = ARGV[7]
+local cursor, hand_over = ARGV[7], ARGV[8] == '1'
 if not now_ms then
   local t = redis.call('TIME')
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -32,7 +44,7 @@ if not min_idle or not count or count < 1 or count > 1000 or not max_deliveries 
 end
 
 local r = redis.call('XAUTOCLAIM', ready, group, consumer, min_idle, cursor, 'COUNT', count)
-local claimed, n_dead, n_gone, n_claimed = {}, 0, 0, 0
+local claimed, over, n_dead, n_gone, n_claimed = {}, {}, 0, 0, 0
 for _, e in ipairs(r[2]) do
   if type(e) ~= 'table' or not e[2] then
     n_gone = n_gone + 1
@@ -45,7 +57,11 @@ for _, e in ipairs(r[2]) do
     end
     local p = redis.call('XPENDING', ready, group, entry, entry, 1)
     local deliveries = p[1] and tonumber(p[1][4]) or 1
-    if deliveries > max_deliveries then
+    if deliveries > max_deliveries and hand_over and string.find(run_id, '.@') then
+      -- A rule fire's run (as runids.rule_of reads it; a guess is harmless, dead.lua frees a
+      -- lease only for the run it names): the caller dead-letters it with its lease.
+      for _, v in ipairs({entry, run_id, env, deliveries}) do over[#over + 1] = v end
+    elseif deliveries > max_deliveries then
       redis.call('XACK', ready, group, entry)
       redis.call('XDEL', ready, entry)
       if run_id ~= '' and redis.call('HGET', entries, run_id) == entry then
@@ -71,4 +87,5 @@ if n_dead > 0 then
   redis.call('HINCRBY', stats, 'dead', n_dead)
   redis.call('HINCRBY', stats, 'dead:max_deliveries', n_dead)
 end
+if hand_over then return {r[1], claimed, n_dead, n_gone, over} end
 return {r[1], claimed, n_dead, n_gone}

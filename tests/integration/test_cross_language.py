@@ -26,7 +26,7 @@ from redis_server import RedisServer
 import zsched
 from tests.state import delayed_count, delayed_ids, envelope_of
 from zsched.protocol.envelope import Envelope, decode, v2_named
-from zsched.protocol.keys import QueueKeys
+from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.replies import CancelCode, EnqueueCode, HoldCode
 from zsched.protocol.runids import created_ms
 from zsched.store import scripts as S
@@ -557,4 +557,32 @@ async def test_the_node_worker_dead_letter_of_a_rule_fire_frees_its_lease_in_the
     k = app.keys
     assert real.sync.get(k.lease("nightly")) == waiting.run_id.encode()
     assert not real.sync.hexists(k.rule_waiting, "nightly")
+    assert app.get_run(waiting.run_id).state == "scheduled"
+
+
+async def test_the_node_worker_dead_letters_a_reclaimed_rule_fire_with_its_lease(
+    real, queue, node_dir
+):
+    """reclaim.lua's hand_over form, as the Node worker passes it (issue 18): a rule's fire
+    delivered more than max_deliveries (5) times comes back to the Node worker, whose dead
+    letter frees the lease and starts the fire waiting for it."""
+    clock = zsched.FakeClock(1_800_000_000_000)
+    app = real.app(queue, clock=clock)
+    app.schedule("nightly", "fail", every=3600, overlap="queue")
+    holder = app.run_schedule_now("nightly")
+    clock.set(1_800_000_000_005)
+    waiting = app.run_schedule_now("nightly")
+    assert waiting.outcome is zsched.ManualOutcome.QUEUED
+    await dispatch(app, real)
+    k, r = app.keys, real.sync
+    r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    ((_, ((entry, _),)),) = r.xreadgroup(GROUP, "died", {k.ready: ">"})
+    for _ in range(4):  # delivered 5 times to consumers that died (XCLAIM counts a delivery)
+        r.xclaim(k.ready, GROUP, "died", 0, [entry])
+    (out,) = node_worker(node_dir, real.url, queue, "--visibility-timeout-ms", "0")
+    assert (out["run_id"], out["outcome"], out["written"]) == (holder.run_id, "dead", True)
+    assert out["reason"] == "delivered 6 times without an ack (max_deliveries 5)"
+    assert app.get_run(holder.run_id).state == "dead"
+    assert r.get(k.lease("nightly")) == waiting.run_id.encode()
+    assert not r.hexists(k.rule_waiting, "nightly")
     assert app.get_run(waiting.run_id).state == "scheduled"

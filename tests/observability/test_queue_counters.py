@@ -161,6 +161,7 @@ def test_a_partitioned_queue_is_counted_per_partition(real, queue) -> None:
         ("unknown task 'nope': not registered with this worker", "unknown_task"),
         ("undecodable envelope: not msgpack", "undecodable"),
         ("worker error: KeyError: 'x'", "worker_error"),
+        ("delivered 4 times without an ack (max_deliveries 3)", "max_deliveries"),
         ("a reason of another client", "other"),
     ],
 )

@@ -9,7 +9,7 @@ running, zsched/store/loader.py; re-exported here) register the sources with red
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from zsched.protocol.keys import GROUP, QueueKeys
@@ -192,15 +192,22 @@ class ReclaimResult:
     claimed: list[Claimed]
     dead: int
     gone: int
+    #: Entries of rule fires past max_deliveries, now this consumer's: dead-letter them (dead
+    #: with the rule's lease), never run them. Empty in the older form (hand_over=False).
+    over: list[Claimed] = field(default_factory=list)
 
 
-def _decode_reclaim(reply: Any) -> ReclaimResult:
-    cursor, flat, n_dead, n_gone = reply
-    claimed = [
+def _claimed(flat: Any) -> list[Claimed]:
+    return [
         Claimed(text(flat[i]), text(flat[i + 1]), bytes(flat[i + 2]), int(flat[i + 3]))
         for i in range(0, len(flat), 4)
     ]
-    return ReclaimResult(text(cursor), claimed, int(n_dead), int(n_gone))
+
+
+def _decode_reclaim(reply: Any) -> ReclaimResult:
+    cursor, flat, n_dead, n_gone, *over = reply
+    return ReclaimResult(text(cursor), _claimed(flat), int(n_dead), int(n_gone),
+                         _claimed(over[0]) if over else [])  # fmt: skip
 
 
 def reclaim(
@@ -212,13 +219,14 @@ def reclaim(
     count: int,
     max_deliveries: int,
     cursor: str = "0-0",
+    hand_over: bool = True,
 ) -> Call[ReclaimResult]:
-    return Call(
-        "reclaim",
-        [k.ready, k.runs, k.entries, k.dead, k.stats],
-        [_now(now_ms), GROUP, consumer, min_idle_ms, count, max_deliveries, cursor],
-        _decode_reclaim,
-    )
+    """hand_over: a rule fire's entry past max_deliveries comes back in `over` for the caller
+    to dead-letter with its lease (dead), instead of a dead letter here that leaves the lease
+    to the rule's next fire."""
+    args = [_now(now_ms), GROUP, consumer, min_idle_ms, count, max_deliveries, cursor]
+    keys = [k.ready, k.runs, k.entries, k.dead, k.stats]
+    return Call("reclaim", keys, [*args, 1 if hand_over else 0], _decode_reclaim)
 
 
 def renew(k: QueueKeys, consumer: str, entry_ids: Sequence[str]) -> Call[list[int]]:

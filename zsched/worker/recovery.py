@@ -2,8 +2,8 @@
 
 A worker renews its hold (the entry's idle time) on every entry it has; an entry whose holder
 stopped renewing for the visibility timeout is taken over by `reclaim` (XAUTOCLAIM inside a
-script), and one delivered more than `max_deliveries` times goes to the dead letters. A rule's
-run also keeps its rule's overlap lease alive while this worker holds it.
+script), and one delivered more than `max_deliveries` times goes to the dead letters (a rule's
+fire through the writer's dead letter, which ends its rule's overlap lease in the same call).
 """
 
 from __future__ import annotations
@@ -119,6 +119,14 @@ class Holds:
         )
         self.reclaim_cursor = result.cursor
         self._count(result)
+        over = [c for c in result.over if c.entry_id not in held]
+        for c in over:  # a rule's fire past max_deliveries: dead-lettered with its lease
+            reason = (f"delivered {c.deliveries} times without an ack "
+                      f"(max_deliveries {s.max_deliveries})")  # fmt: skip
+            d = Delivery(c.entry_id, c.run_id, c.envelope, None, c.deliveries)
+            self.writer.dead(d, reason, "max_deliveries")
+        if over:
+            self.writer.wake.set()  # the flush loop writes them now
         # Still held here (renewal raced a zero visibility timeout): one execution per entry.
         return [Delivery(c.entry_id, c.run_id, c.envelope, None, c.deliveries)
                 for c in result.claimed if c.entry_id not in held]  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from zsched.observability import tracing as _tracing
 from zsched.protocol.replies import HoldCode
+from zsched.protocol.runids import rule_of
 from zsched.runs import controls as C
 from zsched.runs import outcomes as _outcomes
 from zsched.store import scripts as S
@@ -104,6 +105,13 @@ class Writer:
     def dead(self, d: Delivery, reason: str, kind: str, task: str = "") -> None:
         """Buffer a dead letter (dead.lua at the flush), counted and logged now."""
         ctx = self.ctx
+        if d.run_id and d.entry_id not in self.overlap_leases:
+            # No lease known (its envelope undecoded: undecodable, or an entry reclaim handed
+            # over): a rule fire's run id names its rule. A guess is harmless: dead.lua frees a
+            # lease only for the run it names.
+            sid = rule_of(d.run_id)
+            if sid is not None:
+                self.overlap_leases[d.entry_id] = OverlapLease(sid, d.run_id, 0)
         self.deads.append((d.entry_id, d.run_id, reason, d.raw))
         _tracing.event("zsched.dead_letter", failed=True, reason=reason, kind=kind)
         ctx.metrics.dead_lettered.labels(ctx.queue, kind).inc()

@@ -87,9 +87,10 @@ export class Worker {
   async tick({ count = 100, blockMs = null } = {}) {
     await this.setup();
     await this.measureServerTime();
-    const deliveries = [...(await this.reclaim(count))];
+    const { claimed, over } = await this.reclaim(count);
+    const deliveries = [...claimed];
     if (deliveries.length < count) deliveries.push(...(await this.read(count - deliveries.length, blockMs)));
-    const outcomes = await Promise.all(deliveries.map((d) => this.execute(d)));
+    const outcomes = [...over, ...(await Promise.all(deliveries.map((d) => this.execute(d))))];
     await this.flush(outcomes);
     return outcomes;
   }
@@ -120,22 +121,37 @@ export class Worker {
     return out;
   }
 
-  /** Take over entries idle past the visibility timeout (their consumer stopped renewing). */
+  /**
+   * Take over entries idle past the visibility timeout (their consumer stopped renewing).
+   * Returns {claimed, over}: claimed to run; over, a rule's fires delivered too often, as dead
+   * outcomes (reclaim.lua's hand_over form), so that dead.lua ends their rule's lease.
+   */
   async reclaim(count) {
     const k = this.keys;
-    const [cursor, flat] = await runScript(
+    const [cursor, flat, , , overFlat] = await runScript(
       this.redis,
       'reclaim',
       [k.ready, k.runs, k.entries, k.dead, k.stats],
-      ['', GROUP, this.consumer, this.visibilityTimeoutMs, Math.min(count, MAX_BATCH), this.maxDeliveries, this.reclaimCursor],
+      ['', GROUP, this.consumer, this.visibilityTimeoutMs, Math.min(count, MAX_BATCH), this.maxDeliveries, this.reclaimCursor, 1],
       { binary: true },
     );
     this.reclaimCursor = cursor.toString();
-    const out = [];
-    for (let i = 0; i < flat.length; i += 4) {
-      out.push({ entryId: flat[i].toString(), runId: flat[i + 1].toString(), raw: flat[i + 2], deliveries: Number(flat[i + 3]) });
-    }
-    return out;
+    const entries = (f) => {
+      const out = [];
+      for (let i = 0; i < f.length; i += 4) {
+        out.push({ entryId: f[i].toString(), runId: f[i + 1].toString(), raw: f[i + 2], deliveries: Number(f[i + 3]) });
+      }
+      return out;
+    };
+    const over = entries(overFlat ?? []).map((d) => ({
+      ...d,
+      outcome: 'dead',
+      reason: `delivered ${d.deliveries} times without an ack (max_deliveries ${this.maxDeliveries})`,
+      // A rule's fire: its run id is `<schedule_id>@...` (a guess is harmless: dead.lua frees
+      // a lease only for the run it names).
+      lease: [d.runId.slice(0, d.runId.lastIndexOf('@')), d.runId, 0],
+    }));
+    return { claimed: entries(flat), over };
   }
 
   /** Renew the hold on the given (default: every held) entry; returns {entryId: true|false}. */
@@ -158,7 +174,10 @@ export class Worker {
     try {
       env = decode(d.raw, d.runId);
     } catch (err) {
-      return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}` };
+      // No lease known: a rule fire's run id (`<schedule_id>@...`) names its rule, for dead.lua.
+      const at = d.runId.lastIndexOf('@');
+      const lease = at > 0 ? [d.runId.slice(0, at), d.runId, 0] : null;
+      return { ...d, outcome: 'dead', reason: `undecodable envelope: ${err.message}`, lease };
     }
     // A rule's fire that holds the rule's overlap lease (no TTL: it lasts while the run lives):
     // freed by ack.lua once it is done, by dead.lua once it is dead (flush), in that call.

@@ -117,3 +117,32 @@ async def test_an_async_client_cancelling_a_rule_run_ends_its_lease_in_one_call(
         await aio.redis.aclose()
     assert names == ["revoke"]
     assert _started(backend, app, waiting)
+
+
+async def test_the_dead_letter_of_a_rule_run_with_an_undecodable_envelope_ends_its_lease(
+    backend, queue
+) -> None:
+    """No envelope to read `lease_ms` from: the worker passes the lease its run id names
+    (`<schedule_id>@...`). Before, it passed none, and the waiting fire waited for the rule's
+    next fire."""
+    clock = FakeClock(T0)
+    app, holder, waiting = _queued_rule(backend, queue, clock)
+    app.task(name="t")(lambda payload: None)
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=backend.async_client())
+    try:
+        await d.tick()
+        # The holder's entry as a newer client might write it: an envelope this worker cannot
+        # read (the same run, its entry id recorded as dispatch.lua does).
+        k, r = app.keys, backend.sync
+        ((entry, _),) = r.xrange(k.ready)
+        r.xdel(k.ready, entry)
+        new = r.xadd(k.ready, {"run_id": holder.run_id, "envelope": b"\xc1 not msgpack"})
+        r.hset(k.entries, holder.run_id, new)
+        await w.tick()
+        (letter,) = app.dead_letters()
+        assert letter.run_id == holder.run_id and letter.reason.startswith("undecodable envelope")
+        assert _started(backend, app, waiting)
+    finally:
+        await d.close()
+        await w.close()
