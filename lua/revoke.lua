@@ -125,11 +125,16 @@ end
 local function bt_add(d, items, want_head)
   local index, meta = d .. ':index', d
   local sorted, n_items = true, #items -- #t is a search: counted once
+  local prev = items[1]
   for i = 2, n_items do
-    if bt_before(items[i][2], items[i][1], items[i - 1][2], items[i - 1][1]) then
+    -- (bt_before inlined: a Lua call per run costs as much as the comparison)
+    local item = items[i]
+    local due, prev_due = item[2], prev[2]
+    if due < prev_due or (due == prev_due and bt_less(item[1], prev[1])) then
       sorted = false
       break
     end
+    prev = item
   end
   if not sorted then
     table.sort(items, function(x, y) return bt_before(x[2], x[1], y[2], y[1]) end)
@@ -179,14 +184,34 @@ local function bt_add(d, items, want_head)
       return bt_less(bt_key(due, items[j][1]), upto)
     end
     local card = redis.call('ZCARD', leaf)
-    local args, a = {}, 0
-    while i <= n_items and card < BT_MAX and belongs(i) do
-      local item = items[i]
-      -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
-      args[a + 1], args[a + 2] = item[3] or item[2], item[1]
-      a, card, i = a + 2, card + 1, i + 1
+    if card < BT_MAX then
+      i = i + 1
+      card = card + 1
+      if i <= n_items and card < BT_MAX and belongs(i) then
+        -- The leaf's later runs, belongs() inlined: once the next bound is read, the runs
+        -- below it (all, in the last leaf) are compared by due, their keys only on a tie.
+        i, card = i + 1, card + 1
+        while i <= n_items and card < BT_MAX do
+          if upto then
+            local item = items[i]
+            local due = item[2]
+            if due > upto_due or (due == upto_due and not bt_less(bt_key(due, item[1]), upto)) then break end
+          end
+          i, card = i + 1, card + 1
+        end
+      end
+      -- Members last first: a listpack leaf places each new member by walking from its head,
+      -- so runs added in descending order land where the walk starts (the walk of a fresh
+      -- leaf filled in ascending order was ~half of the ZADD's instructions).
+      local args, a = {}, 0
+      for j = i - 1, first, -1 do
+        local item = items[j]
+        -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
+        args[a + 1], args[a + 2] = item[3] or item[2], item[1]
+        a = a + 2
+      end
+      redis.call('ZADD', leaf, unpack(args))
     end
-    if a > 0 then redis.call('ZADD', leaf, unpack(args)) end
     if card >= BT_MAX and i <= n_items and belongs(i) then
       -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
       local n = redis.call('HINCRBY', meta, 'seq', 1)
@@ -196,10 +221,10 @@ local function bt_add(d, items, want_head)
         redis.call('ZADD', index, 0, bt_key(items[i][2], items[i][1]) .. n)
       else
         local upper = redis.call('ZRANGE', leaf, BT_MAX / 2, -1, 'WITHSCORES')
-        local moved = {}
-        for j = 1, #upper, 2 do
-          moved[#moved + 1] = upper[j + 1]
-          moved[#moved + 1] = upper[j]
+        local moved, a = {}, 0
+        for j = #upper - 1, 1, -2 do -- last first, as above
+          moved[a + 1], moved[a + 2] = upper[j + 1], upper[j]
+          a = a + 2
         end
         redis.call('ZADD', d .. ':leaf:' .. n, unpack(moved))
         redis.call('ZREMRANGEBYRANK', leaf, BT_MAX / 2, -1)

@@ -17,6 +17,7 @@ import redis
 from tests.state import delayed_count
 from zsched.protocol.keys import QueueKeys
 from zsched.protocol.replies import EnqueueCode
+from zsched.store import delayed
 from zsched.store import scripts as S
 
 SOURCE = S.source("enqueue")
@@ -76,7 +77,15 @@ REFUSED = [
 ] + [
     (f"run_at {v!r}", ["", WINDOW, LIMIT, "r1", v, "t", envelope()], f"run r1: {RUN_AT_MESSAGE}{v}")
     for v in ["soon", "-5", "+-5", "1.5", "nan", "inf", "", "+", "1e400", "12ms", "1e3", "0x10",
-              " 5", "5 ", "-0", "++5", "253402300800000"]
+              " 5", "5 ", "-0", "++5", "253402300800000", "5.", "+5.0", "5,0", "5/", "/5", "5+5",
+              "0+5", "+5+", "\t5", "00000000000000001e3", "+253402300799999"]
+] + [
+    ("run_id not UTF-8", ["", WINDOW, LIMIT, b"r\xff", "0", "t", envelope()],
+     "run 0: run_id is not valid UTF-8"),
+    ("run_id cut inside a character", ["", WINDOW, LIMIT, "ok", "0", "t", envelope(),
+     "é".encode()[:1], "0", "t", envelope()], "run 1: run_id is not valid UTF-8"),
+    ("run_at with NUL", ["", WINDOW, LIMIT, "r1", b"5\x00", "t", envelope()],
+     f"run r1: {RUN_AT_MESSAGE}5"),
 ]  # fmt: skip
 
 
@@ -87,6 +96,39 @@ def test_bad_arguments_get_an_error_reply_naming_the_problem_and_write_nothing(
     with pytest.raises(redis.ResponseError, match=re.escape(message)):
         raw_enqueue(backend.sync, queue, *argv)
     assert nothing_written(backend.sync, queue)
+
+
+def test_a_bad_run_late_in_a_full_batch_is_named(backend, queue) -> None:
+    """The batch is checked as a whole first (ids and dues over 4,000 bytes, in slices); a
+    failure there is then found run by run, so the message names the first bad run."""
+    groups = [x for i in range(1000) for x in (f"run-{i:04d}-" + "x" * 40, str(i), "t", b"e")]
+    groups[4 * 998] = "run-998-é"  # valid UTF-8: accepted
+    groups[4 * 999] = b"run-999-\xe9"  # latin-1: not UTF-8
+    with pytest.raises(redis.ResponseError, match="run 999: run_id is not valid UTF-8"):
+        raw_enqueue(backend.sync, queue, "", WINDOW, LIMIT, *groups)
+    assert nothing_written(backend.sync, queue)
+    groups[4 * 999 + 1] = "+5"  # relative, and a bad due after it
+    groups[4 * 999], groups[4 * 997 + 1] = "run-999", "5."
+    with pytest.raises(
+        redis.ResponseError, match=re.escape(f"run {groups[4 * 997]}: {RUN_AT_MESSAGE}5.")
+    ):
+        raw_enqueue(backend.sync, queue, "", WINDOW, LIMIT, *groups)
+    assert nothing_written(backend.sync, queue)
+
+
+@pytest.mark.parametrize("odd", [None, "run-998-é"], ids=["ascii", "one UTF-8 id"])
+def test_a_full_batch_of_absolute_and_relative_dues_is_taken_exactly(backend, queue, odd) -> None:
+    now = 1_800_000_000_000
+    dues = {f"r{i}": str(now + i) for i in range(996)}
+    dues |= {"lead": "0" * 15 + "7", "rel": "+2500", "zero": "+0"}
+    if odd:
+        dues[odd] = "+3"
+    groups = [x for rid, at in dues.items() for x in (rid, at, "t", b"e")]
+    codes = raw_enqueue(backend.sync, queue, str(now), WINDOW, LIMIT, *groups)
+    assert codes == [EnqueueCode.ENQUEUED] * len(dues)
+    want = {rid: now + int(at[1:]) if at[0] == "+" else int(at) for rid, at in dues.items()}
+    k = QueueKeys(queue)
+    assert dict(delayed.runs(backend.sync, k)) == want
 
 
 def test_an_envelope_over_the_limit_names_its_size_and_the_limit(backend, queue) -> None:
