@@ -23,7 +23,8 @@
 -- Publishes on `wake` when it frees a lease or starts a waiting fire.
 -- Bound: 1000 pairs, as many leases, and trim_limit records per call; the ownership check reads at most
 --   2 * pairs + 1000 pending entries between the first and the last pair's entry, then checks
---   the rest one by one (pairs in stream order are the fast case); the trim of the
+--   the rest one by one (pairs in stream order are the fast case; a range holding exactly
+--   the pairs, in their order, is settled by comparing ids one for one); the trim of the
 --   acknowledged prefix (calls of 16 owned entries or more) reads XINFO GROUPS and one XPENDING
 --   summary per group (at most 4 groups of 256 consumers, else no trim), then trims exactly
 --   below the oldest entry a group still needs (XTRIM MINID): every entry there is already
@@ -347,16 +348,33 @@ end
 -- an id, as much as the XPENDING.
 -- pending: id -> true while in the range and not taken by a pair of this call, false once
 -- taken (a later pair with the same id is refused). pages keep the range in stream order.
-local pending, pages = {}, {}
+-- exact: the usual call, settled without the table: the range's rows are the pairs, one for
+-- one in the same order (so every pair is ours, and none is given twice). Ids compare as
+-- interned strings, so checking costs a few instructions a pair (building `pending` ~1 k).
+local pending, pages, exact = {}, {}, false
 if n > 0 then
   local start, budget = pairs_argv[6], 2 * n + 1000
   while budget > 0 do
     local page, err = read(ready, 'stream', 'XPENDING', ready, group, start, pairs_argv[4 + 2 * n], 1000, consumer)
     if err then return err end
-    for _, p in ipairs(page) do pending[p[1]] = true end
+    local rows = #page
+    if #pages == 0 and rows == n then
+      exact = true
+      for j = 1, n do
+        if page[j][1] ~= pairs_argv[4 + 2 * j] then
+          exact = false
+          break
+        end
+      end
+      if exact then
+        pages[1] = page
+        break
+      end
+    end
+    for j = 1, rows do pending[page[j][1]] = true end
     pages[#pages + 1] = page -- in stream order: XPENDING lists ascending ids
-    budget = budget - #page
-    if #page < 1000 then break end
+    budget = budget - rows
+    if rows < 1000 then break end
     start = '(' .. page[#page][1]
   end
 end
@@ -371,7 +389,13 @@ local function holder(id)
 end
 
 local codes, owned, owned_runs, alone, fenced, gone, o = {}, {}, {}, {}, 0, 0, 0
-for i = 1, n do
+if exact then
+  for i = 1, n do
+    owned[i], owned_runs[i], codes[i] = pairs_argv[4 + 2 * i], pairs_argv[5 + 2 * i], 1
+  end
+  o = n
+end
+for i = 1, exact and 0 or n do
   local id = pairs_argv[4 + 2 * i]
   local code = holder(id)
   if code == 1 then
@@ -450,7 +474,7 @@ local function left_after(keep_ms, keep_seq)
     end
     for r = lo, rows do
       local id = page[r][1]
-      if pending[id] == false then
+      if exact or pending[id] == false then
         l = l + 1
         left[l] = id
       end
@@ -466,9 +490,9 @@ end
 -- A run finishes only through its current entry (a stale entry of a run that moved on is
 -- acked and deleted, nothing more).
 local current, err = {}, nil
-if #owned > 0 then current, err = read(entries, 'hash', 'HMGET', entries, unpack(owned_runs)) end
+if o > 0 then current, err = read(entries, 'hash', 'HMGET', entries, unpack(owned_runs)) end
 if err then return err end
-if #owned > 0 then
+if o > 0 then
   redis.call('XACK', ready, group, unpack(owned))
   -- Delete the acknowledged entries. First every entry no group needs any more (XTRIM MINID,
   -- exact: whole nodes freed, the entries of the first node left below `keep` marked deleted
@@ -491,7 +515,7 @@ if #owned > 0 then
   end
   -- The score as a string once: a number is formatted again for every argument it is in.
   local finished, records, f, at = {}, {}, 0, string.format('%d', now_ms)
-  for i = 1, #owned do
+  for i = 1, o do
     if current[i] == owned[i] then
       f = f + 1
       finished[f] = owned_runs[i]
@@ -511,7 +535,7 @@ if #owned > 0 then
       end_leases(set)
     end
   end
-  redis.call('HINCRBY', stats, 'acked', #owned)
+  redis.call('HINCRBY', stats, 'acked', o)
 end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end
 if gone > 0 then redis.call('HINCRBY', stats, 'gone', gone) end

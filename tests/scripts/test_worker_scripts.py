@@ -278,3 +278,37 @@ def test_ack_names_a_key_of_the_wrong_type_before_writing(backend, queue, key) -
         assert k == key or backend.sync.dump(getattr(app.keys, k)) == v
     if key != "ready":
         assert backend.sync.xpending(app.keys.ready, GROUP)["pending"] == 1
+
+
+def _ack_raw(backend, k, consumer: str, pairs: list[str]) -> list[int]:
+    sha = backend.sync.script_load(S.source("ack"))
+    return backend.sync.evalsha(sha, 5, k.ready, k.runs, k.entries, k.done, k.stats, NOW,  # type: ignore[no-any-return]
+                                GROUP, consumer, 60_000, 200, *pairs)  # fmt: skip
+
+
+def test_ack_whose_range_holds_as_many_rows_as_pairs_but_others_is_still_fenced(backend, queue):
+    """The usual call is settled by comparing the range's rows with the pairs one for one; a
+    range with as many rows as pairs that are not the same ones (an entry of ours skipped, one
+    of another consumer's named) falls back to checking each pair: nothing is wrongly acked."""
+    ids = ["r0", "r1", "r2", "r3"]
+    app, ent = seed_ready(backend, queue, ids)
+    k, r = app.keys, backend.sync
+    r.xclaim(k.ready, GROUP, "c2", 0, [ent["r3"]], justid=True)
+    # c1 holds r0, r1, r2 (three rows in the range r0..r3); the pairs skip r1 and name r3 (c2's).
+    codes = _ack_raw(backend, k, "c1", [ent["r0"], "r0", ent["r2"], "r2", ent["r3"], "r3"])
+    assert codes == [1, 1, 0]
+    pending = {p["message_id"].decode(): p["consumer"].decode()
+               for p in r.xpending_range(k.ready, GROUP, "-", "+", 10)}  # fmt: skip
+    assert pending == {ent["r1"]: "c1", ent["r3"]: "c2"}
+    st = snapshot(r, k)
+    assert set(st["done"]) == {"r0", "r2"} and set(st["runs"]) == {"r1", "r3"}
+
+
+def test_ack_of_an_entry_named_twice_with_as_many_rows_as_pairs_finishes_it_once(backend, queue):
+    """Pairs r0, r2, r2 against the rows r0, r1, r2: the same count, not the same entries."""
+    app, ent = seed_ready(backend, queue, ["r0", "r1", "r2"])
+    k, r = app.keys, backend.sync
+    codes = _ack_raw(backend, k, "c1", [ent["r0"], "r0", ent["r2"], "r2", ent["r2"], "r2"])
+    assert codes == [1, 1, 0]
+    st = snapshot(r, k)
+    assert set(st["runs"]) == {"r1"} and st["stats"]["acked"] == 2
