@@ -27,6 +27,7 @@ import redis.exceptions as rex
 import redis.sentinel
 
 from zsched.errors import ConfigError
+from zsched.store.packing import pack_in_c
 from zsched.store.sentinel_watch import MasterWatch
 from zsched.store.urls import PLAIN, Target, check, parse, scheme_of
 from zsched.store.urls import redact as redact  # re-exported: callers import it from here
@@ -179,18 +180,21 @@ def sync_client(url: str, **kw: Any) -> Any:
 
 
 def async_client(url: str, **kw: Any) -> Any:
-    """An asyncio client for `url` (same kinds as `sync_client`)."""
+    """An asyncio client for `url` (same kinds as `sync_client`), packing commands in C
+    (zsched/store/packing.py)."""
     check(url)
     if scheme_of(url) in PLAIN:
-        return aioredis.Redis.from_url(url, **{**COMMON, **kw})
+        return pack_in_c(aioredis.Redis.from_url(url, **{**COMMON, **kw}))
     t = parse(url)
     if t.kind == "cluster":
         nodes = [_AsyncNode(h, p) for h, p in t.nodes]
-        return _AsyncCluster(startup_nodes=nodes, **_node_kwargs(t, kw))
+        return pack_in_c(_AsyncCluster(startup_nodes=nodes, **_node_kwargs(t, kw)))
     assert t.service is not None
     sentinel = _AsyncSentinel(t.nodes, sentinel_kwargs=_sentinel_kwargs(t))
-    return sentinel.master_for(
-        t.service, redis_class=_AsyncSentinelMaster, db=t.db, **_node_kwargs(t, kw)
+    return pack_in_c(
+        sentinel.master_for(
+            t.service, redis_class=_AsyncSentinelMaster, db=t.db, **_node_kwargs(t, kw)
+        )
     )
 
 
@@ -261,7 +265,12 @@ class ClusterSubscriber:
 
 
 def async_from_sync(client: Any, **kw: Any) -> Any:
-    """An asyncio client reaching the same server(s) as a sync redis-py client."""
+    """An asyncio client reaching the same server(s) as a sync redis-py client, packing
+    commands in C (zsched/store/packing.py)."""
+    return pack_in_c(_async_from_sync(client, kw))
+
+
+def _async_from_sync(client: Any, kw: dict[str, Any]) -> Any:
     if isinstance(client, redis.cluster.RedisCluster):
         return _async_cluster_from_sync(client, kw)
     pool = client.connection_pool
