@@ -34,6 +34,8 @@ MAX_NOTE = 500
 MAX_BY = 100
 #: Most slots one backfill enqueues; a longer range is refused, not cut (docs/policies.md).
 MAX_BACKFILL_SLOTS = 10_000
+#: What UnreadableRule's message suggests (docs/operations.md, "A rule a dispatcher cannot read").
+REMEDY = "; remove it and create it again, or use the zsched that wrote it"
 
 
 def _read(ctx: QueueContext, sid: str
@@ -52,7 +54,11 @@ def load(ctx: QueueContext, sid: str) -> tuple[Spec, State, bytes, bytes, int | 
     raw_spec, raw_state, nxt, _ = _read(ctx, sid)
     if raw_spec is None:
         raise ScheduleNotFound(f"no schedule {sid!r} in queue {ctx.queue!r}")
-    return decode_spec(raw_spec), decode_state(raw_state), raw_spec, raw_state or b"", nxt
+    try:
+        spec, state = decode_spec(raw_spec), decode_state(raw_state)
+    except RuleError as exc:  # the rule's own error: not a bad argument, nothing changed
+        raise UnreadableRule(f"schedule {sid} cannot be read: {exc}{REMEDY}") from exc
+    return spec, state, raw_spec, raw_state or b"", nxt
 
 
 def upsert(ctx: QueueContext, schedule_id: str, task_name: str, **options: Any) -> ScheduleResult:
@@ -86,7 +92,7 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         )
     if raw_old == new_raw:
         return ScheduleCode.UNCHANGED
-    old = _editable(schedule_id, raw_old)
+    old = _editable(schedule_id, raw_old, raw_state)
     if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
         # declared rule synced at every dispatcher start, an ctx that upserts at boot).
@@ -119,12 +125,13 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
                                       triggers=triggers))  # fmt: skip
 
 
-def _editable(schedule_id: str, raw: bytes) -> Spec:
+def _editable(schedule_id: str, raw: bytes, raw_state: bytes | None) -> Spec:
     try:
-        return decode_spec(raw)
+        spec = decode_spec(raw)
+        decode_state(raw_state)
+        return spec
     except RuleError as exc:  # not overwritten: a newer zsched may have written it
-        raise UnreadableRule(f"schedule {schedule_id} cannot be edited: {exc}; edit it with the "
-                        "zsched that wrote it, or remove it and create it again") from exc  # fmt: skip
+        raise UnreadableRule(f"schedule {schedule_id} cannot be edited: {exc}{REMEDY}") from exc
 
 
 def _edited_state(old: Spec, new: Spec, state: State, now: int) -> State:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -124,8 +126,13 @@ def decode_spec(raw: bytes) -> Spec:
         return Spec(**d)
     except RuleError:
         raise  # a ValueError too, already naming what is wrong
-    except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
-        raise RuleError(f"stored rule cannot be read: {exc}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+        raise RuleError(f"its stored spec does not decode: {_why(exc)}") from exc
+
+
+def _why(exc: Exception) -> str:
+    """An exception as a reason: its message, else its type (msgpack's often have none)."""
+    return str(exc) or type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -170,11 +177,39 @@ class State:
 
 
 def decode_state(raw: bytes | None) -> State:
+    """The stored state; RuleError when it is corrupt (not a msgpack map, or a field of the
+    wrong type), so that one rule's bad state is that rule's error, not a failed pass."""
     if not raw:
         return State()
-    d = msgpack.unpackb(raw, raw=False)
+    try:
+        d = msgpack.unpackb(raw, raw=False)
+        if not isinstance(d, dict):
+            raise TypeError(f"{type(d).__name__} instead of a map")
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise RuleError(f"its stored state does not decode: {_why(exc)}") from exc
     known = {k: v for k, v in d.items() if k in State.__dataclass_fields__}
+    for name, value in known.items():
+        if not _typed(value, _state_types()[name]):
+            raise RuleError(f"its stored state does not decode: {name} is {value!r:.80}")
     return State(**known)
+
+
+@functools.cache
+def _state_types() -> dict[str, tuple[type, ...]]:
+    """Each State field's types: `int | None` -> (int, NoneType), `list[int]` -> (list,)."""
+    out = {}
+    for name, hint in typing.get_type_hints(State).items():
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        out[name] = tuple(typing.get_origin(a) or a for a in args)
+    return out
+
+
+def _typed(value: Any, allowed: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        return False
+    return not isinstance(value, list) or all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
 
 
 def build_spec(
