@@ -11,6 +11,7 @@ from markupsafe import escape
 from test_console_http import AUTH, console, flash, pages, post
 
 import zsched
+from zsched.web.backend import SyncBackend
 
 BAD = "bad-" + XSS.replace("@", "")  # a hostile rule id; its reason is hostile too
 SICK = "sick"  # a readable spec, a corrupt state
@@ -63,6 +64,9 @@ def test_unreadable_rules_are_listed_and_the_other_pages_work(client, seeded: Se
     for control in ('id="pause"', 'id="run-now"', 'id="edit-form"', 'id="backfill"'):
         assert control not in page, control
     assert 'id="remove"' in page
+    sync = SyncBackend.build([zsched.App(client, queue=q)])  # the sync path says the same
+    assert sync.rule(q, SICK)["unreadable"].startswith(f"schedule {SICK} cannot be read: ")
+    assert {r["info"].schedule_id for r in sync.rules(q, 0, 0, "")["rows"]} >= {BAD, SICK}
 
 
 def test_an_unreadable_rule_is_removed_and_the_others_still_act(client, seeded) -> None:

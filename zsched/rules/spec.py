@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 from zsched.clock import datetime_to_ms
-from zsched.errors import RuleError
+from zsched.errors import RuleError, UnreadableRule
 from zsched.protocol.envelope import Payload, check_payload
 from zsched.protocol.limits import MAX_DURATION_MS, MAX_INSTANT_MS
 from zsched.rules.policies import Misfire, Overlap
@@ -194,6 +194,22 @@ def decode_state(raw: bytes | None) -> State:
     return State(**known)
 
 
+#: What UnreadableRule's message suggests (docs/operations.md, "A rule a dispatcher cannot read").
+REMEDY = "; remove it and create it again, or use the zsched that wrote it"
+
+
+def decode_rule(schedule_id: str, raw_spec: bytes, raw_state: bytes | None, verb: str = "read"
+                ) -> tuple[Spec, State]:  # fmt: skip
+    """A stored rule's spec and state; UnreadableRule, `schedule <id> cannot be <verb>: <why>`,
+    when either does not decode (the stored rule's fault, not a bad argument of the call)."""
+    try:
+        return decode_spec(raw_spec), decode_state(raw_state)
+    except RuleError as exc:
+        err = UnreadableRule(f"schedule {schedule_id} cannot be {verb}: {exc}{REMEDY}")
+        err.reason = str(exc)
+        raise err from exc
+
+
 @functools.cache
 def _state_types() -> dict[str, tuple[type, ...]]:
     """Each State field's types: `int | None` -> (int, NoneType), `list[int]` -> (list,)."""
@@ -205,11 +221,9 @@ def _state_types() -> dict[str, tuple[type, ...]]:
 
 
 def _typed(value: Any, allowed: tuple[type, ...]) -> bool:
-    if isinstance(value, bool) or not isinstance(value, allowed):
-        return False
-    return not isinstance(value, list) or all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    )
+    if isinstance(value, list):  # the backlog and backfilled slots: lists of ints
+        return list in allowed and all(_typed(v, (int,)) for v in value)
+    return isinstance(value, allowed) and not isinstance(value, bool)
 
 
 def build_spec(
