@@ -59,7 +59,8 @@ class RuleFirer:
         self._dirty = True
         self._now = 0  # the Redis time of the last pass that read the rules
         #: Rules whose stored spec or state this process cannot decode (corrupt, or written by
-        #: a newer zsched), by id: the raw spec and state that failed (spec None: no spec).
+        #: a newer zsched), by id: the raw spec that failed (None: no spec) and the raw state
+        #: when the state is what failed (else None: not watched).
         #: They are left out of the due rules and of the next fire until either changes, so a
         #: due one neither spins the loop (its score stays <= now) nor is logged every pass.
         #: Never written to Redis.
@@ -185,11 +186,17 @@ class RuleFirer:
         for sid, raw_spec, raw_state, nxt in zip(ids, specs, states, nexts, strict=True):
             if raw_spec is None:
                 if nxt is not None:  # else removed since this pass read it: nothing to tell
-                    self._set_unreadable(sid, (None, raw_state), "it has a next fire but no "
-                                         "stored spec")  # fmt: skip
+                    self._set_unreadable(sid, (None, None), "it has a next fire but no stored "
+                                         "spec")  # fmt: skip
                 continue
             try:
-                spec, state = decode_spec(raw_spec), decode_state(raw_state)
+                spec = decode_spec(raw_spec)
+            except RuleError as exc:
+                # Its state not watched: a newer zsched firing it changes that at every fire.
+                self._set_unreadable(sid, (raw_spec, None), str(exc))
+                continue
+            try:
+                state = decode_state(raw_state)
             except RuleError as exc:
                 self._set_unreadable(sid, (raw_spec, raw_state), str(exc))
                 continue
@@ -229,7 +236,8 @@ class RuleFirer:
         """Take back the unreadable rules whose spec or state changed or which have no next
         fire any more (removed): this pass reads them like any other."""
         for sid, raw, state, score in zip(bad, raws, states, scores, strict=True):
-            if score is None or (raw, state) != self._unreadable[sid]:
+            held = self._unreadable[sid]
+            if score is None or (raw, state if held[1] is not None else None) != held:
                 del self._unreadable[sid]
                 self.ctx.metrics.unreadable_rules.labels(self.ctx.queue, sid).set(0)
 

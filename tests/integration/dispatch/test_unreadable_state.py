@@ -11,6 +11,7 @@ import msgpack
 import pytest
 
 from zsched import FakeClock
+from zsched.rules.spec import State
 
 M = 60_000
 T0 = 1_800_000_000_000 // (60 * M) * (60 * M)
@@ -59,3 +60,27 @@ async def test_a_corrupt_rule_state_is_set_aside_and_the_others_fire_on_time(
     assert app.metrics.fires.labels(queue, "bad")._value.get() == 1
     assert gauge._value.get() == 0
     await d.close()
+
+
+async def test_an_unreadable_spec_is_not_told_again_when_a_newer_zsched_fires_it(
+    backend, queue, caplog
+) -> None:
+    """A rolling upgrade: the newer dispatchers fire the rule, changing its state at every
+    fire; this one watches the state only of a rule whose state is what it cannot read."""
+    caplog.set_level(logging.WARNING, logger="zsched")
+    clock = FakeClock(T0)
+    app = backend.app(queue, clock=clock)
+    app.schedule("bad", "t", every=60)
+    k, r = app.keys, backend.sync
+    d = msgpack.unpackb(r.hget(k.rules, "bad"), raw=False)
+    d["trigger"]["kind"] = "bogus"
+    r.hset(k.rules, "bad", msgpack.packb(d, use_bin_type=True))
+    clock.set(T0 + 10 * M)
+    dispatcher = app.dispatcher(redis=backend.async_client())
+    await dispatcher.tick()
+    for fired in range(1, 4):  # what a newer dispatcher's fires write
+        r.hset(k.rule_state, "bad", State(fired=fired).encode())
+        dispatcher.parts[0].invalidate()
+        await dispatcher.tick()
+    assert len(cannot_read(caplog, "bad")) == 1
+    await dispatcher.close()
