@@ -43,8 +43,12 @@ class RuleError(InvalidArgument):
 
 
 class UnreadableRule(RuleError):
-    """A stored rule this zsched cannot decode (corrupt, or written by a newer zsched) was
-    to be edited: it is left as stored, not overwritten."""
+    """A stored rule this zsched cannot decode (its spec corrupt or written by a newer zsched,
+    or its state corrupt) was to be read or edited: it is left as stored, not overwritten.
+    The stored rule is at fault, not the call's arguments; removing the rule still works."""
+
+    #: Why the rule does not decode (the message without the schedule id and the advice).
+    reason: str = ""
 
 
 class PayloadError(ZschedError):

@@ -25,7 +25,7 @@ from zsched.cli import (
     web,
 )
 from zsched.cli.common import PROG, UsageError, fail
-from zsched.errors import RuleError, ZschedError
+from zsched.errors import RuleError, UnreadableRule, ZschedError
 from zsched.observability.logs import LOG_FORMATS, configure_logging
 from zsched.store.connection import redact_text
 
@@ -78,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         redis.exceptions.RedisClusterException,  # an unreachable cluster; not a RedisError
     ) as exc:
         return fail(f"cannot reach Redis: {redact_text(str(exc))}")
+    except UnreadableRule as exc:  # the stored rule's fault, not the command line's
+        return fail(redact_text(str(exc)))
     except RuleError as exc:  # a bad --cron, --tz, --every ...: the command line's fault
         parser.print_usage(sys.stderr)
         return fail(redact_text(str(exc)), 2)

@@ -58,11 +58,13 @@ class RuleFirer:
         self._read_at = -RULES_RECHECK_S
         self._dirty = True
         self._now = 0  # the Redis time of the last pass that read the rules
-        #: Rules whose stored spec this process cannot decode (corrupt, or written by a newer
-        #: zsched), by id: the raw spec that failed (None: no spec). They are left out of the
-        #: due rules and of the next fire until their spec changes, so a due one neither spins
-        #: the loop (its score stays <= now) nor is logged every pass. Never written to Redis.
-        self._unreadable: dict[str, bytes | None] = {}
+        #: Rules whose stored spec or state this process cannot decode (corrupt, or written by
+        #: a newer zsched), by id: the raw spec that failed (None: no spec) and the raw state
+        #: when the state is what failed (else None: not watched).
+        #: They are left out of the due rules and of the next fire until either changes, so a
+        #: due one neither spins the loop (its score stays <= now) nor is logged every pass.
+        #: Never written to Redis.
+        self._unreadable: dict[str, tuple[bytes | None, bytes | None]] = {}
 
     def invalidate(self) -> None:
         """Read the rules at the next pass: something was published on `wake` (a rule was
@@ -112,8 +114,9 @@ class RuleFirer:
         # Past the unreadable ones, so that as many readable rules are seen as without them.
         pipe.zrange(k.rule_next, 0, self.rules_per_pass - 1 + len(bad), withscores=True)
         pipe.zrange(k.rule_catchup, 0, self.rules_per_pass - 1)
-        if bad:  # two commands more in the same round trip, only while a rule is unreadable
+        if bad:  # three commands more in the same round trip, only while a rule is unreadable
             pipe.hmget(k.rules, bad)
+            pipe.hmget(k.rule_state, bad)
             pipe.zmscore(k.rule_next, bad)
         replies = await pipe.execute()
         t = await self.redis.time() if cluster else replies.pop(0)
@@ -183,16 +186,23 @@ class RuleFirer:
         for sid, raw_spec, raw_state, nxt in zip(ids, specs, states, nexts, strict=True):
             if raw_spec is None:
                 if nxt is not None:  # else removed since this pass read it: nothing to tell
-                    self._set_unreadable(sid, None, "it has a next fire but no stored spec")
+                    self._set_unreadable(sid, (None, None), "it has a next fire but no stored "
+                                         "spec")  # fmt: skip
                 continue
             try:
                 spec = decode_spec(raw_spec)
             except RuleError as exc:
-                self._set_unreadable(sid, raw_spec, str(exc))
+                # Its state not watched: a newer zsched firing it changes that at every fire.
+                self._set_unreadable(sid, (raw_spec, None), str(exc))
+                continue
+            try:
+                state = decode_state(raw_state)
+            except RuleError as exc:
+                self._set_unreadable(sid, (raw_spec, raw_state), str(exc))
                 continue
             next_ms = int(nxt) if nxt is not None else None
             fire_now = next_ms if next_ms is not None and next_ms <= now else None
-            p = plan(spec, decode_state(raw_state), fire_now, now, budget, free[sid])
+            p = plan(spec, state, fire_now, now, budget, free[sid])
             if p.state.backlog and not p.budget_used and not free[sid]:
                 self.blocked += 1
             # Not due, only draining catch-up: the next fire stays as it is.
@@ -208,10 +218,11 @@ class RuleFirer:
             budget -= p.budget_used
             self._count(spec, p, r)
 
-    def _set_unreadable(self, sid: str, raw: bytes | None, why: str) -> None:
-        """Leave rule `sid` out until its spec changes; say so once per spec (a change that is
-        still unreadable is said again). The rule stays stored as it is: a newer zsched may
-        have written it, and it fires again once it is rewritten in a form this one reads."""
+    def _set_unreadable(self, sid: str, raw: tuple[bytes | None, bytes | None], why: str) -> None:
+        """Leave rule `sid` out until its spec or state changes; say so once per (spec, state)
+        (a change that is still unreadable is said again). The rule stays stored as it is: a
+        newer zsched may have written it, and it fires again once it is rewritten in a form
+        this one reads."""
         if sid in self._unreadable and self._unreadable[sid] == raw:
             return
         self._unreadable[sid] = raw
@@ -220,11 +231,13 @@ class RuleFirer:
                   extra={"queue": self.ctx.queue, "schedule_id": sid})  # fmt: skip
         self.ctx.metrics.unreadable_rules.labels(self.ctx.queue, sid).set(1)
 
-    def _recheck(self, bad: list[str], raws: list[Any], scores: list[Any]) -> None:
-        """Take back the unreadable rules whose spec changed or which have no next fire any
-        more (removed): this pass reads them like any other."""
-        for sid, raw, score in zip(bad, raws, scores, strict=True):
-            if score is None or raw != self._unreadable[sid]:
+    def _recheck(self, bad: list[str], raws: list[Any], states: list[Any], scores: list[Any]
+                 ) -> None:  # fmt: skip
+        """Take back the unreadable rules whose spec or state changed or which have no next
+        fire any more (removed): this pass reads them like any other."""
+        for sid, raw, state, score in zip(bad, raws, states, scores, strict=True):
+            held = self._unreadable[sid]
+            if score is None or (raw, state if held[1] is not None else None) != held:
                 del self._unreadable[sid]
                 self.ctx.metrics.unreadable_rules.labels(self.ctx.queue, sid).set(0)
 

@@ -15,7 +15,7 @@ from zsched.protocol.envelope import Envelope
 from zsched.protocol.replies import EnqueueCode, ScheduleCode, ScheduleResult
 from zsched.rules import ledger, past_triggers
 from zsched.rules.slot_count import count_between
-from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_spec, decode_state
+from zsched.rules.spec import ScheduleInfo, Spec, State, build_spec, decode_rule, decode_state
 from zsched.rules.spec import _instant_ms as instant_ms
 from zsched.rules.triggers import slot_run_id
 from zsched.store import scripts as S
@@ -52,7 +52,8 @@ def load(ctx: QueueContext, sid: str) -> tuple[Spec, State, bytes, bytes, int | 
     raw_spec, raw_state, nxt, _ = _read(ctx, sid)
     if raw_spec is None:
         raise ScheduleNotFound(f"no schedule {sid!r} in queue {ctx.queue!r}")
-    return decode_spec(raw_spec), decode_state(raw_state), raw_spec, raw_state or b"", nxt
+    spec, state = decode_rule(sid, raw_spec, raw_state)
+    return spec, state, raw_spec, raw_state or b"", nxt
 
 
 def upsert(ctx: QueueContext, schedule_id: str, task_name: str, **options: Any) -> ScheduleResult:
@@ -86,7 +87,7 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
         )
     if raw_old == new_raw:
         return ScheduleCode.UNCHANGED
-    old = _editable(schedule_id, raw_old)
+    old = _editable(schedule_id, raw_old, raw_state)
     if not paused_given and old.paused:
         # An edit that does not mention pausing keeps a pause made with pause_schedule (a
         # declared rule synced at every dispatcher start, an ctx that upserts at boot).
@@ -119,12 +120,9 @@ def _upsert_once(ctx: QueueContext, spec: Spec, paused_given: bool) -> int:
                                       triggers=triggers))  # fmt: skip
 
 
-def _editable(schedule_id: str, raw: bytes) -> Spec:
-    try:
-        return decode_spec(raw)
-    except RuleError as exc:  # not overwritten: a newer zsched may have written it
-        raise UnreadableRule(f"schedule {schedule_id} cannot be edited: {exc}; edit it with the "
-                        "zsched that wrote it, or remove it and create it again") from exc  # fmt: skip
+def _editable(schedule_id: str, raw: bytes, raw_state: bytes | None) -> Spec:
+    # UnreadableRule: not overwritten, a newer zsched may have written it.
+    return decode_rule(schedule_id, raw, raw_state, "edited")[0]
 
 
 def _edited_state(old: Spec, new: Spec, state: State, now: int) -> State:
@@ -347,10 +345,10 @@ def infos(ctx: QueueContext) -> list[ScheduleInfo]:
     for sid, last in zip(ids, lasts, strict=True):
         outcome = ledger.last_outcome(last)
         try:
-            spec, state = decode_spec(specs[sid.encode()]), decode_state(states.get(sid.encode()))
-        except RuleError as exc:  # listed, not hidden, and the other rules still listed
+            spec, state = decode_rule(sid, specs[sid.encode()], states.get(sid.encode()))
+        except UnreadableRule as exc:  # listed, not hidden, and the other rules still listed
             out.append(ScheduleInfo(sid, "?", "?", "?", "?", False, nxt.get(sid), None, None,
-                                    outcome, 0, 0, 0, unreadable=str(exc)))  # fmt: skip
+                                    outcome, 0, 0, 0, unreadable=exc.reason))  # fmt: skip
             continue
         out.append(ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,

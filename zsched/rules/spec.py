@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import msgpack
 
 from zsched.clock import datetime_to_ms
-from zsched.errors import RuleError
+from zsched.errors import RuleError, UnreadableRule
 from zsched.protocol.envelope import Payload, check_payload
 from zsched.protocol.limits import MAX_DURATION_MS, MAX_INSTANT_MS
 from zsched.rules.policies import Misfire, Overlap
@@ -124,8 +126,13 @@ def decode_spec(raw: bytes) -> Spec:
         return Spec(**d)
     except RuleError:
         raise  # a ValueError too, already naming what is wrong
-    except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
-        raise RuleError(f"stored rule cannot be read: {exc}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+        raise RuleError(f"its stored spec does not decode: {_why(exc)}") from exc
+
+
+def _why(exc: Exception) -> str:
+    """An exception as a reason: its message, else its type (msgpack's often have none)."""
+    return str(exc) or type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -170,11 +177,53 @@ class State:
 
 
 def decode_state(raw: bytes | None) -> State:
+    """The stored state; RuleError when it is corrupt (not a msgpack map, or a field of the
+    wrong type), so that one rule's bad state is that rule's error, not a failed pass."""
     if not raw:
         return State()
-    d = msgpack.unpackb(raw, raw=False)
+    try:
+        d = msgpack.unpackb(raw, raw=False)
+        if not isinstance(d, dict):
+            raise TypeError(f"{type(d).__name__} instead of a map")
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise RuleError(f"its stored state does not decode: {_why(exc)}") from exc
     known = {k: v for k, v in d.items() if k in State.__dataclass_fields__}
+    for name, value in known.items():
+        if not _typed(value, _state_types()[name]):
+            raise RuleError(f"its stored state does not decode: {name} is {value!r:.80}")
     return State(**known)
+
+
+#: What UnreadableRule's message suggests (docs/operations.md, "A rule a dispatcher cannot read").
+REMEDY = "; remove it and create it again, or use the zsched that wrote it"
+
+
+def decode_rule(schedule_id: str, raw_spec: bytes, raw_state: bytes | None, verb: str = "read"
+                ) -> tuple[Spec, State]:  # fmt: skip
+    """A stored rule's spec and state; UnreadableRule, `schedule <id> cannot be <verb>: <why>`,
+    when either does not decode (the stored rule's fault, not a bad argument of the call)."""
+    try:
+        return decode_spec(raw_spec), decode_state(raw_state)
+    except RuleError as exc:
+        err = UnreadableRule(f"schedule {schedule_id} cannot be {verb}: {exc}{REMEDY}")
+        err.reason = str(exc)
+        raise err from exc
+
+
+@functools.cache
+def _state_types() -> dict[str, tuple[type, ...]]:
+    """Each State field's types: `int | None` -> (int, NoneType), `list[int]` -> (list,)."""
+    out = {}
+    for name, hint in typing.get_type_hints(State).items():
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        out[name] = tuple(typing.get_origin(a) or a for a in args)
+    return out
+
+
+def _typed(value: Any, allowed: tuple[type, ...]) -> bool:
+    if isinstance(value, list):  # the backlog and backfilled slots: lists of ints
+        return list in allowed and all(_typed(v, (int,)) for v in value)
+    return isinstance(value, allowed) and not isinstance(value, bool)
 
 
 def build_spec(

@@ -20,10 +20,11 @@ from datetime import datetime
 from typing import Any
 
 import zsched.web.reads as reads
+import zsched.web.rule_reads as rule_reads
 import zsched.web.words as words
 from zsched.app import AsyncApp
-from zsched.errors import ScheduleNotFound
-from zsched.rules.spec import Spec, State, decode_spec, decode_state
+from zsched.errors import ScheduleNotFound, UnreadableRule
+from zsched.rules.spec import Spec, State, decode_rule
 from zsched.web.backend import (
     SyncBackend,
     dead_rows,
@@ -31,6 +32,7 @@ from zsched.web.backend import (
     rule_view,
     run_view,
     scan_note,
+    unreadable_view,
 )
 from zsched.web.run_controls import checked_note
 
@@ -107,14 +109,17 @@ class AsyncBackend:
         pipe.hget(k.rules, schedule_id)
         pipe.hget(k.rule_state, schedule_id)
         pipe.zscore(k.rule_next, schedule_id)
-        pipe.xrevrange(k.ledger(schedule_id), "+", "-", count=reads.AUDIT_LEDGER_MAX)
+        pipe.xrevrange(k.ledger(schedule_id), "+", "-", count=rule_reads.AUDIT_LEDGER_MAX)
         pipe.hget(k.rule_triggers, schedule_id)
         raw, raw_state, nxt, audit_ledger, raw_past = await pipe.execute()
         sec, _usec = await aio.redis.time()  # not in the pipeline: TIME has no key to route by
-        spec, state = _decode_rule(home, schedule_id, raw, raw_state)
-        now = int(sec) * 1000
-        missing = reads.unaccounted(spec, state, audit_ledger, now, raw_past)
         ledger = await aio.schedule_history(schedule_id, reads.PAGE_MAX)
+        try:
+            spec, state = _decode_rule(home, schedule_id, raw, raw_state)
+        except UnreadableRule as exc:  # its page says why, and offers to remove it
+            return unreadable_view(exc, nxt, ledger)
+        now = int(sec) * 1000
+        missing = rule_reads.unaccounted(spec, state, audit_ledger, now, raw_past)
         return rule_view(spec, state, None if nxt is None else int(nxt), now, missing, ledger)
 
     async def dead(self, queue: str, cursor: str, task: str, reason: str) -> dict[str, Any]:
@@ -244,4 +249,4 @@ def _decode_rule(
 ) -> tuple[Spec, State]:
     if raw is None:
         raise ScheduleNotFound(f"no schedule {sid!r} in queue {home.queue!r}")
-    return decode_spec(raw), decode_state(raw_state)
+    return decode_rule(sid, raw, raw_state)  # UnreadableRule, naming it

@@ -18,8 +18,10 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 import zsched.web.reads as reads
+import zsched.web.rule_reads as rule_reads
 from zsched.app import App
 from zsched.dispatch.simulate import simulate
+from zsched.errors import UnreadableRule
 from zsched.rules.spec import build_spec, spec_options
 from zsched.web.health import Sampler, Thresholds, causes, verdict
 from zsched.web.run_controls import RunControls
@@ -67,13 +69,21 @@ def rule_view(spec: Any, state: Any, nxt: int | None, now_ms: int, missing: list
               ledger: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """What a rule's page shows, from its reads."""
     return {
-        "unaccounted": missing,
+        "unreadable": None, "unaccounted": missing,
         "spec": spec, "state": state, "next_fire_ms": nxt,
         "next": [] if spec.paused else next_fires(spec, now_ms),
         "ledger": ledger,
         "options": spec_options(spec),
         "payload": pretty_payload(spec.payload),
     }  # fmt: skip
+
+
+def unreadable_view(exc: UnreadableRule, nxt: Any, ledger: list[dict[str, Any]]
+                    ) -> dict[str, Any]:  # fmt: skip
+    """What the page of a rule that cannot be read shows: why, its next fire and its ledger
+    (the template offers to remove it, nothing that needs it decoded)."""
+    return {"unreadable": str(exc), "spec": None, "state": None, "unaccounted": [], "next": [],
+            "next_fire_ms": None if nxt is None else int(nxt), "ledger": ledger}  # fmt: skip
 
 
 def dead_rows(letters: list[Any]) -> list[dict[str, Any]]:
@@ -108,8 +118,9 @@ class SyncBackend(RunControls):
     apps: dict[str, App]
     thresholds: Thresholds
     sampler: Sampler
-    #: Per partition: the audit's HSCAN cursor and {rule: unaccounted slots} found so far.
-    audits: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+    #: Per partition: the audit's HSCAN cursor, {rule: unaccounted slots} and {rule: why it
+    #: cannot be read} found so far.
+    audits: dict[str, tuple[int, dict[str, int], dict[str, str]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, apps: Sequence[App], thresholds: Thresholds | None = None) -> SyncBackend:
@@ -139,7 +150,8 @@ class SyncBackend(RunControls):
         keys = ("delayed", "due", "ready", "pending", "dead", "rules")
         total = {k: sum(p[k] for p in parts) for k in keys}
         return {"queue": queue, "partitions": parts, "total": total, "verdict": verdict(every),
-                "healthy": not every}  # fmt: skip
+                "healthy": not every,
+                "unreadable": [u for p in parts for u in p["unreadable"]]}  # fmt: skip
 
     def _part(self, view: App, st: Any) -> dict[str, Any]:
         r, k = view.redis, view.keys
@@ -161,20 +173,25 @@ class SyncBackend(RunControls):
             "late_rule": None if late is None else {
                 "schedule_id": late[0], "late_ms": st.now_ms - late[1]},
             "rules": int(r.hlen(k.rules)),
-            "unaccounted": self._audit(view, name, st.now_ms),
         }  # fmt: skip
+        part["unaccounted"], bad = self._audit(view, name, st.now_ms)
+        part["unreadable"] = [{"schedule_id": s, "reason": why} for s, why in sorted(bad.items())]
         part["causes"] = causes(part, self.thresholds)
         return part
 
-    def _audit(self, view: App, name: str, now_ms: int) -> dict[str, int]:
-        """Audit the next few rules of the partition (rotating, so every view stays bounded);
-        the rules found with unaccounted slots stay listed until audited clean again."""
-        cursor, found = self.audits.get(name, (0, {}))
-        nxt, batch = reads.audit_rules(view, cursor, now_ms)
+    def _audit(self, view: App, name: str, now_ms: int) -> tuple[dict[str, int], dict[str, str]]:
+        """Audit the next few rules of the partition (rotating, so every view stays bounded):
+        the rules found with unaccounted slots, and those that cannot be read, stay listed
+        until audited clean (or read) again."""
+        cursor, found, bad = self.audits.get(name, (0, {}, {}))
+        b = rule_reads.audit_rules(view, cursor, now_ms)
         # A new round (cursor 0) forgets rules removed since; a rule audited clean drops out.
-        merged = {**(found if cursor else {}), **batch}
-        self.audits[name] = (nxt, {k: v for k, v in merged.items() if v})
-        return self.audits[name][1]
+        counts = {**(found if cursor else {}), **b.unaccounted}
+        why = {**(bad if cursor else {}), **b.unreadable}
+        self.audits[name] = (b.next_cursor,
+                             {k: v for k, v in counts.items() if v and k not in b.unreadable},
+                             {k: v for k, v in why.items() if k not in b.unaccounted})  # fmt: skip
+        return self.audits[name][1], self.audits[name][2]
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -196,18 +213,22 @@ class SyncBackend(RunControls):
 
     def rules(self, queue: str, partition: int, cursor: int, match: str) -> dict[str, Any]:
         view = self.part(queue, partition)
-        page = reads.rules_page(view.redis, view.keys, cursor, match)
+        page = rule_reads.rules_page(view.redis, view.keys, cursor, match)
         now = int(view.redis.time()[0]) * 1000
-        rows = [{"info": info, "spec": spec, "next": next_fires(spec, now)}
+        rows = [{"info": info, "spec": spec, "next": next_fires(spec, now) if spec else []}
                 for info, spec in page.rules]  # fmt: skip
         return {"rows": rows, "next_cursor": page.next_cursor, "total": page.total}
 
     def rule(self, queue: str, schedule_id: str) -> dict[str, Any]:
         """Spec, state, the next fires and the ledger (newest 100) of one rule."""
         home = self.app(queue).rule_home(schedule_id)
-        spec, state, nxt = reads.rule(home, schedule_id)
+        try:
+            spec, state, nxt = rule_reads.rule(home, schedule_id)
+        except UnreadableRule as exc:  # its page says why, and offers to remove it
+            nxt = home.redis.zscore(home.keys.rule_next, schedule_id)
+            return unreadable_view(exc, nxt, home.schedule_history(schedule_id, reads.PAGE_MAX))
         now = int(home.redis.time()[0]) * 1000
-        missing = reads.audit_rule(home, schedule_id, spec, state, now)
+        missing = rule_reads.audit_rule(home, schedule_id, spec, state, now)
         ledger = home.schedule_history(schedule_id, reads.PAGE_MAX)
         return rule_view(spec, state, nxt, now, missing, ledger)
 
@@ -215,7 +236,7 @@ class SyncBackend(RunControls):
                  slow_s: float | None) -> list[Any]:  # fmt: skip
         """The simulator's slot-by-slot result; refuses windows over SIMULATE_MAX_SLOTS."""
         home = self.app(queue).rule_home(schedule_id)
-        spec, _state, _ = reads.rule(home, schedule_id)
+        spec, _state, _ = rule_reads.rule(home, schedule_id)
         if to_ms <= from_ms:
             raise ValueError("the outage must end after it starts")
         if (
@@ -260,7 +281,7 @@ class SyncBackend(RunControls):
         """Apply edited trigger/policy fields over the stored options (validated as
         App.schedule validates them, before anything is written)."""
         app = self.app(queue)
-        spec, _state, _ = reads.rule(app.rule_home(schedule_id), schedule_id)
+        spec, _state, _ = rule_reads.rule(app.rule_home(schedule_id), schedule_id)
         app.schedule(schedule_id, spec.task, **edited_options(spec, schedule_id, changes))
         return f"saved rule {schedule_id}"
 

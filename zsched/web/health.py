@@ -115,6 +115,9 @@ def causes(part: dict[str, Any], t: Thresholds) -> list[str]:
         out.append(f"{part['new_dead']} new dead letter(s) in the last "
                    f"{RATE_WINDOW_MS // 60_000} minutes")  # fmt: skip
     out += _stale_processes(part, t)
+    for u in part.get("unreadable", [])[:5]:
+        out.append(f"rule {u['schedule_id']} cannot be read, so it does not fire until it is "
+                   f"rewritten or removed: {u['reason']}")  # fmt: skip
     for sid, n in sorted(part.get("unaccounted", {}).items())[:5]:
         out.append(f"rule {sid} has {n} slot(s) past their grace with no outcome (audit)")
     late = part.get("late_rule")

@@ -1,5 +1,5 @@
 """Bounded Redis reads the console needs and the App does not offer: a page of the delayed set
-in due order, a page of rules, one run's payload, a bounded scan of dead letters, the workers of
+in due order, one run's payload, a bounded scan of dead letters, the workers of
 the consumer group and the newest entries of the ready stream.
 
 Every function here reads at most a fixed amount (stated in its docstring): a page view can
@@ -20,8 +20,6 @@ from zsched.errors import PayloadError
 from zsched.protocol.envelope import Envelope, decode
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.text import lossy_text
-from zsched.rules.ops import load
-from zsched.rules.spec import ScheduleInfo, Spec, State, decode_spec, decode_state
 from zsched.store.delayed import leaf_number, untag
 
 #: Most rows on one page of any list.
@@ -33,8 +31,6 @@ FILTER_SCAN_MAX = 1000
 #: Dead letters examined per request when filtering or counting a bulk action.
 DEAD_SCAN_MAX = 10_000
 DEAD_BATCH = 500
-#: HSCAN steps (of ~100 rules each) one search of rules by id may take.
-MATCH_STEPS = 10
 #: Consumers of the group shown (XINFO CONSUMERS lists every one; a group has few).
 CONSUMERS_MAX = 100
 
@@ -183,65 +179,6 @@ def dead_hit(batch: list[Any], run_id: str, seen: int) -> tuple[bytes | None, st
     return None, "(" + lossy_text(batch[-1][0]), seen
 
 
-# -- rules, page by page ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RulesPage:
-    rules: list[tuple[ScheduleInfo, Spec]]
-    next_cursor: int
-    total: int
-
-
-def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesPage:
-    """About PAGE_MAX rules: one HSCAN step of the `rules` hash (COUNT 100; Redis may return a
-    few more; a search by id prefix takes up to MATCH_STEPS steps), then their state, next
-    fire and last ledger entry in one pipeline. Hash order, sorted by id within the page;
-    next_cursor 0 = last page."""
-    pattern = _glob_escape(match) + "*" if match else None
-    nxt, specs = r.hscan(k.rules, cursor, match=pattern, count=PAGE_MAX)
-    steps = 1
-    # A MATCH can leave a step empty: take a few more steps (bounded) before showing a page.
-    while match and len(specs) < PAGE_MAX and int(nxt) and steps < MATCH_STEPS:
-        nxt, more = r.hscan(k.rules, nxt, match=pattern, count=PAGE_MAX)
-        specs.update(more)
-        steps += 1
-    ids = sorted(lossy_text(m) for m in specs)
-    pipe = r.pipeline(transaction=False)
-    pipe.hlen(k.rules)
-    if ids:
-        pipe.hmget(k.rule_state, ids)
-        pipe.zmscore(k.rule_next, ids)
-        for sid in ids:
-            pipe.xrevrange(k.ledger(sid), "+", "-", count=1)
-    total, *rest = pipe.execute()
-    if not ids:
-        return RulesPage([], int(nxt), int(total))
-    states, nexts, lasts = rest[0], rest[1], rest[2:]
-    out = []
-    for sid, raw_state, nx, last in zip(ids, states, nexts, lasts, strict=True):
-        spec, state = decode_spec(specs[sid.encode()]), decode_state(raw_state)
-        outcome = lossy_text(last[0][1].get(b"outcome", b"")) if last else None
-        info = ScheduleInfo(
-            sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,
-            None if nx is None else int(nx), state.last_slot_ms, state.last_fire_ms, outcome,
-            state.missed, state.fired, len(state.backlog),
-            paused_ms=state.paused_ms, pause_note=state.pause_note, paused_by=state.paused_by,
-        )  # fmt: skip
-        out.append((info, spec))
-    return RulesPage(out, int(nxt), int(total))
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def rule(app: Any, schedule_id: str) -> tuple[Spec, State, int | None]:
-    """A rule's spec, state and next fire (three reads). Raises ScheduleNotFound."""
-    spec, state, _raw, _raw_state, nxt = load(app.ctx, schedule_id)
-    return spec, state, nxt
-
-
 # -- dead letters -------------------------------------------------------------------------------
 
 
@@ -330,52 +267,3 @@ def late_rule(r: Any, k: QueueKeys, before_ms: int) -> tuple[str, int] | None:
     """The active rule whose next fire is the oldest before `before_ms`, if any (one read)."""
     rows = r.zrangebyscore(k.rule_next, "-inf", before_ms, start=0, num=1, withscores=True)
     return (lossy_text(rows[0][0]), int(rows[0][1])) if rows else None
-
-
-# -- the fire-ledger audit, a few rules at a time -------------------------------------------------
-
-#: Rules audited per overview read of a partition (the audit rotates through them).
-AUDIT_BATCH = 20
-#: Newest ledger entries read per audited rule.
-AUDIT_LEDGER_MAX = 4000
-
-
-def audit_rules(app: Any, cursor: int, now_ms: int) -> tuple[int, dict[str, int]]:
-    """zsched.rules.audit's check over one HSCAN step of rules (about AUDIT_BATCH): slots past their
-    grace with no outcome among each rule's newest AUDIT_LEDGER_MAX ledger entries. Returns the
-    next cursor and {schedule_id: unaccounted slots} of every rule audited (0: clean)."""
-    r, k = app.redis, app.keys
-    nxt, specs = r.hscan(k.rules, cursor, count=AUDIT_BATCH)
-    ids = sorted(specs)
-    if not ids:
-        return int(nxt), {}
-    pipe = r.pipeline(transaction=False)
-    pipe.hmget(k.rule_state, ids)
-    pipe.hmget(k.rule_triggers, ids)
-    for raw_id in ids:
-        pipe.xrevrange(k.ledger(lossy_text(raw_id)), "+", "-", count=AUDIT_LEDGER_MAX)
-    states, pasts, *ledgers = pipe.execute()
-    out: dict[str, int] = {}
-    for raw_id, raw_state, raw_past, ledger in zip(ids, states, pasts, ledgers, strict=True):
-        spec, state = decode_spec(specs[raw_id]), decode_state(raw_state)
-        out[lossy_text(raw_id)] = len(unaccounted(spec, state, ledger, now_ms, raw_past))
-    return int(nxt), out
-
-
-def audit_rule(app: Any, schedule_id: str, spec: Spec, state: State, now_ms: int) -> list[int]:
-    """One rule's slots past their grace with no outcome (its newest AUDIT_LEDGER_MAX entries)."""
-    pipe = app.redis.pipeline(transaction=False)
-    pipe.xrevrange(app.keys.ledger(schedule_id), "+", "-", count=AUDIT_LEDGER_MAX)
-    pipe.hget(app.keys.rule_triggers, schedule_id)
-    ledger, raw_past = pipe.execute()
-    return unaccounted(spec, state, ledger, now_ms, raw_past)
-
-
-def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int,
-                raw_past: bytes | None = None) -> list[int]:  # fmt: skip
-    """zsched.rules.audit's check of one rule against the ledger entries read (and its
-    trigger history as stored, `rule_triggers`)."""
-    from zsched.rules.audit import check
-    from zsched.rules.past_triggers import decode
-
-    return check(spec.schedule_id, spec, state, ledger, now_ms, decode(raw_past)).unaccounted

@@ -138,11 +138,11 @@ def test_the_history_keeps_the_newest_triggers_and_goes_with_the_rule(backend, q
 
 async def test_the_consoles_audit_reads_the_history_too(backend, queue) -> None:
     from zsched.rules.ops import load
-    from zsched.web import reads
+    from zsched.web import rule_reads
 
     app = await _edited(backend, queue, "cron")
     _drop_outcome(backend, app, T0 + H)
     now = T0 + 3 * H + 30 * M
     spec, state, *_ = load(app, "r")
-    assert reads.audit_rule(app, "r", spec, state, now) == [T0 + H]
-    assert reads.audit_rules(app, 0, now) == (0, {"r": 1})
+    assert rule_reads.audit_rule(app, "r", spec, state, now) == [T0 + H]
+    assert rule_reads.audit_rules(app, 0, now) == rule_reads.AuditBatch(0, {"r": 1}, {})

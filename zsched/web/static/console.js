@@ -77,6 +77,12 @@
           list(row, "consumers", p.consumers, function (li, c) {
             li.textContent = c.name + ": " + c.pending + " running, last read " + age(c.idle_ms) + " ago";
           });
+          list(row, "unreadable", p.unreadable, function (li, u) {
+            var a = document.createElement("a");
+            a.href = card.dataset.ruleHref + "?id=" + encodeURIComponent(u.schedule_id);
+            a.textContent = u.schedule_id;
+            li.append(a, ": " + u.reason);
+          });
           list(row, "newest_ready", p.newest_ready, function (li, e) {
             var a = document.createElement("a");
             a.href = card.dataset.runHref + "?id=" + encodeURIComponent(e.run_id);
