@@ -92,6 +92,28 @@ local function bt_tag(due, env)
   local b2 = r % 256
   return string.char(0, (r - b2) / 256, b2, b3, b4, b5, b6) .. env
 end
+-- bt_tag for a batch: runs due within one span of 65,536 ms share the tag's first 5 bytes,
+-- made once by the tagger (then a string.char of 2 bytes a run instead of 7: ~0.9 k less).
+local function bt_tagger()
+  local hi, hi5
+  return function(due, env)
+    local b6 = due % 256
+    local r = (due - b6) / 256
+    local b5 = r % 256
+    r = r - b5
+    if r ~= hi then
+      hi = r
+      r = r / 256
+      local b4 = r % 256
+      r = (r - b4) / 256
+      local b3 = r % 256
+      r = (r - b3) / 256
+      local b2 = r % 256
+      hi5 = string.char(0, (r - b2) / 256, b2, b3, b4)
+    end
+    return hi5 .. string.char(b5, b6) .. env
+  end
+end
 -- (due, id) order of two runs without building their keys: ids in byte order on a tie.
 local function bt_before(due1, id1, due2, id2)
   if due1 ~= due2 then return due1 < due2 end
@@ -397,6 +419,7 @@ end
 -- The new runs go to bt_add as the arrays ids, dues, texts while every run so far is new (the
 -- usual case: no copy); the first duplicate starts copies of the new ones (add_*).
 local codes, seen, envs = {}, {}, {}
+local tag = not single and bt_tagger()
 local add_ids, add_dues, add_texts = ids, dues, texts
 local added, dups_done = 0, 0
 for i = 1, n do
@@ -412,7 +435,7 @@ for i = 1, n do
     local at = dues[i]
     added = added + 1
     if not single then
-      envs[2 * added - 1], envs[2 * added] = run_id, bt_tag(at, ARGV[4 * i + 3])
+      envs[2 * added - 1], envs[2 * added] = run_id, tag(at, ARGV[4 * i + 3])
     end
     if add_ids ~= ids then
       add_ids[added], add_dues[added], add_texts[added] = run_id, at, texts[i]
