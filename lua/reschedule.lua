@@ -82,6 +82,7 @@ local function bt_less(x, y)
   return #x < #y
 end
 -- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
+-- (enqueue.lua inlines it in its batch loop: a change here goes there too.)
 -- (Arithmetic of the VM, not math.floor: each C function call costs about as much as the rest.)
 local function bt_tag(due, env)
   local b6 = due % 256
