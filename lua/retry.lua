@@ -26,8 +26,8 @@
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
--- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
--- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
+-- Numbers in a redis.call are formatted by Redis with %.17g (~2.7 k instructions each): hot
+-- paths pass strings.
 local BT_MAX = 64
 local function bt_key(due, id)
   -- A plain find first: gsub's pattern matcher costs ~200 instructions per byte of the id.
@@ -74,6 +74,7 @@ local function bt_less(x, y)
   return #x < #y
 end
 -- The value kept in `runs` for a run due at `due`: \0, 6 bytes of due ms (big-endian), envelope.
+-- (enqueue.lua inlines it in its batch loop: a change here goes there too.)
 -- (Arithmetic of the VM, not math.floor: each C function call costs about as much as the rest.)
 local function bt_tag(due, env)
   local b6 = due % 256
@@ -92,32 +93,44 @@ local function bt_before(due1, id1, due2, id2)
   if due1 ~= due2 then return due1 < due2 end
   return bt_less(id1, id2)
 end
--- Add runs: list of {run_id, due_ms}, ids not in the tree. Sorted first (skipped when already
--- in order), so the runs bound for one leaf cost one lookup and one ZADD; the next leaf's
--- bound is read only when a second run may go to the same leaf (one run: 4 commands).
+-- Add runs: ids[j] due at dues[j] (j = 1..n; n defaults to #ids), ids not in the tree;
+-- texts[j], when given and not false, is dues[j] as decimal text, sent to ZADD as it is.
+-- Parallel arrays, not a table per run: a small table costs ~1 k instructions to make and
+-- collect. Sorted first (skipped when already in order; else sorted copies of the arrays), so
+-- the runs bound for one leaf cost one lookup and one ZADD; the next leaf's bound is read only
+-- when a second run may go to the same leaf (one run: 4 commands).
 -- want_head: also return whether the earliest run now sorts before every run that was in the
 -- tree (one more read, and only when it lands in the first leaf).
-local function bt_add(d, items, want_head)
+local function bt_add(d, ids, dues, want_head, texts, n_items)
   local index, meta = d .. ':index', d
-  local sorted, n_items = true, #items -- #t is a search: counted once
-  local prev = items[1]
+  n_items = n_items or #ids -- #t is a search: counted once
+  texts = texts or dues
+  local sorted, prev_due = true, dues[1]
   for i = 2, n_items do
     -- (bt_before inlined: a Lua call per run costs as much as the comparison)
-    local item = items[i]
-    local due, prev_due = item[2], prev[2]
-    if due < prev_due or (due == prev_due and bt_less(item[1], prev[1])) then
+    local due = dues[i]
+    if due <= prev_due and (due < prev_due or bt_less(ids[i], ids[i - 1])) then
       sorted = false
       break
     end
-    prev = item
+    prev_due = due
   end
   if not sorted then
-    table.sort(items, function(x, y) return bt_before(x[2], x[1], y[2], y[1]) end)
+    local order = {}
+    for i = 1, n_items do order[i] = i end
+    table.sort(order, function(x, y) return bt_before(dues[x], ids[x], dues[y], ids[y]) end)
+    local s_ids, s_dues, s_texts = {}, {}, {}
+    for i = 1, n_items do
+      local j = order[i]
+      s_ids[i], s_dues[i], s_texts[i] = ids[j], dues[j], texts[j]
+    end
+    ids, dues, texts = s_ids, s_dues, s_texts
   end
   local head, counted = nil, nil -- head: known after the first pass
+  local args = {} -- a leaf's ZADD arguments, reused by every pass
   local i = 1
   while i <= n_items do
-    local k = bt_key(items[i][2], items[i][1])
+    local k = bt_key(dues[i], ids[i])
     -- The leaf whose range holds k, and the one before it (none: it is the first leaf).
     local found = redis.call('ZRANGE', index, '[' .. k .. '\255', '-', 'BYLEX', 'REV', 'LIMIT', '0', '2')
     local m = found[1]
@@ -141,11 +154,11 @@ local function bt_add(d, items, want_head)
       head = false
       if want_head and not found[2] then
         local low = redis.call('ZRANGE', leaf, '0', '0', 'WITHSCORES')
-        head = bt_before(items[1][2], items[1][1], tonumber(low[2]), low[1])
+        head = bt_before(dues[1], ids[1], tonumber(low[2]), low[1])
       end
     end
     local first, upto, upto_due, looked = i, nil, nil, false
-    -- Whether items[j] belongs to this leaf: the first run of the pass does (m is its floor).
+    -- Whether run j belongs to this leaf: the first run of the pass does (m is its floor).
     local function belongs(j)
       if j == first then return true end
       if not looked then
@@ -154,9 +167,9 @@ local function bt_add(d, items, want_head)
         upto_due = upto and tonumber(string.sub(upto, 1, 15))
       end
       if not upto then return true end
-      local due = items[j][2]
+      local due = dues[j]
       if due ~= upto_due then return due < upto_due end
-      return bt_less(bt_key(due, items[j][1]), upto)
+      return bt_less(bt_key(due, ids[j]), upto)
     end
     local card = redis.call('ZCARD', leaf)
     if card < BT_MAX then
@@ -164,36 +177,39 @@ local function bt_add(d, items, want_head)
       card = card + 1
       if i <= n_items and card < BT_MAX and belongs(i) then
         -- The leaf's later runs, belongs() inlined: once the next bound is read, the runs
-        -- below it (all, in the last leaf) are compared by due, their keys only on a tie.
+        -- below it are compared by due, their keys only on a tie.
         i, card = i + 1, card + 1
-        while i <= n_items and card < BT_MAX do
-          if upto then
-            local item = items[i]
-            local due = item[2]
-            if due > upto_due or (due == upto_due and not bt_less(bt_key(due, item[1]), upto)) then break end
+        if upto then
+          while i <= n_items and card < BT_MAX do
+            local due = dues[i]
+            if due > upto_due or (due == upto_due and not bt_less(bt_key(due, ids[i]), upto)) then break end
+            i, card = i + 1, card + 1
           end
-          i, card = i + 1, card + 1
+        else
+          -- The last leaf takes the runs up to its room, compared with nothing.
+          local take = n_items - i + 1
+          if take > BT_MAX - card then take = BT_MAX - card end
+          i, card = i + take, card + take
         end
       end
       -- Members last first: a listpack leaf places each new member by walking from its head,
       -- so runs added in descending order land where the walk starts (the walk of a fresh
       -- leaf filled in ascending order was ~half of the ZADD's instructions).
-      local args, a = {}, 0
+      local a = 0
       for j = i - 1, first, -1 do
-        local item = items[j]
         -- The caller's text when it has it; a number goes to Redis as %.17g, exact below 10^17.
-        args[a + 1], args[a + 2] = item[3] or item[2], item[1]
+        args[a + 1], args[a + 2] = texts[j] or dues[j], ids[j]
         a = a + 2
       end
-      redis.call('ZADD', leaf, unpack(args))
+      redis.call('ZADD', leaf, unpack(args, 1, a))
     end
     if card >= BT_MAX and i <= n_items and belongs(i) then
       -- The next run belongs to this full leaf: split it; the next pass looks the run up again.
       local n = redis.call('HINCRBY', meta, 'seq', 1)
       local last = redis.call('ZRANGE', leaf, -1, -1, 'WITHSCORES')
-      if bt_before(tonumber(last[2]), last[1], items[i][2], items[i][1]) then
+      if bt_before(tonumber(last[2]), last[1], dues[i], ids[i]) then
         -- After all its runs: a new leaf starts here.
-        redis.call('ZADD', index, 0, bt_key(items[i][2], items[i][1]) .. n)
+        redis.call('ZADD', index, 0, bt_key(dues[i], ids[i]) .. n)
       else
         local upper = redis.call('ZRANGE', leaf, BT_MAX / 2, -1, 'WITHSCORES')
         local moved, a = {}, 0
@@ -275,7 +291,7 @@ for i = 4, #ARGV, 4 do
   end
 end
 
-local codes, moved, fenced, gone, earliest, items = {}, 0, 0, 0, nil, {}
+local codes, moved, fenced, gone, earliest, add_ids, add_dues = {}, 0, 0, 0, nil, {}, {}
 for i = 4, #ARGV, 4 do
   local entry, run_id, env = ARGV[i], ARGV[i + 1], ARGV[i + 3]
   local at = now_ms + math.floor(tonumber(ARGV[i + 2]))
@@ -286,9 +302,9 @@ for i = 4, #ARGV, 4 do
     redis.call('XDEL', ready, entry)
     redis.call('HDEL', entries, run_id)
     redis.call('HSET', runs, run_id, bt_tag(at, env))
-    items[#items + 1] = {run_id, at}
     if not earliest or at < earliest then earliest = at end
     moved = moved + 1
+    add_ids[moved], add_dues[moved] = run_id, at
     codes[#codes + 1] = 1
   elseif row then
     fenced = fenced + 1
@@ -299,7 +315,7 @@ for i = 4, #ARGV, 4 do
   end
 end
 if moved > 0 then
-  bt_add(delayed, items)
+  bt_add(delayed, add_ids, add_dues, false, nil, moved)
   redis.call('HINCRBY', stats, 'retried', moved)
 end
 if fenced > 0 then redis.call('HINCRBY', stats, 'fenced', fenced) end

@@ -21,8 +21,8 @@
 -- Invariant: a leaf holds only runs with keys >= its bound and < the next leaf's bound; no
 --   leaf is empty; d's n counts the runs in the leaves.
 -- Strings are never compared with Lua's `<`: it follows the server's locale (strcoll).
--- A run in a batch is {run_id, due_ms[, due_ms as decimal text]}. Numbers in a redis.call
--- are formatted by Redis with %.17g (~2.7 k instructions each): hot paths pass strings.
+-- Numbers in a redis.call are formatted by Redis with %.17g (~2.7 k instructions each): hot
+-- paths pass strings.
 local BT_MAX = 64
 local function bt_num(m) return string.sub(m, (string.find(m, '\0\0', 16, true)) + 2) end
 -- Lua's `<` on strings is strcoll: byte order in the C locales only (C, POSIX, C.UTF-8, whose

@@ -92,10 +92,10 @@ def delayed_count(r: Any, k: QueueKeys) -> int:
 _ADD = """
 -- BEGIN btree
 -- END btree
-local items = {}
-for i = 1, #ARGV, 2 do items[#items + 1] = {ARGV[i], tonumber(ARGV[i + 1])} end
-bt_add(KEYS[1], items)
-return #items
+local ids, dues = {}, {}
+for i = 1, #ARGV, 2 do ids[#ids + 1], dues[#dues + 1] = ARGV[i], tonumber(ARGV[i + 1]) end
+bt_add(KEYS[1], ids, dues)
+return #ids
 """
 
 

@@ -30,7 +30,7 @@ local function lease_end(lease, waiting, runs, delayed, wake, done, window_ms, n
         started = ''
       else
         redis.call('HSET', runs, started, bt_tag(now_ms, string.sub(w, head + n + 1)))
-        bt_add(delayed, {{started, now_ms}})
+        bt_add(delayed, {started}, {now_ms})
         redis.call('SET', lease, started) -- no TTL, as fire.lua's
         redis.call('PUBLISH', wake, now_ms)
       end

@@ -137,6 +137,44 @@ def test_enqueue_many_sends_runs_in_due_order_and_answers_in_the_callers(backend
     assert app.get_run("x").run_at.timestamp() * 1000 == NOW + 5
 
 
+@pytest.mark.parametrize("in_order", [True, False], ids=["in order", "shuffled"])
+def test_a_big_batch_with_duplicates_of_every_kind_adds_only_its_new_runs(
+    backend, queue, in_order
+) -> None:
+    """The new runs go to the tree as the batch's own arrays until the first duplicate, then
+    as copies: duplicates early, late and in a row (live, done, twice in the batch)."""
+    app = backend.app(queue)
+    k = app.keys
+    app.scripts.run(S.enqueue(k, [("live-0", NOW + 5, "t", env("x")), ("live-1", NOW + 9, "t", env("x"))],
+                              now_ms=NOW, dedupe_window_ms=60_000, max_envelope_bytes=999))  # fmt: skip
+    backend.sync.zadd(k.done, {"done-0": NOW - 10})
+    rnd = random.Random(9)
+    batch = [(f"n{i:03d}", NOW + 100 + i, "t", env("x")) for i in range(300)]
+    batch[3] = ("live-0", NOW + 1, "t", env("x"))
+    batch[150] = ("done-0", NOW + 1, "t", env("x"))
+    batch[151] = ("n005", NOW + 1, "t", env("x"))  # twice in the batch: the first wins
+    batch[299] = ("live-1", NOW + 1, "t", env("x"))
+    if not in_order:
+        rnd.shuffle(batch)
+    codes = app.scripts.run(S.enqueue(k, batch, now_ms=NOW, dedupe_window_ms=60_000,
+                                      max_envelope_bytes=999))  # fmt: skip
+    want = {"live-0": EnqueueCode.DUPLICATE_LIVE, "live-1": EnqueueCode.DUPLICATE_LIVE,
+            "done-0": EnqueueCode.DUPLICATE_DONE}  # fmt: skip
+    first: dict[str, int] = {}
+    for i, (rid, due, _, _) in enumerate(batch):
+        if rid in want:
+            assert codes[i] == want[rid]
+        elif rid in first:
+            assert codes[i] == EnqueueCode.DUPLICATE_LIVE
+        else:
+            first[rid] = due
+            assert codes[i] == EnqueueCode.ENQUEUED
+    check_tree(backend, k, {"live-0": NOW + 5, "live-1": NOW + 9} | first)
+    stats = backend.sync.hgetall(k.stats)
+    assert int(stats[b"enqueued"]) == 2 + len(first) == 2 + 296
+    assert (int(stats[b"duplicate:live"]), int(stats[b"duplicate:done"])) == (3, 1)
+
+
 def test_cancel_tells_a_dispatched_run_from_a_delayed_and_an_unknown_one(backend, queue) -> None:
     app = backend.app(queue)
     k = app.keys

@@ -116,6 +116,17 @@ def test_a_bad_run_late_in_a_full_batch_is_named(backend, queue) -> None:
     assert nothing_written(backend.sync, queue)
 
 
+@pytest.mark.parametrize("bad", ["", "+", "5+"])
+def test_a_bad_due_in_a_batch_of_digits_is_named(backend, queue, bad) -> None:
+    """A full batch whose dues are all digits skips the per-run pattern; an empty due (the
+    concatenation cannot tell it) and a stray '+' are still refused by the per-run checks."""
+    groups = [x for i in range(200) for x in (f"r{i}", str(i), "t", b"e")]
+    groups[4 * 120 + 1] = bad
+    with pytest.raises(redis.ResponseError, match=re.escape(f"run r120: {RUN_AT_MESSAGE}{bad}")):
+        raw_enqueue(backend.sync, queue, "", WINDOW, LIMIT, *groups)
+    assert nothing_written(backend.sync, queue)
+
+
 @pytest.mark.parametrize("odd", [None, "run-998-é"], ids=["ascii", "one UTF-8 id"])
 def test_a_full_batch_of_absolute_and_relative_dues_is_taken_exactly(backend, queue, odd) -> None:
     now = 1_800_000_000_000

@@ -20,10 +20,12 @@ def test_a_script_gets_the_functions_it_calls_and_what_they_call() -> None:
 
 def test_the_functions_keep_their_comments_and_order() -> None:
     lib = (lua_dir() / "lib" / "btree.lua").read_text("utf-8")
-    out = expand("-- BEGIN btree\n-- END btree\nbt_add(KEYS[1], {}, false)\n", lua_dir() / "lib")
+    out = expand(
+        "-- BEGIN btree\n-- END btree\nbt_add(KEYS[1], {}, {}, false)\n", lua_dir() / "lib"
+    )
     names = ["bt_key", "bt_num", "bt_bound", "bt_less", "bt_before", "bt_add"]
     assert [out.index(f"local function {n}(") for n in names] == sorted(
         out.index(f"local function {n}(") for n in names
     )
-    start = lib.index("-- Add runs: list of")
+    start = lib.index("-- Add runs: ids[j] due at")
     assert lib[start : lib.index("-- Remove one run")] in out
