@@ -91,3 +91,19 @@ def test_an_action_that_needs_the_rule_says_it_cannot_be_read(client, seeded) ->
     for action in ("pause", "resume", "run-now"):
         msg = flash(c, post(c, q, action, {"schedule_id": SICK}))
         assert msg.startswith(f"schedule {SICK} cannot be read: "), (action, msg)
+
+
+def test_a_corrupt_trigger_history_leaves_its_rule_readable_in_the_console(client, seeded: Seeded):
+    """Only the old triggers' audit is lost: the pages render, the rule is not listed as one
+    that cannot be read, and its page shows it as usual."""
+    q = seeded.queue
+    app = zsched.App(client, queue=q)
+    app.schedule("hist", "report", every=60)
+    client.hset(app.keys.rule_triggers, "hist", b"\xc1 not msgpack")
+    c = console(client, q)
+    for path in pages(q):
+        assert c.get(path, headers=AUTH).status_code == 200, path
+    r = c.get(f"/q/{q}/rule", params={"id": "hist"}, headers=AUTH)
+    assert r.status_code == 200 and "cannot be read" not in r.text
+    ov = c.get("/api/overview", headers=AUTH).json()["queues"][0]
+    assert "hist" not in {u["schedule_id"] for u in ov["unreadable"]}

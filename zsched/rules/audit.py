@@ -3,6 +3,7 @@ dispatcher, and report every slot past its grace that has no recorded outcome.""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ from zsched.rules.triggers import Cron, Trigger, trigger_from_dict
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
+
+log = logging.getLogger(__name__)
 
 #: Slots checked per rule (the most recent ones).
 MAX_AUDITED_SLOTS = 2000
@@ -52,10 +55,12 @@ def audit(ctx: QueueContext, now_ms: int | None = None) -> list[AuditResult]:
         sid = raw_id.decode()
         try:
             spec, state = decode_spec(raw_spec), decode_state(states.get(raw_id))
-            past = past_triggers.decode(pasts.get(raw_id))
         except RuleError as exc:  # one unreadable rule must not hide the others' audit
             results.append(AuditResult(sid, 0, 0, 0, unreadable=str(exc)))
             continue
+        past, why = past_triggers.readable(pasts.get(raw_id))
+        if why:  # the rule is fine: only its old triggers' slots go unchecked
+            log.warning("schedule %s: %s; auditing its current trigger only", sid, why)
         results.append(check(sid, spec, state, r.xrange(k.ledger(sid)), now, past))
     return results
 

@@ -61,6 +61,17 @@ def decode(raw: bytes | None) -> list[Span]:
         raise RuleError(f"stored trigger history cannot be read: {exc}") from exc
 
 
+def readable(raw: bytes | None) -> tuple[list[Span], str | None]:
+    """The stored history, or none when it cannot be read, and why. A corrupt history costs
+    only the audit's reach into the old triggers' slots: its rule still fires, its current
+    trigger is still audited and it can still be edited (the edit stores a fresh history), so
+    the audit, the console and an edit go on without it instead of failing the rule."""
+    try:
+        return decode(raw), None
+    except RuleError as exc:
+        return [], str(exc)
+
+
 def encode(spans: list[Span]) -> bytes:
     return msgpack.packb([s.as_map() for s in spans[-MAX_TRIGGERS:]], use_bin_type=True)  # type: ignore[no-any-return]
 
@@ -86,5 +97,6 @@ def replaced(old: Spec, state: State, old_next: int | None, now: int) -> Span:
 
 
 def appended(raw: bytes | None, span: Span) -> bytes:
-    """The stored history with `span` added (the oldest dropped past MAX_TRIGGERS)."""
-    return encode([*decode(raw), span])
+    """The stored history with `span` added (the oldest dropped past MAX_TRIGGERS); a history
+    that cannot be read is replaced by `span` alone (`readable`)."""
+    return encode([*readable(raw)[0], span])

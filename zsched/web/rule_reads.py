@@ -155,6 +155,8 @@ def unaccounted(spec: Spec, state: State, ledger: list[Any], now_ms: int,
     """zsched.rules.audit's check of one rule against the ledger entries read (and its
     trigger history as stored, `rule_triggers`)."""
     from zsched.rules.audit import check
-    from zsched.rules.past_triggers import decode
+    from zsched.rules.past_triggers import readable
 
-    return check(spec.schedule_id, spec, state, ledger, now_ms, decode(raw_past)).unaccounted
+    # A corrupt history: the current trigger's slots only (the rule itself is fine).
+    past = readable(raw_past)[0]
+    return check(spec.schedule_id, spec, state, ledger, now_ms, past).unaccounted

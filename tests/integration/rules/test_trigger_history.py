@@ -146,3 +146,20 @@ async def test_the_consoles_audit_reads_the_history_too(backend, queue) -> None:
     spec, state, *_ = load(app, "r")
     assert rule_reads.audit_rule(app, "r", spec, state, now) == [T0 + H]
     assert rule_reads.audit_rules(app, 0, now) == rule_reads.AuditBatch(0, {"r": 1}, {})
+
+
+CORRUPT = [b"\xc1 not msgpack", b"\x91\x81\xa1v\x07"]  # not msgpack; a version from elsewhere
+
+
+@pytest.mark.parametrize("raw", CORRUPT)
+async def test_a_corrupt_history_costs_only_the_old_triggers_audit(backend, queue, raw) -> None:
+    """The rule is not called unreadable: the audit checks its current trigger (and finds the
+    slots since the edit accounted for), and an edit stores a fresh history, readable again."""
+    app = await _edited(backend, queue, "every")
+    r = backend.sync
+    r.hset(app.keys.rule_triggers, "r", raw)
+    (res,) = audit(app, now_ms=T0 + 3 * H + 30 * M)
+    assert res.unreadable is None and res.checked > 0 and res.unaccounted == []
+    app.schedule("r", "t", every=300)
+    spans, why = past_triggers.readable(r.hget(app.keys.rule_triggers, "r"))
+    assert why is None and [s.trigger for s in spans][-1] == Every(600)
