@@ -328,6 +328,12 @@ def _mark_backfilled(ctx: QueueContext, schedule_id: str, slots: list[int]) -> i
     return ScheduleCode.UPDATED if r.ok else ScheduleCode.CHANGED
 
 
+def unreadable_info(sid: str, nxt: int | None, outcome: str | None, why: str) -> ScheduleInfo:
+    """The row of a rule that cannot be read: what the stores say without decoding it."""
+    return ScheduleInfo(sid, "?", "?", "?", "?", False, nxt, None, None, outcome, 0, 0, 0,
+                        unreadable=why)  # fmt: skip
+
+
 def infos(ctx: QueueContext) -> list[ScheduleInfo]:
     k, r = ctx.keys, ctx.redis
     pipe = r.pipeline(transaction=False)
@@ -347,8 +353,7 @@ def infos(ctx: QueueContext) -> list[ScheduleInfo]:
         try:
             spec, state = decode_rule(sid, specs[sid.encode()], states.get(sid.encode()))
         except UnreadableRule as exc:  # listed, not hidden, and the other rules still listed
-            out.append(ScheduleInfo(sid, "?", "?", "?", "?", False, nxt.get(sid), None, None,
-                                    outcome, 0, 0, 0, unreadable=exc.reason))  # fmt: skip
+            out.append(unreadable_info(sid, nxt.get(sid), outcome, exc.reason))
             continue
         out.append(ScheduleInfo(
             sid, spec.task, spec.describe(), str(spec.misfire), str(spec.overlap), spec.paused,

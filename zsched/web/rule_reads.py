@@ -15,7 +15,7 @@ from typing import Any
 from zsched.errors import UnreadableRule
 from zsched.protocol.keys import QueueKeys
 from zsched.protocol.text import lossy_text
-from zsched.rules.ops import load
+from zsched.rules.ops import load, unreadable_info
 from zsched.rules.spec import ScheduleInfo, Spec, State, decode_rule
 from zsched.web.reads import PAGE_MAX
 
@@ -77,8 +77,7 @@ def rules_page(r: Any, k: QueueKeys, cursor: int = 0, match: str = "") -> RulesP
         nx = None if nx is None else int(nx)
         got = decoded(sid, specs[sid.encode()], raw_state)
         if isinstance(got, str):  # its own row, saying why; the others as usual
-            out.append((ScheduleInfo(sid, "?", "?", "?", "?", False, nx, None, None, outcome,
-                                     0, 0, 0, unreadable=got), None))  # fmt: skip
+            out.append((unreadable_info(sid, nx, outcome, got), None))
             continue
         spec, state = got
         info = ScheduleInfo(
