@@ -50,13 +50,17 @@ def enqueue(
     dedupe_window_ms: int,
     max_envelope_bytes: int,
 ) -> Call[list[int]]:
-    """runs: (run_id, run_at_ms, task, envelope). Reply: an EnqueueCode per run."""
-    return Call(
-        "enqueue",
-        [k.delayed, k.runs, k.done, k.stats, k.wake],
-        [_now(now_ms), dedupe_window_ms, max_envelope_bytes, *_flatten(runs)],
-        _int_list,
-    )
+    """runs: (run_id, run_at_ms, task, envelope). Reply: an EnqueueCode per run.
+
+    A run due at epoch ms (not "+N") is sent as the value `runs` stores, its due tag before
+    the envelope (docs/protocol.md, enqueue.lua): the script checks the tag and builds no
+    value (~2.7 k fewer Redis instructions a run)."""
+    args: list[Any] = [_now(now_ms), dedupe_window_ms, max_envelope_bytes]
+    for run_id, at, task, env in runs:
+        if type(at) is int and 0 <= at < 1 << 48 and type(env) is bytes:
+            env = b"\0" + at.to_bytes(6, "big") + env
+        args += (run_id, at, task, env)
+    return Call("enqueue", [k.delayed, k.runs, k.done, k.stats, k.wake], args, _int_list)
 
 
 @dataclass(frozen=True, slots=True)

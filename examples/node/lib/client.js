@@ -100,6 +100,18 @@ export function buildRun({ task, payload = null, runAtMs, delayMs, runId, maxAtt
   return [id, at, task, env];
 }
 
+/**
+ * A group as enqueue.lua takes it: a run due at epoch ms goes as the value `runs` stores, its
+ * due tag (0x00, the due in 6 bytes big-endian) before the envelope, so the script builds no
+ * value (docs/protocol.md, "enqueue.lua"); a relative due ("+N") as it is.
+ */
+function tagged([id, at, task, env]) {
+  if (at.startsWith('+')) return [id, at, task, env];
+  const tag = Buffer.alloc(7);
+  tag.writeUIntBE(Number(at), 1, 6);
+  return [id, at, task, Buffer.concat([tag, env])];
+}
+
 export class Client {
   /**
    * @param redis an ioredis client
@@ -130,7 +142,7 @@ export class Client {
         this.redis,
         'enqueue',
         [k.delayed, k.runs, k.done, k.stats, k.wake],
-        ['', this.dedupeWindowMs, this.maxEnvelopeBytes, ...chunk.flat()],
+        ['', this.dedupeWindowMs, this.maxEnvelopeBytes, ...chunk.flatMap(tagged)],
       );
       chunk.forEach((g, j) => out.push({ runId: g[0], code: codes[j], duplicate: codes[j] !== ENQUEUED }));
     }
