@@ -72,7 +72,9 @@ def _row(label: str, n: int, c: tuple[int, int]) -> dict[str, Any]:
     return {"phase": label, "instructions_per_run": ir / n, "commands_per_run": calls / n}
 
 
-def _enqueue(r: redis.Redis, cost: Callable[[], tuple[int, int]], sha: str, n: int) -> list[Any]:
+def _enqueue(
+    r: redis.Redis, cost: Callable[[], tuple[int, int]], sha: str, n: int, untagged: bool = False
+) -> list[Any]:
     from zsched.protocol.envelope import Envelope
     from zsched.protocol.keys import QueueKeys
 
@@ -83,10 +85,16 @@ def _enqueue(r: redis.Redis, cost: Callable[[], tuple[int, int]], sha: str, n: i
     def env(i: int) -> bytes:
         return Envelope(uuid.uuid4().hex, "noop", payload(due + i, i), due, due, due).encode()
 
+    def tagged(at: int, e: bytes) -> bytes:
+        # As the Python and Node clients send an epoch-ms run (docs/protocol.md, enqueue.lua);
+        # `--lua` of a tree before 867c5d6 needs `--untagged`.
+        return e if untagged else b"\0" + at.to_bytes(6, "big") + e
+
     rows = []
     cost()
     for i in range(n):
-        r.evalsha(sha, 5, *keys, "", 86_400_000, 1 << 20, uuid.uuid4().hex, due + i, "noop", env(i))
+        r.evalsha(sha, 5, *keys, "", 86_400_000, 1 << 20, uuid.uuid4().hex, due + i, "noop",
+                  tagged(due + i, env(i)))  # fmt: skip
     rows.append(_row("enqueue one-call", n, cost()))
     for i in range(n):
         rid = uuid.uuid4().hex
@@ -99,7 +107,7 @@ def _enqueue(r: redis.Redis, cost: Callable[[], tuple[int, int]], sha: str, n: i
     for s in range(0, m, 1000):
         args: list[Any] = []
         for i in range(s, min(m, s + 1000)):
-            args += [uuid.uuid4().hex, due + n + i, "noop", env(i)]
+            args += [uuid.uuid4().hex, due + n + i, "noop", tagged(due + n + i, env(i))]
         r.evalsha(sha, 5, *keys, "", 86_400_000, 1 << 20, *args)
     rows.append(_row("enqueue batched", m, cost()))
     for s in range(0, m, 1000):
@@ -169,6 +177,8 @@ def main() -> None:
     ap.add_argument("--drain", type=int, default=5000, help="due runs drained")
     ap.add_argument("--batch", type=int, default=50, help="read and ack batch")
     ap.add_argument("--limit", type=int, default=500, help="runs per dispatch call")
+    ap.add_argument("--untagged", action="store_true",
+                    help="enqueue envelopes without their due tag (a client before 867c5d6)")  # fmt: skip
     a = ap.parse_args()
     from zsched.store import scripts as S
 
@@ -179,7 +189,7 @@ def main() -> None:
     ):
         shas = {name: r.script_load((lua / f"{name}.lua").read_text())
                 for name in ("enqueue", "dispatch", "ack")}  # fmt: skip
-        _enqueue(r, cost, shas["enqueue"], a.one)
+        _enqueue(r, cost, shas["enqueue"], a.one, a.untagged)
         _drain(r, cost, shas, a.drain, a.batch, a.limit)
 
 
