@@ -17,10 +17,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import msgpack
+from zsched.store.delayed import tag
 
 from .common import now_ms, payload
-from .instructions import FLOOR, callgrind_server
+from .instructions import callgrind_server, floor_enqueue
 
 
 def main() -> None:
@@ -52,20 +52,14 @@ def main() -> None:
 
         def batch(base: int, m: int) -> None:
             for s in range(0, m, 1000):
+                ats = range(s, min(m, s + 1000))
                 if a.floor:
-                    pipe = r.pipeline(transaction=False)
-                    for i in range(s, min(m, s + 1000)):
-                        rid = uuid.uuid4().hex
-                        pipe.hset(FLOOR[1], rid, msgpack.packb(payload(due + i, i)))
-                        pipe.zadd(FLOOR[0], {rid: due + base + i})
-                    pipe.execute()
+                    floor_enqueue(r, [(due + base + i, payload(due + i, i)) for i in ats])
                     continue
                 args: list[Any] = []
-                for i in range(s, min(m, s + 1000)):
+                for i in ats:
                     e, at = env(i), due + base + i
-                    if a.tagged:
-                        e = b"\0" + at.to_bytes(6, "big") + e
-                    args += [uuid.uuid4().hex, at, "noop", e]
+                    args += [uuid.uuid4().hex, at, "noop", tag(at, e) if a.tagged else e]
                 r.evalsha(sha, 5, *keys, "", 86_400_000, 1 << 20, *args)
 
         batch(0, 5000)

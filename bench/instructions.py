@@ -19,13 +19,15 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import redis
+
+from zsched.store.delayed import tag
 
 from .common import RedisServer, now_ms, payload
 from .cost import _calls
@@ -72,6 +74,17 @@ def _row(label: str, n: int, c: tuple[int, int]) -> dict[str, Any]:
     return {"phase": label, "instructions_per_run": ir / n, "commands_per_run": calls / n}
 
 
+def floor_enqueue(r: redis.Redis, runs: Iterable[tuple[int, dict[str, Any]]]) -> None:
+    """The floor's enqueue of `runs` (due_ms, payload): one pipeline of HSET + ZADD a run, as
+    bench/peers/bare.py sends it."""
+    pipe = r.pipeline(transaction=False)
+    for at, p in runs:
+        rid = uuid.uuid4().hex
+        pipe.hset(FLOOR[1], rid, msgpack.packb(p))
+        pipe.zadd(FLOOR[0], {rid: at})
+    pipe.execute()
+
+
 def _enqueue(
     r: redis.Redis, cost: Callable[[], tuple[int, int]], sha: str, n: int, untagged: bool = False
 ) -> list[Any]:
@@ -88,7 +101,7 @@ def _enqueue(
     def tagged(at: int, e: bytes) -> bytes:
         # As the Python and Node clients send an epoch-ms run (docs/protocol.md, enqueue.lua);
         # `--lua` of a tree before 867c5d6 needs `--untagged`.
-        return e if untagged else b"\0" + at.to_bytes(6, "big") + e
+        return e if untagged else tag(at, e)
 
     rows = []
     cost()
@@ -97,11 +110,7 @@ def _enqueue(
                   tagged(due + i, env(i)))  # fmt: skip
     rows.append(_row("enqueue one-call", n, cost()))
     for i in range(n):
-        rid = uuid.uuid4().hex
-        pipe = r.pipeline(transaction=False)
-        pipe.hset(FLOOR[1], rid, msgpack.packb(payload(due + i, i)))
-        pipe.zadd(FLOOR[0], {rid: due + i})
-        pipe.execute()
+        floor_enqueue(r, [(due + i, payload(due + i, i))])
     rows.append(_row("floor one-call", n, cost()))
     m = 5 * n
     for s in range(0, m, 1000):
@@ -111,12 +120,7 @@ def _enqueue(
         r.evalsha(sha, 5, *keys, "", 86_400_000, 1 << 20, *args)
     rows.append(_row("enqueue batched", m, cost()))
     for s in range(0, m, 1000):
-        pipe = r.pipeline(transaction=False)
-        for i in range(s, min(m, s + 1000)):
-            rid = uuid.uuid4().hex
-            pipe.hset(FLOOR[1], rid, msgpack.packb(payload(due + i, i)))
-            pipe.zadd(FLOOR[0], {rid: due + n + i})
-        pipe.execute()
+        floor_enqueue(r, [(due + n + i, payload(due + i, i)) for i in range(s, min(m, s + 1000))])
     rows.append(_row("floor batched", m, cost()))
     return rows
 

@@ -1,8 +1,9 @@
 """Reading the delayed set of key layout 3 from Python (lua/lib/btree.lua writes it).
 
-The scripts own every write. This module decodes the due tag that prefixes a delayed run's
-value in `runs`, lists the runs of the tree (inspection, tests), puts a batch in the tree's
-order before it is sent, and moves a key layout 2 set into the tree (`zsched migrate`).
+The scripts own every write. This module gives the due tag that prefixes a delayed run's
+value in `runs` (tag/untag, kept in zsched/store/replies.py: enqueue's arguments use it too),
+lists the runs of the tree (inspection, tests), puts a batch in the tree's order before it is
+sent, and moves a key layout 2 set into the tree (`zsched migrate`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Any
 from zsched.protocol.keys import QueueKeys
 from zsched.protocol.text import text
 from zsched.store import scripts as S
+from zsched.store.replies import tag as tag
+from zsched.store.replies import untag as untag
 from zsched.store.state import StoreTarget
-
-TAG_BYTES = 7
 
 #: A read-only script (EVAL, KEYS[1] = `delayed`) listing every run id of the delayed set,
 #: earliest first, so a MULTI can read it at one instant with other keys (the chaos checks).
@@ -27,20 +28,6 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[1] .. ':index', 0, -1)) do
 end
 return out
 """
-
-
-def tag(due_ms: int, envelope: bytes) -> bytes:
-    """The value of a run due at `due_ms` in `runs`: 0x00, the due in 6 bytes big-endian, the
-    envelope (docs/protocol.md, "The delayed set")."""
-    return b"\0" + int(due_ms).to_bytes(6, "big") + envelope
-
-
-def untag(value: bytes) -> tuple[int | None, bytes]:
-    """(due_ms, envelope) of a value of `runs`; due_ms is None for an untagged value (written
-    before key layout 3, or by hand)."""
-    if value[:1] == b"\0" and len(value) >= TAG_BYTES:
-        return int.from_bytes(value[1:TAG_BYTES], "big"), value[TAG_BYTES:]
-    return None, value
 
 
 def leaf_number(member: bytes) -> str:

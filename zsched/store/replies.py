@@ -1,5 +1,6 @@
 """The argument and reply helpers the script wrappers share (zsched/store/scripts.py and
-zsched/store/rule_scripts.py)."""
+zsched/store/rule_scripts.py), and the due tag of a value in `runs`, which enqueue's arguments
+carry and the delayed set's readers (zsched/store/delayed.py) take apart."""
 
 from __future__ import annotations
 
@@ -25,3 +26,20 @@ def flatten(groups: Iterable[Sequence[Any]]) -> list[Any]:
     for g in groups:
         out.extend(g)
     return out
+
+
+TAG_BYTES = 7
+
+
+def tag(due_ms: int, envelope: bytes) -> bytes:
+    """The value of a run due at `due_ms` in `runs`: 0x00, the due in 6 bytes big-endian, the
+    envelope (docs/protocol.md, "The delayed set")."""
+    return b"\0" + int(due_ms).to_bytes(6, "big") + envelope
+
+
+def untag(value: bytes) -> tuple[int | None, bytes]:
+    """(due_ms, envelope) of a value of `runs`; due_ms is None for an untagged value (written
+    before key layout 3, or by hand)."""
+    if value[:1] == b"\0" and len(value) >= TAG_BYTES:
+        return int.from_bytes(value[1:TAG_BYTES], "big"), value[TAG_BYTES:]
+    return None, value

@@ -27,6 +27,7 @@ from zsched.store.loader import source as source
 from zsched.store.replies import flatten as _flatten
 from zsched.store.replies import int_list as _int_list
 from zsched.store.replies import now_arg as _now
+from zsched.store.replies import tag as _tag
 from zsched.store.rule_scripts import FireArgs as FireArgs
 from zsched.store.rule_scripts import FireResult as FireResult
 from zsched.store.rule_scripts import backfill as backfill
@@ -58,7 +59,7 @@ def enqueue(
     args: list[Any] = [_now(now_ms), dedupe_window_ms, max_envelope_bytes]
     for run_id, at, task, env in runs:
         if type(at) is int and 0 <= at < 1 << 48 and type(env) is bytes:
-            env = b"\0" + at.to_bytes(6, "big") + env
+            env = _tag(at, env)
         args += (run_id, at, task, env)
     return Call("enqueue", [k.delayed, k.runs, k.done, k.stats, k.wake], args, _int_list)
 

@@ -27,6 +27,13 @@ export function untag(value) {
   return [null, value];
 }
 
+/** The value of `runs` for an envelope due at dueMs: untag's inverse. */
+export function tag(dueMs, envelope) {
+  const head = Buffer.alloc(7);
+  head.writeUIntBE(dueMs, 1, 6);
+  return Buffer.concat([head, envelope]);
+}
+
 /** Reply codes of cancel.lua. */
 export const CANCELLED = 1;
 export const NOT_FOUND = 0;
@@ -106,10 +113,7 @@ export function buildRun({ task, payload = null, runAtMs, delayMs, runId, maxAtt
  * value (docs/protocol.md, "enqueue.lua"); a relative due ("+N") as it is.
  */
 function tagged([id, at, task, env]) {
-  if (at.startsWith('+')) return [id, at, task, env];
-  const tag = Buffer.alloc(7);
-  tag.writeUIntBE(Number(at), 1, 6);
-  return [id, at, task, Buffer.concat([tag, env])];
+  return at.startsWith('+') ? [id, at, task, env] : [id, at, task, tag(Number(at), env)];
 }
 
 export class Client {
