@@ -49,6 +49,15 @@ def test_the_instruction_counter_measures_every_step_and_the_floor() -> None:
         assert re.search(re.escape(step) + r"\s+[\d,]+ instructions/run", out), step
 
 
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (callgrind)")
+def test_the_one_call_stages_tool_measures_every_cut_of_enqueue() -> None:
+    out = run("bench.onecall_stages", "--n", "5", "--rounds", "1")
+    for label in ("EVALSHA of `return 1`", "up to: validation of the run", "the whole script",
+                  "the 7 commands alone"):  # fmt: skip
+        assert re.search(re.escape(label) + r"\s+[\d,]+ instructions/run", out), label
+    assert len(re.findall(r"^up to: ", out, re.M)) == 5
+
+
 def test_the_scaling_tool_measures_one_and_two_masters() -> None:
     out = run("bench.scaling", "--smoke")
     assert re.search(r"^\| 1 \| [\d,]+ \|", out, re.M) and re.search(
