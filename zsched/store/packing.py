@@ -4,8 +4,9 @@ redis-py's asyncio connection packs every command in Python, argument by argumen
 encoder call and a join each, ~2 us an argument here). ack's 200 arguments a call made it
 14 % of the worker's instructions per run at the CLI defaults (BENCHMARKS.md, session 15).
 hiredis packs the same bytes in one C call. Anything it refuses (a bool, None, a bytearray:
-redis-py's own errors), another encoding than UTF-8 strict, and a first argument holding
-words ('CONFIG GET', which redis-py splits) go redis-py's way.
+redis-py's own errors), another encoding than UTF-8 strict, a first argument holding words
+('CONFIG GET', which redis-py splits) and a memoryview that is not C-contiguous (hiredis
+ignores its stride and would send other bytes) go redis-py's way.
 """
 
 from __future__ import annotations
@@ -35,12 +36,18 @@ class CPacked:
             and plain
             and enc.encoding.lower() in _UTF8
             and enc.encoding_errors == "strict"
+            and (memoryview not in map(type, args) or _contiguous(args))
         ):
             try:
                 return [_pack(args)]
             except TypeError:
                 pass
         return super().pack_command(*args)  # type: ignore[misc, no-any-return]
+
+
+def _contiguous(args: tuple[Any, ...]) -> bool:
+    """Every memoryview among `args` is C-contiguous (a strided view, e.g. `mv[::2]`, is not)."""
+    return all(a.c_contiguous for a in args if type(a) is memoryview)
 
 
 _CLASSES: dict[type, type] = {}
