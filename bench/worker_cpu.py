@@ -91,7 +91,13 @@ async def main():
     print(json.dumps({"user": ru1.ru_utime - ru0.ru_utime, "sys": ru1.ru_stime - ru0.ru_stime,
                       "wall": t1 - t0, "seen": seen[0]}))
 
-asyncio.run(main())
+try:  # as `zsched worker` runs: uvloop where installed, unless ZSCHED_EVENT_LOOP says otherwise
+    from zsched import eventloop
+    from zsched.config import event_loop_from_env
+except ImportError:  # a tree before zsched.eventloop
+    asyncio.run(main())
+else:
+    eventloop.run(main(), event_loop_from_env())
 """
 
 

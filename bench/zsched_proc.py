@@ -93,4 +93,10 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:  # as `zsched worker` runs: uvloop where installed, unless ZSCHED_EVENT_LOOP says so
+        from zsched import eventloop
+        from zsched.config import event_loop_from_env
+    except ImportError:  # a tree before zsched.eventloop (an A/B against an older main)
+        asyncio.run(main())
+    else:
+        eventloop.run(main(), event_loop_from_env())

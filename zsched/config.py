@@ -166,6 +166,17 @@ def redis_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     return env.get("ZSCHED_REDIS_URL") or None
 
 
+def event_loop_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """ZSCHED_EVENT_LOOP: "auto" (the default), "uvloop" or "asyncio" (zsched/eventloop.py)."""
+    env = os.environ if environ is None else environ
+    choice = (env.get("ZSCHED_EVENT_LOOP") or "auto").strip().lower()
+    if choice not in ("auto", "uvloop", "asyncio"):
+        raise ConfigError(
+            f"ZSCHED_EVENT_LOOP must be auto, uvloop or asyncio, got {env['ZSCHED_EVENT_LOOP']!r}"
+        )
+    return choice
+
+
 def log_format_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     """ZSCHED_LOG_FORMAT: "text" or "json" (zsched/observability/logs.py checks it)."""
     env = os.environ if environ is None else environ

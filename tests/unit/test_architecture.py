@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2] / "zsched"
 #: The layers, lowest first. A module may import its own layer and the layers below it.
 #: A module's layer is that of the longest prefix listed here (a room, or a module).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("zsched.errors", "zsched._version", "zsched.config", "zsched.clock")),
+    ("base", ("zsched.errors", "zsched._version", "zsched.config", "zsched.clock",
+              "zsched.eventloop")),
     ("protocol", ("zsched.protocol",)),
     ("store", ("zsched.store",)),
     ("observability", ("zsched.observability",)),

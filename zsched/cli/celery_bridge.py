@@ -13,7 +13,8 @@ import importlib
 import sys
 from typing import Any
 
-from zsched.cli.common import UsageError, add_connection, make_app
+from zsched import eventloop
+from zsched.cli.common import UsageError, add_connection, add_event_loop, event_loop_of, make_app
 
 
 def register(sub: Any) -> None:
@@ -33,6 +34,7 @@ def register(sub: Any) -> None:
                    help="reclaim fires of a bridge silent this long (default 30)")  # fmt: skip
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
+    add_event_loop(p)
     p.set_defaults(func=cmd_celery_bridge)
 
 
@@ -60,6 +62,7 @@ def cmd_celery_bridge(args: argparse.Namespace) -> int:
     from zsched.cli.processes import _at_start, _serve_metrics, _until_signal
     from zsched.integrations.celery import from_beat_schedule, register_bridge
 
+    loop = event_loop_of(args)
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}")
     if not args.visibility_timeout > 0:
@@ -85,5 +88,5 @@ def cmd_celery_bridge(args: argparse.Namespace) -> int:
             if d is not None:
                 await d.close()
 
-    asyncio.run(_until_signal(main))
+    eventloop.run(_until_signal(main), loop)
     return 0

@@ -9,6 +9,9 @@ import sys
 from typing import Any
 
 import zsched
+from zsched import eventloop
+from zsched.config import event_loop_from_env
+from zsched.errors import ConfigError
 
 #: The command's name, as argparse prints it in usage and errors.
 PROG = "zsched"
@@ -59,3 +62,20 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 def fail(msg: str, code: int = 1) -> int:
     print(f"{PROG}: error: {msg}", file=sys.stderr)
     return code
+
+
+def add_event_loop(p: Any) -> None:
+    p.add_argument("--event-loop", choices=eventloop.CHOICES, default=None,
+                   help="the asyncio loop to run on: auto (uvloop when installed), uvloop, "
+                        "asyncio (default auto; env ZSCHED_EVENT_LOOP)")  # fmt: skip
+
+
+def event_loop_of(args: argparse.Namespace) -> str:
+    """--event-loop, else ZSCHED_EVENT_LOOP, else auto; checked before anything else starts
+    (a bad variable, or uvloop asked for and not installed: exit 2, naming it)."""
+    try:
+        choice = getattr(args, "event_loop", None) or event_loop_from_env()
+        eventloop.loop_factory(choice)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    return choice

@@ -14,7 +14,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import zsched
-from zsched.cli.common import PROG, UsageError, add_connection, make_app, partitions_arg
+from zsched import eventloop
+from zsched.cli.common import (
+    PROG,
+    UsageError,
+    add_connection,
+    add_event_loop,
+    event_loop_of,
+    make_app,
+    partitions_arg,
+)
 from zsched.cli.settings_options import (
     add_dispatcher_options,
     add_worker_options,
@@ -37,6 +46,7 @@ def register(sub: Any) -> None:
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
     add_dispatcher_options(p)
     _allow_eviction(p)
+    add_event_loop(p)
     p.set_defaults(func=cmd_dispatcher)
 
     w = sub.add_parser("worker", help="run registered tasks from the ready stream",
@@ -47,6 +57,7 @@ def register(sub: Any) -> None:
     w.add_argument("--metrics-port", type=int, default=None,
                    help="serve /metrics on this port, or the next free one (0: any)")  # fmt: skip
     _allow_eviction(w)
+    add_event_loop(w)
     w.set_defaults(func=cmd_worker)
 
 
@@ -111,6 +122,7 @@ def _serve_metrics(app: zsched.App, port: int | None) -> None:
 async def _until_signal(main: Any) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    log.info("running on the %s event loop", eventloop.name(loop))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await main(stop)
@@ -123,6 +135,7 @@ def _at_start(build: Callable[[], T], role: str) -> T:
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
+    loop = event_loop_of(args)
     app = _at_start(lambda: load_app(args.app_ref, args) if args.app_ref else make_app(args),
                     "dispatcher")  # fmt: skip
     settings = dispatcher_values(args)
@@ -139,11 +152,12 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
         finally:
             await d.close()
 
-    asyncio.run(_until_signal(main))
+    eventloop.run(_until_signal(main), loop)
     return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    loop = event_loop_of(args)
     settings = worker_values(args)
     if settings.get("concurrency", 16) < 1:
         raise UsageError(f"--concurrency must be >= 1, got {settings['concurrency']}")
@@ -161,7 +175,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         finally:
             await w.close()
 
-    asyncio.run(_until_signal(main))
+    eventloop.run(_until_signal(main), loop)
     _exit_past_stuck_handlers()
     return 0
 

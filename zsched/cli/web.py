@@ -7,7 +7,8 @@ import os
 import sys
 from typing import Any
 
-from zsched.cli.common import PROG, UsageError
+from zsched import eventloop
+from zsched.cli.common import PROG, UsageError, add_event_loop, event_loop_of
 from zsched.store.connection import redact
 
 
@@ -25,10 +26,13 @@ def register(sub: Any) -> None:
     p.add_argument("--root-path", default="", help="URL prefix when served behind a proxy")
     p.add_argument("--read-only", action="store_true",
                    help="serve no action endpoint at all, whatever the credentials")  # fmt: skip
+    add_event_loop(p)
     p.set_defaults(func=cmd_web)
 
 
 def cmd_web(args: argparse.Namespace) -> int:
+    # uvicorn makes the loop: it is told which (auto when uvloop does not import: asyncio's).
+    loop = "uvloop" if eventloop.loop_factory(event_loop_of(args)) else "asyncio"
     try:
         import uvicorn
 
@@ -46,5 +50,5 @@ def cmd_web(args: argparse.Namespace) -> int:
     mode = f"read-only ({state.read_only_reason})" if state.read_only else "actions enabled"
     print(f"{PROG}: console for {', '.join(queues)} on {redact(url)}: {mode}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, root_path=args.root_path,
-                log_level="warning", access_log=False)  # fmt: skip
+                log_level="warning", access_log=False, loop=loop)  # fmt: skip
     return 0

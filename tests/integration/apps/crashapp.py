@@ -38,3 +38,12 @@ def hang(payload: object) -> None:
     if _r.incr(f"test:{zsched.current_run().queue}:hang-count") == 1:
         time.sleep(3600)  # the first execution hangs until the process is killed
     _log("executed")
+
+
+@app.task(name="awaits")
+async def awaits(payload: dict) -> None:
+    """An async handler that waits (its run goes on in a task of its own: Runner.start)."""
+    import asyncio
+
+    await asyncio.sleep(float(payload.get("seconds", 0.01)))
+    _log("executed")

@@ -7,6 +7,9 @@ import signal
 from collections.abc import Iterable
 from typing import Any
 
+from zsched import eventloop
+from zsched.config import event_loop_from_env
+
 
 def backend_named(alias: str) -> Any:
     from django.core.management.base import CommandError
@@ -50,4 +53,5 @@ def run_loops(make: list[Any]) -> None:
             for x in make:
                 await x.close()
 
-    asyncio.run(main())
+    # As `zsched worker` does: uvloop when installed, unless ZSCHED_EVENT_LOOP says otherwise.
+    eventloop.run(main(), event_loop_from_env())
