@@ -10,13 +10,14 @@ else ZSCHED_EVENT_LOOP, else `auto`). uvloop is a dependency on CPython outside 
 from __future__ import annotations
 
 import asyncio
-import importlib
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from zsched.errors import ConfigError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: auto: uvloop when it imports, else asyncio's own; uvloop: uvloop or a ConfigError.
 CHOICES = ("auto", "uvloop", "asyncio")
@@ -30,7 +31,7 @@ def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop
     if choice == "asyncio":
         return None
     try:
-        uvloop: Any = importlib.import_module("uvloop")
+        import uvloop
     except ImportError as exc:
         if choice == "auto":
             return None
@@ -48,6 +49,8 @@ def run(main: Coroutine[Any, Any, T], choice: str = "auto") -> T:
         main.close()  # never awaited: no "coroutine was never awaited" warning
         raise
     with asyncio.Runner(loop_factory=factory) as runner:
+        log.debug("event loop %s asked for: running on %s", choice,
+                  name(runner.get_loop()))  # fmt: skip
         return runner.run(main)
 
 

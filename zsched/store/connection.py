@@ -308,7 +308,10 @@ def _async_sentinel_from_sync(pool: Any, kw: dict[str, Any]) -> Any:
     base = {k: v for k, v in pool.connection_kwargs.items() if k in (*_CONNECTION_KEYS, "db")}
     if "SSL" in pool.connection_class.__name__:
         base["ssl"] = True
-    sentinel = _AsyncSentinel(addrs, sentinel_kwargs=dict(manager.sentinel_kwargs))
+    # Not its `retry`: redis-py 8.2 puts a sync Retry there, which an asyncio client converts
+    # with a UserWarning; the asyncio Sentinel makes its own.
+    skw = {k: v for k, v in manager.sentinel_kwargs.items() if k != "retry"}
+    sentinel = _AsyncSentinel(addrs, sentinel_kwargs=skw)
     return sentinel.master_for(
         pool.service_name, redis_class=_AsyncSentinelMaster, **{**base, **COMMON, **kw}
     )
