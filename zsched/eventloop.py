@@ -2,7 +2,7 @@
 
 `zsched worker`, `zsched dispatcher` and `zsched web` choose it at start-up (`--event-loop`,
 else ZSCHED_EVENT_LOOP, else `auto`). uvloop is a dependency on CPython outside Windows: with
-2 ms I/O handlers it cut the worker's CPU per run by about a fifth (BENCHMARKS.md, session
+handlers that await 2 ms it cut the worker's CPU per run by 13-23 % (BENCHMARKS.md, session
 19), and the loop is the whole difference. Code that runs in an application's own loop
 (AsyncApp, the integrations) keeps whatever loop the application runs.
 """
