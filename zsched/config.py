@@ -166,11 +166,15 @@ def redis_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     return env.get("ZSCHED_REDIS_URL") or None
 
 
+#: The event loops a process may ask for (zsched/eventloop.py): auto is uvloop when it imports.
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
 def event_loop_from_env(environ: Mapping[str, str] | None = None) -> str:
     """ZSCHED_EVENT_LOOP: "auto" (the default), "uvloop" or "asyncio" (zsched/eventloop.py)."""
     env = os.environ if environ is None else environ
     choice = (env.get("ZSCHED_EVENT_LOOP") or "auto").strip().lower()
-    if choice not in ("auto", "uvloop", "asyncio"):
+    if choice not in EVENT_LOOPS:
         raise ConfigError(
             f"ZSCHED_EVENT_LOOP must be auto, uvloop or asyncio, got {env['ZSCHED_EVENT_LOOP']!r}"
         )

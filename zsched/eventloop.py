@@ -14,13 +14,14 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from zsched.config import EVENT_LOOPS
 from zsched.errors import ConfigError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 #: auto: uvloop when it imports, else asyncio's own; uvloop: uvloop or a ConfigError.
-CHOICES = ("auto", "uvloop", "asyncio")
+CHOICES = EVENT_LOOPS
 
 
 def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop] | None:

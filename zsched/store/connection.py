@@ -208,6 +208,8 @@ _PORTABLE = frozenset({
     "socket_timeout", "socket_connect_timeout", "socket_keepalive", "ssl_keyfile",
     "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_check_hostname",
 })  # fmt: skip
+#: What a Sentinel connection may carry over to asyncio (zsched's _sentinel_kwargs, a user's).
+_SENTINEL_PORTABLE = _PORTABLE | {"protocol", "ssl"}
 
 
 async def ensure_ready(client: Any) -> None:
@@ -308,9 +310,9 @@ def _async_sentinel_from_sync(pool: Any, kw: dict[str, Any]) -> Any:
     base = {k: v for k, v in pool.connection_kwargs.items() if k in (*_CONNECTION_KEYS, "db")}
     if "SSL" in pool.connection_class.__name__:
         base["ssl"] = True
-    # Not its `retry`: redis-py 8.2 puts a sync Retry there, which an asyncio client converts
-    # with a UserWarning; the asyncio Sentinel makes its own.
-    skw = {k: v for k, v in manager.sentinel_kwargs.items() if k != "retry"}
+    # Where and how to connect only, as for a plain client: redis-py 8.2 also puts a sync
+    # Retry there, which an asyncio client converts with a UserWarning.
+    skw = {k: v for k, v in manager.sentinel_kwargs.items() if k in _SENTINEL_PORTABLE}
     sentinel = _AsyncSentinel(addrs, sentinel_kwargs=skw)
     return sentinel.master_for(
         pool.service_name, redis_class=_AsyncSentinelMaster, **{**base, **COMMON, **kw}

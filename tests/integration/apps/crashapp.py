@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -43,7 +44,5 @@ def hang(payload: object) -> None:
 @app.task(name="awaits")
 async def awaits(payload: dict) -> None:
     """An async handler that waits (its run goes on in a task of its own: Runner.start)."""
-    import asyncio
-
     await asyncio.sleep(float(payload.get("seconds", 0.01)))
     _log("executed")
