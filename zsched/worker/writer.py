@@ -1,7 +1,7 @@
 """`Writer`: the worker's buffered outcomes, and the one place that writes them.
 
 Handlers end faster than Redis round trips: outcomes wait here and go out in batches (one ack
-script call for up to FLUSH_BATCH runs). Every write is fenced: a consumer that no longer owns
+script call for up to ACK_BATCH runs). Every write is fenced: a consumer that no longer owns
 an entry cannot ack, retry or dead-letter it. An outcome sent again after its call failed
 (the reply lost: maybe applied) and found no longer pending is most likely written by that
 call: counted apart (zsched_resent_written_total), not as a fence. A rule's run frees its
@@ -27,10 +27,17 @@ from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery
 
 log = logging.getLogger("zsched.worker.worker")  # one logger for the whole worker
-#: Outcomes written per script call. An ack of 100 runs holds Redis ~0.6 ms (also while a
-#: 300,000-entry stream drains); 1000 (the scripts' bound) took ~6 ms, over the 5 ms a script
-#: may hold Redis (BENCHMARKS.md).
+#: Retries, dead letters and discards written per script call (they carry envelopes, and a
+#: retry re-adds its run to the delayed set: each costs more than an ack). An ack of 100 runs
+#: held Redis ~0.6 ms when this was set (also while a 300,000-entry stream drained); 1000 (the
+#: scripts' bound) took ~6 ms, over the 5 ms a script may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
+#: Acks written per script call: about the Redis time of one of the dispatcher's calls (its
+#: 1 ms target). 250 held Redis at most 1.35 ms in the pinned burst of session 20 (500: 2.5
+#: ms, too near 5 ms on a VM half as fast), and against 100 it runs 4 calls instead of 10 per
+#: 1,000 outcomes: ~10 % less Redis CPU a run and ~9 % more runs/s at concurrency 1,000, no
+#: change at 50 or the CLI defaults (BENCHMARKS.md, session 20).
+ACK_BATCH = 250
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*RETRYABLE_ERRORS, *REFUSALS)
 #: A flush keeps what it had not written on these: a Redis error, or a cancel (the shutdown's).
 _KEEP_ON: tuple[type[BaseException], ...] = (*_FLUSH_ERRORS, asyncio.CancelledError)
@@ -134,7 +141,8 @@ class Writer:
             await self._flush()
 
     async def _flush(self) -> None:
-        """Write buffered outcomes: one script call per kind per FLUSH_BATCH runs."""
+        """Write buffered outcomes: one script call per kind per ACK_BATCH acks or
+        FLUSH_BATCH other outcomes."""
         if self.discards:
             await self._flush_discards()
         while self.acks or self.retries or self.deads:
@@ -143,7 +151,7 @@ class Writer:
             # from the instant they are written (found by the model: make model, issue 18).
             now = self.ctx.clock.now_ms()
             b = FLUSH_BATCH
-            acks, self.acks = self.acks[:b], self.acks[b:]
+            acks, self.acks = self.acks[:ACK_BATCH], self.acks[ACK_BATCH:]
             retries, self.retries = self.retries[:b], self.retries[b:]
             deads, self.deads = self.deads[:b], self.deads[b:]
             acked = [a[0] for a in acks]
