@@ -33,11 +33,13 @@ log = logging.getLogger("zsched.worker.worker")  # one logger for the whole work
 #: scripts' bound) took ~6 ms, over the 5 ms a script may hold Redis (BENCHMARKS.md).
 FLUSH_BATCH = 100
 #: Acks written per script call: about the Redis time of one of the dispatcher's calls (its
-#: 1 ms target). 250 held Redis at most 1.35 ms in the pinned burst of session 20 (500: 2.5
-#: ms, too near 5 ms on a VM half as fast), and against 100 it runs 4 calls instead of 10 per
-#: 1,000 outcomes: ~10 % less Redis CPU a run and ~9 % more runs/s at concurrency 1,000, no
-#: change at 50 or the CLI defaults (BENCHMARKS.md, session 20).
-ACK_BATCH = 250
+#: 1 ms target). Against 100, a flush of 1,000 outcomes is 5 calls instead of 10: ack.lua's
+#: per-call work (TIME, type checks, the trim's reads, PEXPIRE) and a round trip paid half
+#: as often (callgrind: 30.8 k -> 29.8 k Redis instructions a run). 250 ran faster still at
+#: concurrency 1,000, but in the unpinned 1M drain 2 of 5 runs had an ack over 5 ms (a
+#: ~1.3 ms call plus the host's preemption), against 0 of 5 at 200 and at 100
+#: (BENCHMARKS.md, session 20).
+ACK_BATCH = 200
 _FLUSH_ERRORS: tuple[type[Exception], ...] = (*RETRYABLE_ERRORS, *REFUSALS)
 #: A flush keeps what it had not written on these: a Redis error, or a cancel (the shutdown's).
 _KEEP_ON: tuple[type[BaseException], ...] = (*_FLUSH_ERRORS, asyncio.CancelledError)
