@@ -27,9 +27,21 @@ def _record_calls(w: Any) -> list[tuple[str, int]]:
     return calls
 
 
-async def _dispatch_all(d: Any) -> None:
-    while (await d.tick()).moved:
-        pass
+async def _one_pass(backend: Any, app: Any, task: str, n: int) -> list[tuple[str, int]]:
+    """Enqueue n runs of `task`, dispatch them all, and let a worker of 1,000 slots read, run
+    and write them in one pass; the outcome calls it sent."""
+    app.enqueue_many([(task, i) for i in range(n)])
+    d = app.dispatcher(redis=backend.async_client(), batch_size=1000)
+    w = app.worker(redis=backend.async_client(), concurrency=1000, read_batch=1000)
+    calls = _record_calls(w)
+    try:
+        while (await d.tick()).moved:
+            pass
+        assert await w.tick() == n
+    finally:
+        await d.close()
+        await w.close()
+    return calls
 
 
 async def test_acks_go_out_ack_batch_a_call(backend, queue) -> None:
@@ -37,16 +49,7 @@ async def test_acks_go_out_ack_batch_a_call(backend, queue) -> None:
     app = backend.app(queue)
     ran: list[int] = []
     app.task(name="t")(ran.append)
-    app.enqueue_many([("t", i) for i in range(500)])
-    d = app.dispatcher(redis=backend.async_client(), batch_size=1000)
-    w = app.worker(redis=backend.async_client(), concurrency=1000, read_batch=1000)
-    calls = _record_calls(w)
-    try:
-        await _dispatch_all(d)
-        assert await w.tick() == 500  # read, run and written in one pass
-    finally:
-        await d.close()
-        await w.close()
+    calls = await _one_pass(backend, app, "t", 500)
     assert sorted(ran) == list(range(500))
     assert calls == [("ack", 200), ("ack", 200), ("ack", 100)]
     status = app.status()
@@ -60,16 +63,7 @@ async def test_retries_stay_at_flush_batch_a_call(backend, queue) -> None:
     def again(_payload: Any) -> None:
         raise zsched.Retry(delay=3600)
 
-    app.enqueue_many([("again", i) for i in range(150)])
-    d = app.dispatcher(redis=backend.async_client(), batch_size=1000)
-    w = app.worker(redis=backend.async_client(), concurrency=1000, read_batch=1000)
-    calls = _record_calls(w)
-    try:
-        await _dispatch_all(d)
-        assert await w.tick() == 150
-    finally:
-        await d.close()
-        await w.close()
+    calls = await _one_pass(backend, app, "again", 150)
     assert calls == [("retry", 100), ("retry", 50)]
     status = app.status()
     assert (status.pending, status.delayed) == (0, 150)
