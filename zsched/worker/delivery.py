@@ -40,6 +40,49 @@ class Delivery:
     thread: concurrent.futures.Future[None] | None = None
 
 
+#: The execute_command option that has an XREADGROUP reply come back as Redis sent it
+#: (`raw_reads`, `from_reply`).
+RAW = "zsched_raw"
+#: The fields of an entry as the dispatch script writes them, in its order.
+_RUN_ID, _ENVELOPE, _DUE_MS = b"run_id", b"envelope", b"due_ms"
+
+
+def raw_reads(client: Any) -> None:
+    """Have `client` hand back an XREADGROUP reply unparsed when the call passes RAW=True, for
+    `from_reply`: redis-py's parse builds a dict per entry, about half of reading's Python
+    cost (BENCHMARKS.md, session 21). Every other XREADGROUP call is parsed as before. Once
+    per client (a cluster client's nodes share its callbacks)."""
+    parse = client.response_callbacks.get("XREADGROUP")
+    if getattr(parse, "zsched_raw", False):
+        return
+
+    def callback(response: Any, **options: Any) -> Any:
+        if options.get(RAW):
+            return response
+        return parse(response, **options) if parse is not None else response
+
+    callback.zsched_raw = True  # type: ignore[attr-defined]
+    client.set_response_callback("XREADGROUP", callback)
+
+
+def from_reply(reply: Any) -> list[Delivery]:
+    """The Deliveries of an unparsed XREADGROUP reply (RESP2: [[stream, [[id, [field, value,
+    ...]], ...]]], or None). Entries with the dispatch script's three fields in its order take
+    the short way; any other shape goes through `from_entry`."""
+    out: list[Delivery] = []
+    for _stream, entries in reply or ():
+        for entry_id, f in entries:
+            if f is not None and len(f) == 6 and f[0] == _RUN_ID and f[2] == _ENVELOPE \
+                    and f[4] == _DUE_MS:  # fmt: skip
+                due = f[5]
+                out.append(Delivery(lossy_text(entry_id), lossy_text(f[1]), f[3],
+                                    int(due) if due.isdigit() else None))  # fmt: skip
+            else:
+                pairs = f or []
+                out.append(from_entry(entry_id, dict(zip(pairs[::2], pairs[1::2], strict=False))))
+    return out
+
+
 def from_entry(entry_id: Any, fields: dict[bytes, bytes]) -> Delivery:
     """The Delivery of one XREADGROUP entry (fields as the dispatch script wrote them)."""
     due = fields.get(b"due_ms")

@@ -26,7 +26,7 @@ from zsched.store.retrying import REFUSALS, PassFailures
 from zsched.worker import admission
 from zsched.worker import cancel as worker_cancel
 from zsched.worker.context import WorkerContext
-from zsched.worker.delivery import Delivery, from_entry
+from zsched.worker.delivery import RAW, Delivery, from_reply, raw_reads
 from zsched.worker.recovery import Holds, ensure_group
 from zsched.worker.runner import Runner
 from zsched.worker.writer import Writer
@@ -45,6 +45,7 @@ class ReadLoop:
         #: The consumer group exists (made once; again after a NOGROUP).
         self.group_ready = False
         self.max_block_ms = _max_block_ms(ctx.reader)
+        raw_reads(ctx.reader)
         # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
         # reclaim instead of a full-length read plus a short one to reach the reclaim time.
         every = min(ctx.settings.visibility_timeout_ms / 2000, 5.0)
@@ -74,9 +75,13 @@ class ReadLoop:
         self.runner.observe_metrics()  # start lags of long handlers show before they finish
         if block_ms and self.max_block_ms:
             block_ms = min(block_ms, self.max_block_ms)
+        # As redis-py's xreadgroup sends it, its reply left unparsed (from_reply).
+        args: list[Any] = ["XREADGROUP", "GROUP", GROUP, ctx.consumer, "COUNT", count]
+        if block_ms is not None:
+            args += ["BLOCK", block_ms]
         try:
-            resp = await ctx.reader.xreadgroup(
-                GROUP, ctx.consumer, {ctx.keys.ready: ">"}, count=count, block=block_ms
+            resp = await ctx.reader.execute_command(
+                *args, "STREAMS", ctx.keys.ready, ">", **{RAW: True}
             )
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
@@ -84,7 +89,7 @@ class ReadLoop:
             self.group_ready = False
             await self.setup()
             return []
-        return [from_entry(eid, f) for _stream, entries in resp or [] for eid, f in entries]
+        return from_reply(resp)
 
     def free_slots(self) -> int:
         """Slots for new runs. Reads run ahead of up to `max_unwritten_acks` acks not written
