@@ -74,9 +74,14 @@ def from_reply(reply: Any) -> list[Delivery]:
         for entry_id, f in entries:
             if f is not None and len(f) == 6 and f[0] == _RUN_ID and f[2] == _ENVELOPE \
                     and f[4] == _DUE_MS:  # fmt: skip
-                due = f[5]
-                out.append(Delivery(lossy_text(entry_id), lossy_text(f[1]), f[3],
-                                    int(due) if due.isdigit() else None))  # fmt: skip
+                due, run_id = f[5], f[1]
+                # lossy_text inlined for the bytes Redis sends (a call each is ~2 % of a run)
+                out.append(Delivery(
+                    entry_id.decode("utf-8", "replace") if type(entry_id) is bytes
+                    else lossy_text(entry_id),
+                    run_id.decode("utf-8", "replace") if type(run_id) is bytes
+                    else lossy_text(run_id),
+                    f[3], int(due) if due.isdigit() else None))  # fmt: skip
             else:
                 pairs = f or []
                 out.append(from_entry(entry_id, dict(zip(pairs[::2], pairs[1::2], strict=False))))

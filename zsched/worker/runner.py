@@ -74,6 +74,9 @@ class Runner:
         # The datetimes of RunInfo, remembered for the last instant: the runs of one dispatch
         # call share their stream time, a rule's fires and a batch enqueue often their times.
         self._dispatched, self._scheduled = _LastDatetime(), _LastDatetime()
+        #: Whether spans are recorded, looked up once per read (`observe_metrics`), not twice
+        #: per run: a tracer provider set while the worker runs counts from its next read.
+        self.tracing = _tracing.active()
 
     def start(self, d: Delivery) -> None:
         """Execute `d` now, up to its first wait, in a context of its own (as a task would):
@@ -114,6 +117,7 @@ class Runner:
         """Hand the buffered per-run observations to the metrics (zsched.observability)."""
         for tm in self._task_metrics.values():
             tm.observe()
+        self.tracing = _tracing.active()
 
     # -- executing a run ---------------------------------------------------------------------
 
@@ -178,7 +182,8 @@ class Runner:
         tm.lags.append(max(0.0, (started_ms - due) / 1000))
         t0 = time.perf_counter()
         set_current(info)  # this task's log lines about the run carry it (observability/logs.py)
-        span = _tracing.start_attempt(env, self.ctx.queue, d.deliveries, d.entry_id, due)
+        span = (_tracing.start_attempt(env, self.ctx.queue, d.deliveries, d.entry_id, due)
+                if self.tracing else None)  # fmt: skip
         value: Any = None
         try:
             value = await self._call(d, task, env, info)
@@ -203,7 +208,8 @@ class Runner:
                 kept = _outcomes.build(env.attempt, time.perf_counter() - t0, value,
                                        task.max_result_bytes)  # fmt: skip
                 self.writer.kept[d.entry_id] = (d.run_id, kept.encode())
-            _tracing.end_attempt(span)
+            if span is not None:
+                _tracing.end_attempt(span)
 
     def _failed(self, d: Delivery, env: Envelope, task: Task, exc: Exception) -> None:
         """A handler raised: a run asked to stop ends cancelled, else it retries or dies."""
