@@ -75,7 +75,10 @@ class ReadLoop:
         self.runner.observe_metrics()  # start lags of long handlers show before they finish
         if block_ms and self.max_block_ms:
             block_ms = min(block_ms, self.max_block_ms)
-        # As redis-py's xreadgroup sends it, its reply left unparsed (from_reply).
+        # As redis-py's xreadgroup sends it (and refuses: COUNT 0 would be no limit), its
+        # reply left unparsed (from_reply).
+        if type(count) is not int or count < 1:
+            raise redis.exceptions.DataError("XREADGROUP count must be a positive integer")
         args: list[Any] = ["XREADGROUP", "GROUP", GROUP, ctx.consumer, "COUNT", count]
         if block_ms is not None:
             args += ["BLOCK", block_ms]

@@ -11,6 +11,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+import redis
+
 from zsched.protocol.keys import GROUP
 from zsched.worker.delivery import RAW, Delivery, from_entry, from_reply, raw_reads
 
@@ -86,3 +89,14 @@ async def test_a_worker_reads_runs_the_short_way(backend: Any) -> None:
     finally:
         await w.close()
         await d.close()
+
+
+async def test_a_read_of_no_entries_is_refused_as_redis_py_refused_it(backend: Any) -> None:
+    # COUNT 0 is no limit to Redis: it would read the whole stream.
+    w = backend.app(f"rawq{uuid.uuid4().hex[:6]}").worker(redis=backend.async_client())
+    try:
+        for count in (0, -1):
+            with pytest.raises(redis.exceptions.DataError, match="positive integer"):
+                await w.reader.read(count, None)
+    finally:
+        await w.close()
