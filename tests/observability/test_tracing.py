@@ -145,6 +145,40 @@ async def test_a_dead_letter_is_an_event_and_a_rule_fire_names_its_rule(real, qu
     assert fire.parent is None and fire.links == ()  # a fire has no enqueue to link to
 
 
+async def test_a_provider_set_after_the_worker_is_built_traces_its_first_runs(real, queue) -> None:
+    # The worker looks the provider up once per read pass, not per run: its first pass starts
+    # a reclaimed run before it reads, and that run is traced too.
+    from zsched.protocol.keys import GROUP
+
+    app = real.app(queue)
+    ran = []
+
+    @app.task(name="t")
+    async def t(payload):
+        ran.append(payload)
+
+    app.enqueue("t", 1, run_id="r-1")
+    d, w = app.dispatcher(redis=real.async_client()), app.worker(redis=real.async_client())
+    exporter = InMemorySpanExporter()
+    try:
+        await d.tick()
+        await w.setup()
+        [[_s, [(entry_id, _f)]]] = real.sync.xreadgroup(GROUP, "gone", {app.keys.ready: ">"})
+        # a dead worker's hold, idle for longer than the visibility timeout
+        real.sync.xclaim(app.keys.ready, GROUP, "gone", 0, [entry_id], idle=10**9, justid=True)
+        provider = install(exporter)
+        assert await w.reader.tick() == 1  # reclaimed and started
+        await w.drain()
+        assert ran == [1]
+        (span,) = by_name(exporter, f"run {queue}")
+        assert span.attributes["zsched.run_id"] == "r-1"
+        provider.shutdown()
+    finally:
+        _unset_provider()
+        await d.close()
+        await w.close()
+
+
 def test_enqueue_many_carries_one_producer_span(real, queue, spans) -> None:
     app = real.app(queue)
     app.enqueue_many([{"task": "t", "run_id": f"m{i}"} for i in range(3)])

@@ -47,14 +47,22 @@ RAW = "zsched_raw"
 _RUN_ID, _ENVELOPE, _DUE_MS = b"run_id", b"envelope", b"due_ms"
 
 
-def raw_reads(client: Any) -> None:
+def raw_reads(client: Any) -> bool:
     """Have `client` hand back an XREADGROUP reply unparsed when the call passes RAW=True, for
     `from_reply`: redis-py's parse builds a dict per entry, about half of reading's Python
     cost (BENCHMARKS.md, session 21). Every other XREADGROUP call is parsed as before. Once
-    per client (a cluster client's nodes share its callbacks)."""
+    per client (a cluster client's nodes share its callbacks).
+
+    Only for a client pinned to RESP2, as zsched's own are (store/connection.py): one that
+    negotiates its protocol (a user's, with redis-py's default) gets RESP3 maps, or RESP2 on a
+    server without HELLO, and redis-py picks the parse per connection. False: read parsed."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or getattr(client, "connection_kwargs", None)
+    if not isinstance(kwargs, dict) or str(kwargs.get("protocol")) != "2":
+        return False
     parse = client.response_callbacks.get("XREADGROUP")
     if getattr(parse, "zsched_raw", False):
-        return
+        return True
 
     def callback(response: Any, **options: Any) -> Any:
         if options.get(RAW):
@@ -63,6 +71,7 @@ def raw_reads(client: Any) -> None:
 
     callback.zsched_raw = True  # type: ignore[attr-defined]
     client.set_response_callback("XREADGROUP", callback)
+    return True
 
 
 def from_reply(reply: Any) -> list[Delivery]:

@@ -26,7 +26,7 @@ from zsched.store.retrying import REFUSALS, PassFailures
 from zsched.worker import admission
 from zsched.worker import cancel as worker_cancel
 from zsched.worker.context import WorkerContext
-from zsched.worker.delivery import RAW, Delivery, from_reply, raw_reads
+from zsched.worker.delivery import RAW, Delivery, from_entry, from_reply, raw_reads
 from zsched.worker.recovery import Holds, ensure_group
 from zsched.worker.runner import Runner
 from zsched.worker.writer import Writer
@@ -45,7 +45,8 @@ class ReadLoop:
         #: The consumer group exists (made once; again after a NOGROUP).
         self.group_ready = False
         self.max_block_ms = _max_block_ms(ctx.reader)
-        raw_reads(ctx.reader)
+        #: Reads come back unparsed (`from_reply`): the client is pinned to RESP2.
+        self.raw = raw_reads(ctx.reader)
         # Reclaim at most every max-block: an idle worker then sends one XREADGROUP per
         # reclaim instead of a full-length read plus a short one to reach the reclaim time.
         every = min(ctx.settings.visibility_timeout_ms / 2000, 5.0)
@@ -83,16 +84,23 @@ class ReadLoop:
         if block_ms is not None:
             args += ["BLOCK", block_ms]
         try:
-            resp = await ctx.reader.execute_command(
-                *args, "STREAMS", ctx.keys.ready, ">", **{RAW: True}
-            )
+            if self.raw:
+                reply = await ctx.reader.execute_command(
+                    *args, "STREAMS", ctx.keys.ready, ">", **{RAW: True}
+                )
+            else:
+                parsed = await ctx.reader.xreadgroup(
+                    GROUP, ctx.consumer, {ctx.keys.ready: ">"}, count=count, block=block_ms
+                )
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             self.group_ready = False
             await self.setup()
             return []
-        return from_reply(resp)
+        if self.raw:
+            return from_reply(reply)
+        return [from_entry(eid, f) for _stream, entries in parsed or [] for eid, f in entries]
 
     def free_slots(self) -> int:
         """Slots for new runs. Reads run ahead of up to `max_unwritten_acks` acks not written
@@ -239,6 +247,7 @@ class ReadLoop:
         ahead and start what the slots take (`block`: wait for some until the next reclaim
         is due, at most `block_ms`). Returns how many it started."""
         ctx, s = self.ctx, self.ctx.settings
+        self.runner.check_tracing()  # before any start below: reclaimed runs start first
         await self.check_waiting()
         await self.refill()
         started = self.start_waiting()

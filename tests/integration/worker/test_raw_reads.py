@@ -100,3 +100,41 @@ async def test_a_read_of_no_entries_is_refused_as_redis_py_refused_it(backend: A
                 await w.reader.read(count, None)
     finally:
         await w.close()
+
+
+def _unpinned(backend: Any) -> Any:
+    """An asyncio client of the user's own, on redis-py's default protocol (RESP3 where the
+    server speaks it: XREADGROUP replies are maps, and redis-py parses them per connection)."""
+    if backend.name == "redis":
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(backend.url)
+    import fakeredis
+
+    return fakeredis.FakeAsyncRedis(server=backend.server)
+
+
+async def test_a_client_not_pinned_to_resp2_reads_parsed(backend: Any) -> None:
+    app = backend.app(f"rawq{uuid.uuid4().hex[:6]}")
+    seen: list[int] = []
+
+    @app.task(name="t")
+    async def t(p: int) -> None:
+        seen.append(p)
+
+    app.enqueue_many([("t", i) for i in range(3)])
+    client = _unpinned(backend)
+    assert raw_reads(client) is False
+    assert not getattr(client.response_callbacks.get("XREADGROUP"), "zsched_raw", False)
+    d = app.dispatcher(redis=backend.async_client())
+    w = app.worker(redis=client, concurrency=10)
+    try:
+        while (await d.tick()).moved:
+            pass
+        assert not w.reader.raw
+        assert await w.tick() == 3
+        await w.runner.drain()
+        assert sorted(seen) == [0, 1, 2]
+    finally:
+        await w.close()
+        await d.close()
