@@ -68,7 +68,8 @@ async def test_other_reads_stay_parsed_and_the_hook_goes_on_once(aclient: Any) -
     assert from_reply(None) == [] and from_reply([]) == []
 
 
-async def test_a_worker_reads_runs_the_short_way(backend: Any) -> None:
+async def _run_five(backend: Any, client: Any) -> bool:
+    """Five runs through a worker reading with `client`: each ran once. Whether it read raw."""
     app = backend.app(f"rawq{uuid.uuid4().hex[:6]}")
     seen: list[int] = []
 
@@ -78,17 +79,23 @@ async def test_a_worker_reads_runs_the_short_way(backend: Any) -> None:
 
     app.enqueue_many([("t", i) for i in range(5)])
     d = app.dispatcher(redis=backend.async_client())
-    w = app.worker(redis=backend.async_client(), concurrency=10)
+    w = app.worker(redis=client, concurrency=10)
     try:
         while (await d.tick()).moved:
             pass
         assert await w.tick() == 5
         await w.runner.drain()
         assert sorted(seen) == [0, 1, 2, 3, 4]
-        assert getattr(w.ctx.reader.response_callbacks["XREADGROUP"], "zsched_raw", False)
+        return bool(w.reader.raw)
     finally:
         await w.close()
         await d.close()
+
+
+async def test_a_worker_reads_runs_the_short_way(backend: Any) -> None:
+    client = backend.async_client()
+    assert await _run_five(backend, client)
+    assert getattr(client.response_callbacks["XREADGROUP"], "zsched_raw", False)
 
 
 async def test_a_read_of_no_entries_is_refused_as_redis_py_refused_it(backend: Any) -> None:
@@ -115,26 +122,7 @@ def _unpinned(backend: Any) -> Any:
 
 
 async def test_a_client_not_pinned_to_resp2_reads_parsed(backend: Any) -> None:
-    app = backend.app(f"rawq{uuid.uuid4().hex[:6]}")
-    seen: list[int] = []
-
-    @app.task(name="t")
-    async def t(p: int) -> None:
-        seen.append(p)
-
-    app.enqueue_many([("t", i) for i in range(3)])
     client = _unpinned(backend)
     assert raw_reads(client) is False
     assert not getattr(client.response_callbacks.get("XREADGROUP"), "zsched_raw", False)
-    d = app.dispatcher(redis=backend.async_client())
-    w = app.worker(redis=client, concurrency=10)
-    try:
-        while (await d.tick()).moved:
-            pass
-        assert not w.reader.raw
-        assert await w.tick() == 3
-        await w.runner.drain()
-        assert sorted(seen) == [0, 1, 2]
-    finally:
-        await w.close()
-        await d.close()
+    assert not await _run_five(backend, client)
