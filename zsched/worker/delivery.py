@@ -10,6 +10,9 @@ import concurrent.futures
 from dataclasses import dataclass
 from typing import Any
 
+import redis.exceptions
+
+from zsched.protocol.keys import GROUP
 from zsched.protocol.text import lossy_text
 from zsched.worker.tasks import RunInfo
 
@@ -72,6 +75,23 @@ def raw_reads(client: Any) -> bool:
     callback.zsched_raw = True  # type: ignore[attr-defined]
     client.set_response_callback("XREADGROUP", callback)
     return True
+
+
+async def read_entries(reader: Any, raw: bool, consumer: str, stream: str, count: int,
+                       block_ms: int | None) -> list[Delivery]:  # fmt: skip
+    """XREADGROUP of up to `count` new entries for `consumer` (waiting up to `block_ms`, None:
+    no wait), as redis-py's xreadgroup sends it and refuses it (COUNT 0 would be no limit);
+    its reply left unparsed (`from_reply`) when `raw` (`raw_reads` said so)."""
+    if type(count) is not int or count < 1:
+        raise redis.exceptions.DataError("XREADGROUP count must be a positive integer")
+    if not raw:
+        parsed = await reader.xreadgroup(GROUP, consumer, {stream: ">"}, count=count,
+                                         block=block_ms)  # fmt: skip
+        return [from_entry(eid, f) for _stream, entries in parsed or [] for eid, f in entries]
+    args: list[Any] = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count]
+    if block_ms is not None:
+        args += ["BLOCK", block_ms]
+    return from_reply(await reader.execute_command(*args, "STREAMS", stream, ">", **{RAW: True}))
 
 
 def from_reply(reply: Any) -> list[Delivery]:

@@ -26,7 +26,7 @@ from zsched.store.retrying import REFUSALS, PassFailures
 from zsched.worker import admission
 from zsched.worker import cancel as worker_cancel
 from zsched.worker.context import WorkerContext
-from zsched.worker.delivery import RAW, Delivery, from_entry, from_reply, raw_reads
+from zsched.worker.delivery import Delivery, raw_reads, read_entries
 from zsched.worker.recovery import Holds, ensure_group
 from zsched.worker.runner import Runner
 from zsched.worker.writer import Writer
@@ -76,31 +76,15 @@ class ReadLoop:
         self.runner.observe_metrics()  # start lags of long handlers show before they finish
         if block_ms and self.max_block_ms:
             block_ms = min(block_ms, self.max_block_ms)
-        # As redis-py's xreadgroup sends it (and refuses: COUNT 0 would be no limit), its
-        # reply left unparsed (from_reply).
-        if type(count) is not int or count < 1:
-            raise redis.exceptions.DataError("XREADGROUP count must be a positive integer")
-        args: list[Any] = ["XREADGROUP", "GROUP", GROUP, ctx.consumer, "COUNT", count]
-        if block_ms is not None:
-            args += ["BLOCK", block_ms]
         try:
-            if self.raw:
-                reply = await ctx.reader.execute_command(
-                    *args, "STREAMS", ctx.keys.ready, ">", **{RAW: True}
-                )
-            else:
-                parsed = await ctx.reader.xreadgroup(
-                    GROUP, ctx.consumer, {ctx.keys.ready: ">"}, count=count, block=block_ms
-                )
+            return await read_entries(ctx.reader, self.raw, ctx.consumer, ctx.keys.ready, count,
+                                      block_ms)  # fmt: skip
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             self.group_ready = False
             await self.setup()
             return []
-        if self.raw:
-            return from_reply(reply)
-        return [from_entry(eid, f) for _stream, entries in parsed or [] for eid, f in entries]
 
     def free_slots(self) -> int:
         """Slots for new runs. Reads run ahead of up to `max_unwritten_acks` acks not written
