@@ -74,8 +74,9 @@ class Runner:
         # The datetimes of RunInfo, remembered for the last instant: the runs of one dispatch
         # call share their stream time, a rule's fires and a batch enqueue often their times.
         self._dispatched, self._scheduled = _LastDatetime(), _LastDatetime()
-        #: Whether spans are recorded, looked up once per read pass (`check_tracing`), not
-        #: twice per run: a tracer provider set while the worker runs counts from its next pass.
+        #: Whether spans are recorded, looked up at the start of each read pass (`check_tracing`,
+        #: ReadLoop.tick, Worker.tick), not twice per run: a provider set later counts from
+        #: the next pass.
         self.tracing = _tracing.active()
 
     def start(self, d: Delivery) -> None:
@@ -117,7 +118,6 @@ class Runner:
         """Hand the buffered per-run observations to the metrics (zsched.observability)."""
         for tm in self._task_metrics.values():
             tm.observe()
-        self.check_tracing()
 
     def check_tracing(self) -> None:
         """Look up again whether spans are recorded (a provider may have been set since)."""

@@ -85,6 +85,7 @@ class Worker:
     async def tick(self, count: int | None = None) -> int:
         """Read what is ready now (no blocking), run it all, write the outcomes. Returns count."""
         await self.setup()
+        self.runner.check_tracing()
         batch = await self.reader.read(count or self.settings.read_batch, None)
         for d in batch:
             self.runner.start(d)
