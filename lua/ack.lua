@@ -1,6 +1,7 @@
 -- ack: finish runs: acknowledge and delete their stream entries, record their completion, and
 --   end the overlap leases of the rule runs among them (starting the fires that waited).
--- KEYS[1] ready (stream)    KEYS[2] runs (hash)    KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[1] ready (stream)    KEYS[2] runs (hash: a run on the stream -> its entry id)
+-- KEYS[3] entries (hash: run_id -> entry id of runs dispatched before zsched 0.3)
 -- KEYS[4] done (zset: run_id -> done_at_ms)        KEYS[5] stats (hash)
 -- KEYS[6] rule_waiting (hash)   KEYS[7] delayed (B-tree root)   KEYS[8] wake (channel)
 --   (6-8 optional: a caller with no lease to end may pass 5 keys, the older form)
@@ -31,6 +32,18 @@
 --   deleted but this call's own (an entry leaves the stream when it is acknowledged), so it
 --   frees the nodes of this call's entries and walks one node (100 entries) at most; XDEL
 --   then takes the owned entries the trim left (found with at most log2(pairs) + 2 parsed ids).
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
+-- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `entries`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- END current
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local waiting, delayed, wake, lease_keys = KEYS[6], KEYS[7], KEYS[8], {unpack(KEYS, 9)}
 -- Check types before any write: a script is atomic but not transactional. `ready` and
@@ -504,10 +517,25 @@ local function left_after(keep_ms, keep_seq)
 end
 
 -- A run finishes only through its current entry (a stale entry of a run that moved on is
--- acked and deleted, nothing more).
-local current, err = {}, nil
-if o > 0 then current, err = read(entries, 'hash', 'HMGET', entries, unpack(owned_runs)) end
+-- acked and deleted, nothing more): its value in `runs` is that entry's id (current block).
+-- A legacy run (dispatched before zsched 0.3: tagged value, entry id in `entries`) is read
+-- from `entries`, one HGET each; only then is `entries` touched.
+local current, err, legacy = {}, nil, nil
+if o > 0 then current, err = read(runs, 'hash', 'HMGET', runs, unpack(owned_runs)) end
 if err then return err end
+for i = 1, o do
+  local v = current[i]
+  if v and v ~= owned[i] and not cur_entry(v) then
+    local e
+    e, err = read(entries, 'hash', 'HGET', entries, owned_runs[i])
+    if err then return err end
+    if e == owned[i] then
+      current[i] = e
+      legacy = legacy or {}
+      legacy[#legacy + 1] = owned_runs[i]
+    end
+  end
+end
 if o > 0 then
   redis.call('XACK', ready, group, unpack(owned))
   -- Delete the acknowledged entries. First every entry no group needs any more (XTRIM MINID,
@@ -540,7 +568,7 @@ if o > 0 then
   end
   if #finished > 0 then
     redis.call('HDEL', runs, unpack(finished))
-    redis.call('HDEL', entries, unpack(finished))
+    if legacy then redis.call('HDEL', entries, unpack(legacy)) end
     redis.call('ZADD', done, unpack(records))
     -- Every record is younger than the newest one: when no run finishes for a whole window
     -- they have all expired, so the key may go (memory returns to its baseline after a drain).

@@ -1,6 +1,6 @@
 -- dead: move runs from the ready stream to the dead-letter stream, with the reason, and end
 --   the overlap leases of the rule runs among them (starting the fires that waited).
--- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[1] ready (stream)   KEYS[2] runs (hash: on the stream, its entry id)   KEYS[3] entries (legacy: current block)
 -- KEYS[4] dead (stream)    KEYS[5] stats (hash)
 -- KEYS[6] rule_waiting (hash)   KEYS[7] delayed (B-tree root)   KEYS[8] wake (channel)
 -- KEYS[9] done (zset: run_id -> done_at_ms)
@@ -37,6 +37,32 @@ local function bad_entry_id(script, first, step, upto)
   end
 end
 -- END streamid
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
+-- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `entries`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
+-- moved on is acked and deleted, nothing more). Clears the legacy `entries` field when it is.
+local function cur_is(runs, entries, run_id, entry)
+  if run_id == '' then return false end
+  local v = redis.call('HGET', runs, run_id)
+  if not v then return false end
+  if v == entry then return true end
+  if cur_entry(v) then return false end
+  if redis.call('HGET', entries, run_id) == entry then
+    redis.call('HDEL', entries, run_id)
+    return true
+  end
+  return false
+end
+-- END current
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local waiting, delayed, wake, done, lease_keys = KEYS[6], KEYS[7], KEYS[8], KEYS[9], {unpack(KEYS, 10)}
 local function wrong_type(key, want)
@@ -382,9 +408,8 @@ for i = 4, last, 4 do
   if row and row[2] == consumer then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
-    if run_id ~= '' and redis.call('HGET', entries, run_id) == entry then
+    if cur_is(runs, entries, run_id, entry) then
       redis.call('HDEL', runs, run_id)
-      redis.call('HDEL', entries, run_id)
       ended[run_id] = true
     end
     redis.call('XADD', dead, '*', 'run_id', run_id, 'reason', reason, 'envelope', env,

@@ -1,8 +1,8 @@
 -- dispatch: move due runs from the delayed set onto the ready stream.
 -- KEYS[1] delayed (the B-tree's root, key layout 3: see the btree block)
--- KEYS[2] runs (hash: run_id -> due tag .. envelope)
+-- KEYS[2] runs (hash: run_id -> due tag .. envelope; this call sets a moved run's to its entry id)
 -- KEYS[3] ready (stream; fields run_id, envelope, due_ms)
--- KEYS[4] entries (hash: run_id -> entry id)   KEYS[5] stats (hash)
+-- KEYS[4] entries (hash of runs dispatched before 0.3; no longer written)   KEYS[5] stats (hash)
 -- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua)
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
@@ -16,8 +16,7 @@
 -- Invariant: a run leaves `delayed` only in the call that adds it to `ready`; a run id in
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
 -- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to BT_MAX = 64
---   runs, one HSET of their entry ids; a call of BIG_CALL = 64 runs or more first makes
---   `entries` a hash table: OBJECT ENCODING, a stray 1025-byte field in that HSET, one HDEL).
+--   runs, one HMGET of their values and one HSET of their entry ids in `runs`).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -100,7 +99,6 @@ local function wrong_type(key, want)
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
 local err
-local BIG_CALL, NOT_A_RUN_ID = 64, '\255'
 local now_ms = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local max_backlog = tonumber(ARGV[3])
@@ -127,7 +125,7 @@ if not head or head > now_ms then
 end
 err = bt_check(delayed, 'dispatch')
 if err then return err end
-for key, want in pairs({[runs] = 'hash', [ready] = 'stream', [entries] = 'hash', [stats] = 'hash'}) do
+for key, want in pairs({[runs] = 'hash', [ready] = 'stream', [stats] = 'hash'}) do
   err = wrong_type(key, want)
   if err then return err end
 end
@@ -150,14 +148,13 @@ elseif max_backlog > 0 then
 end
 
 if limit > 0 then
-  -- Take the due runs off the front leaves, then fetch/record their envelopes and entries with
-  -- one call each, so the per-run work inside Redis is a single XADD. The due tag stays on the
-  -- value in `runs` (stale once the run is on the stream; cancel checks the tree).
+  -- Take the due runs off the front leaves, then read their values and record their entry ids
+  -- with one call each, so the per-run work inside Redis is a single XADD.
   local ids, n = bt_take(delayed, now_ms, limit)
   if n > 0 then
     local envs = redis.call('HMGET', runs, unpack(ids))
     -- Counters, not #t: the length operator is a search on every append.
-    local recorded, r, o, orphans, seen_odd = {}, 0, #out, 0, false
+    local recorded, r, o, orphans = {}, 0, #out, 0
     -- The due as text, formatted once for the runs that share it (a burst due at one instant):
     -- a Lua number in a redis.call is formatted by Redis with %.17g (~2.7 k instructions).
     local last_due, due_text = nil, nil
@@ -175,28 +172,18 @@ if limit > 0 then
         if due ~= last_due then last_due, due_text = due, string.format('%d', due) end
         local entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', due_text)
         recorded[r + 1], recorded[r + 2], r = ids[i], entry, r + 2
-        if ids[i] == NOT_A_RUN_ID then seen_odd = true end
         o = o + 1
         out[o] = due
       else
         orphans = orphans + 1
       end
     end
-    -- `entries` holds the runs on the stream. Below hash-max-listpack-entries fields (512 by
-    -- default) Redis keeps it as a listpack, where every field set, read or deleted scans
-    -- them all: a first call of 500 set ~30 k instructions a field (~4 ms). A call that adds
-    -- BIG_CALL fields or more makes it a hash table first, the way Redis itself converts a
-    -- hash: a value longer than hash-max-listpack-value (64 by default) in the same HSET,
-    -- under a field no run id can be (not UTF-8: enqueue refuses it; checked anyway),
-    -- deleted at once. Only an `entries` that
-    -- holds that many runs is converted; it goes away when the stream empties.
-    if r >= 2 * BIG_CALL and not seen_odd and redis.pcall('OBJECT', 'ENCODING', entries) ~= 'hashtable' then
-      recorded[r + 1], recorded[r + 2] = NOT_A_RUN_ID, string.rep('-', 1025)
-      redis.call('HSET', entries, unpack(recorded))
-      redis.call('HDEL', entries, NOT_A_RUN_ID)
-    elseif r > 0 then
-      redis.call('HSET', entries, unpack(recorded))
-    end
+    -- A run on the stream is known by its entry id, written over its value in `runs` (the
+    -- envelope is in the entry now): an overwrite of a field that exists allocates no new
+    -- field and leaves the hash's size and encoding as they were, where the `entries` hash
+    -- of zsched 0.2 took an insert here and a delete in ack.lua (~1 us a run at 1,000 a call,
+    -- BENCHMARKS.md "Session 22").
+    if r > 0 then redis.call('HSET', runs, unpack(recorded)) end
     if orphans > 0 then redis.call('HINCRBY', stats, 'orphan', orphans) end
     out[1] = #out - 5
     if out[1] > 0 then redis.call('HINCRBY', stats, 'dispatched', out[1]) end

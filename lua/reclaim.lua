@@ -1,6 +1,6 @@
 -- reclaim: take over pending entries idle longer than the visibility timeout; dead-letter the
 --   ones delivered too many times, or hand those of rule fires to the caller to dead-letter.
--- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[1] ready (stream)   KEYS[2] runs (hash: on the stream, its entry id)   KEYS[3] entries (legacy: current block)
 -- KEYS[4] dead (stream)    KEYS[5] stats (hash)
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer (the new owner)
 -- ARGV[4] min_idle_ms      the visibility timeout
@@ -25,6 +25,32 @@
 -- Bound: `count` entries per call.
 -- Counts in `stats`: reclaimed (claimed), dead and dead:max_deliveries (dead-lettered here);
 --   an entry of `over` is counted by the dead.lua call that dead-letters it.
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
+-- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `entries`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
+-- moved on is acked and deleted, nothing more). Clears the legacy `entries` field when it is.
+local function cur_is(runs, entries, run_id, entry)
+  if run_id == '' then return false end
+  local v = redis.call('HGET', runs, run_id)
+  if not v then return false end
+  if v == entry then return true end
+  if cur_entry(v) then return false end
+  if redis.call('HGET', entries, run_id) == entry then
+    redis.call('HDEL', entries, run_id)
+    return true
+  end
+  return false
+end
+-- END current
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [dead] = 'stream', [stats] = 'hash'}) do
@@ -64,10 +90,7 @@ for _, e in ipairs(r[2]) do
     elseif deliveries > max_deliveries then
       redis.call('XACK', ready, group, entry)
       redis.call('XDEL', ready, entry)
-      if run_id ~= '' and redis.call('HGET', entries, run_id) == entry then
-        redis.call('HDEL', runs, run_id)
-        redis.call('HDEL', entries, run_id)
-      end
+      if cur_is(runs, entries, run_id, entry) then redis.call('HDEL', runs, run_id) end
       redis.call('XADD', dead, '*', 'run_id', run_id,
         'reason', 'delivered ' .. deliveries .. ' times without an ack (max_deliveries ' .. max_deliveries .. ')',
         'envelope', env, 'dead_at_ms', now_ms, 'entry_id', entry)

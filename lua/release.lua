@@ -1,9 +1,11 @@
 -- release: hand runs that a stopping worker holds back to the delayed set, due now, same attempt.
--- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[1] ready (stream)   KEYS[2] runs (hash: a run on the stream -> its entry id)
+-- KEYS[3] entries (hash: run_id -> entry id of runs dispatched before zsched 0.3)
 -- KEYS[4] delayed (B-tree root: the btree block)   KEYS[5] wake (pub/sub channel)
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4..] pairs: entry_id, run_id (at most 1000)
--- Returns {code, ...} one per pair: 1 released; 0 refused, pending with another consumer
+-- Returns {code, ...} one per pair: 1 released (or a stale entry of a run that moved on to
+--   another: acked and deleted, as ack.lua does); 0 refused, pending with another consumer
 --   (fenced: reclaimed); 2 refused, gone: pending with no consumer (its outcome written
 --   already), or pending with this one but its run no longer in `runs` (nothing to hand back).
 --   An error reply (a malformed entry id, a bad argument) means nothing was written.
@@ -262,6 +264,27 @@ local function bad_entry_id(script, first, step, upto)
   end
 end
 -- END streamid
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
+-- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `entries`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- The `envelope` field of stream entry `entry` (nil when it is gone).
+local function cur_envelope(ready, entry)
+  local row = redis.call('XRANGE', ready, entry, entry)[1]
+  if not row then return nil end
+  local f = row[2]
+  for j = 1, #f, 2 do
+    if f[j] == 'envelope' then return f[j + 1] end
+  end
+end
+-- END current
 local ready, runs, entries, delayed, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Check types before any write: a script is atomic but not transactional.
 for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash'}) do
@@ -288,11 +311,25 @@ for i = 4, #ARGV, 2 do
   -- Not filtered by consumer: the owner's name tells a fence (0) from an entry gone (2).
   local row = redis.call('XPENDING', ready, group, entry, entry, 1)[1]
   local v = row and row[2] == consumer and redis.call('HGET', runs, run_id)
-  if v then
+  -- The envelope: in the entry (a run on the stream is known by its entry id), or after the
+  -- tag of a legacy run's value (dispatched before zsched 0.3).
+  local env, stale = nil, false
+  if v and cur_entry(v) then
+    stale = v ~= entry
+    env = not stale and cur_envelope(ready, entry)
+  elseif v then
+    local _, rest = bt_untag(v)
+    env = rest
+  end
+  if stale then
+    -- The run moved on to another entry: this one is only acked and deleted, as ack.lua does.
+    redis.call('XACK', ready, group, entry)
+    redis.call('XDEL', ready, entry)
+    codes[#codes + 1] = 1
+  elseif env then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
     redis.call('HDEL', entries, run_id)
-    local _, env = bt_untag(v)
     redis.call('HSET', runs, run_id, bt_tag(now_ms, env))
     moved = moved + 1
     add_ids[moved], add_dues[moved] = run_id, now_ms

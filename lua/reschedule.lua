@@ -1,6 +1,6 @@
 -- reschedule: move a run that is still waiting in the delayed set to a new due time.
 -- KEYS[1] delayed (the B-tree's root, key layout 3: see the btree block)
--- KEYS[2] runs (hash: run_id -> due tag .. envelope)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[2] runs (hash: run_id -> due tag .. envelope, or its entry id)   KEYS[3] entries (legacy: current block)
 -- KEYS[4] ready (stream, read by group ARGV[5])        KEYS[5] done (zset: run_id -> done_at_ms)
 -- KEYS[6] dead (stream of dead letters)                KEYS[7] wake (pub/sub channel)
 -- ARGV[1] now_ms      "" = server TIME; tests pass a value
@@ -278,6 +278,24 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
+-- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `entries`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- The run's current entry id (from `runs`, else the legacy `entries`), or nil when it is not
+-- on the stream. v: its value in `runs` (false/nil: none).
+local function cur_of(runs, entries, run_id, v)
+  if not v then return nil end
+  return cur_entry(v) or redis.call('HGET', entries, run_id) or nil
+end
+-- END current
 local delayed, runs, entries, ready, done, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now_ms, run_id, run_at, dead_scan, group = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local function now()
@@ -326,7 +344,7 @@ if v then
     redis.call('PUBLISH', wake, at)
     return {1, at}
   end
-  local entry = redis.call('HGET', entries, run_id)
+  local entry = cur_of(runs, entries, run_id, v)
   if entry then
     local row = redis.pcall('XPENDING', ready, group, entry, entry, 1)
     if type(row) == 'table' and not row['err'] and row[1] then return {3, -1} end

@@ -1,5 +1,5 @@
 -- retry: take runs off the ready stream and put them back in the delayed set for a new attempt.
--- KEYS[1] ready (stream)   KEYS[2] runs (hash)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[1] ready (stream)   KEYS[2] runs (hash: on the stream, its entry id)   KEYS[3] entries (legacy: current block)
 -- KEYS[4] delayed (B-tree root: the btree block)   KEYS[5] stats (hash)  KEYS[6] wake (pub/sub channel)
 -- ARGV[1] now_ms  "" = server TIME     ARGV[2] group     ARGV[3] consumer
 -- ARGV[4..] groups of 4: entry_id, run_id, delay_ms, envelope (the next attempt's envelope;

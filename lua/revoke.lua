@@ -1,7 +1,7 @@
 -- revoke: cancel a run wherever it is: a delayed or ready run is removed at once; for a running
 --   run a cancel request is written, which the worker holding it acts on (discard.lua).
 -- KEYS[1] delayed (the B-tree's root, key layout 3: see the btree block)
--- KEYS[2] runs (hash: run_id -> due tag .. envelope)   KEYS[3] entries (hash: run_id -> entry id)
+-- KEYS[2] runs (hash: run_id -> due tag .. envelope, or its entry id)   KEYS[3] entries (legacy: current block)
 -- KEYS[4] ready (stream, read by group ARGV[3])        KEYS[5] done (zset: run_id -> done_at_ms)
 -- KEYS[6] cancelled (zset: run_id -> cancelled_at_ms)  KEYS[7] stats (hash)
 -- KEYS[8] cancel_request (string, this run's: the entry id of the running run; with a TTL)
@@ -319,6 +319,33 @@ local function lease_end(lease, waiting, runs, delayed, wake, done, window_ms, n
   return released, started
 end
 -- END lease
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
+-- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `entries`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- The run's current entry id (from `runs`, else the legacy `entries`), or nil when it is not
+-- on the stream. v: its value in `runs` (false/nil: none).
+local function cur_of(runs, entries, run_id, v)
+  if not v then return nil end
+  return cur_entry(v) or redis.call('HGET', entries, run_id) or nil
+end
+-- The `envelope` field of stream entry `entry` (nil when it is gone).
+local function cur_envelope(ready, entry)
+  local row = redis.call('XRANGE', ready, entry, entry)[1]
+  if not row then return nil end
+  local f = row[2]
+  for j = 1, #f, 2 do
+    if f[j] == 'envelope' then return f[j + 1] end
+  end
+end
+-- END current
 local delayed, runs, entries, ready, done, cancelled, stats, request = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local lease, waiting, wake = KEYS[9], KEYS[10], KEYS[11]
 local now_ms, run_id, group, window_ms, sid = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
@@ -354,7 +381,7 @@ if v then
   local due, env = bt_untag(v)
   if due and bt_remove(delayed, run_id, due) == 1 then return record(env, 1) end
   if not due and redis.call('ZREM', delayed .. ':layout2', run_id) == 1 then return record(env, 1) end
-  local entry = redis.call('HGET', entries, run_id)
+  local entry = cur_of(runs, entries, run_id, v)
   if entry then
     local row = redis.pcall('XPENDING', ready, group, entry, entry, 1)
     if type(row) == 'table' and not row['err'] and row[1] then
@@ -363,7 +390,9 @@ if v then
       redis.call('SET', request, entry, 'PX', math.max(window_ms, 1))
       return {3, ''}
     end
-    -- Not read by any worker yet: nobody holds it, so it can go now.
+    -- Not read by any worker yet: nobody holds it, so it can go now. Its envelope is in the
+    -- entry (a legacy run's, dispatched before zsched 0.3, after its value's tag).
+    if cur_entry(v) then env = cur_envelope(ready, entry) or '' end
     redis.call('XDEL', ready, entry)
     redis.call('HDEL', entries, run_id)
     return record(env, 2)

@@ -8,6 +8,7 @@ import msgpack
 
 from zsched.protocol.envelope import v2_named
 from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.runs.status import entry_envelope, stream_entry
 from zsched.store import delayed
 
 
@@ -34,7 +35,17 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out["delayed"] = dict(delayed.runs(r, k))
     out["done"] = {_s(m): int(s) for m, s in r.zrange(k.done, 0, -1, withscores=True)}
-    out["runs"] = {_s(a): _env(b) for a, b in r.hgetall(k.runs).items()}
+    # A run on the stream is known in `runs` by its entry id (lua/lib/current.lua): shown with
+    # the envelope of that entry, as a delayed run is shown with its own.
+    raw_runs = r.hgetall(k.runs)
+    in_stream = (
+        {_s(e): f.get(b"envelope") for e, f in r.xrange(k.ready)} if r.exists(k.ready) else {}
+    )
+    on_stream = {_s(a) for a, b in raw_runs.items() if stream_entry(b, None) == b}
+    out["runs"] = {
+        _s(a): _env(in_stream.get(_s(b), b) if _s(a) in on_stream else b)
+        for a, b in raw_runs.items()
+    }
     out["stats"] = {_s(a): int(b) for a, b in r.hgetall(k.stats).items()}
     ids = {}
     for name in ("ready", "dead"):
@@ -46,7 +57,8 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
             d.pop("dead_at_ms", None)
             d.pop("entry_id", None)
             out[name].append(d)
-    out["entries"] = sorted(_s(a) for a in r.hgetall(k.entries))
+    # Runs on the stream: by their entry ids in `runs`, or in `entries` (dispatched before 0.3).
+    out["entries"] = sorted(on_stream | {_s(a) for a in r.hkeys(k.entries)})
     try:
         pend = r.xpending_range(k.ready, GROUP, "-", "+", 10_000)
         out["pending"] = sorted((_s(p["consumer"]), int(p["times_delivered"])) for p in pend)
@@ -109,6 +121,9 @@ def add_delayed(r: Any, k: QueueKeys, dues: dict[str, int]) -> None:
 
 
 def envelope_of(r: Any, k: QueueKeys, run_id: str) -> bytes | None:
-    """The envelope of a live run as kept in `runs`, its due tag left out."""
+    """The envelope of a live run: in `runs` after its due tag, or in its stream entry when
+    `runs` holds the entry's id (a run on the stream)."""
     raw = r.hget(k.runs, run_id)
+    if raw is not None and stream_entry(raw, None) == raw:
+        return entry_envelope(r.xrange(k.ready, raw, raw))
     return None if raw is None else delayed.untag(raw)[1]

@@ -9,22 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import redis.exceptions
-
-from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.keys import QueueKeys
 from zsched.protocol.text import lossy_text
 from zsched.rules import ledger
 from zsched.runs import status as _inspect
 from zsched.store import scripts as S
-
-
-async def _pending_one(r: Any, k: QueueKeys, entry: Any) -> list[Any]:
-    try:
-        return list(await r.xpending_range(k.ready, GROUP, entry, entry, 1))
-    except redis.exceptions.ResponseError as exc:
-        if "NOGROUP" not in str(exc):
-            raise
-        return []  # no worker has joined yet
 
 
 async def get_run(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus:
@@ -32,18 +21,17 @@ async def get_run(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus:
     run's cancel request, a finished run's finished_at and kept outcome)."""
     pipe = r.pipeline(transaction=False)
     _inspect.queue_run_reads(pipe, k, run_id)
-    raw, entry, done_at, cancelled_at, outcome = await pipe.execute()
+    raw, legacy, done_at, cancelled_at, outcome = await pipe.execute()
+    entry = _inspect.stream_entry(raw, legacy)
     if raw is not None and entry is None:
         st = _inspect.scheduled(run_id, raw)
         if st.task and await r.zscore(k.limit_waiting(st.task), run_id) is not None:
             st = replace(st, waiting_for_limit=st.task)
         return st
     if raw is not None and entry is not None:
-        pending = await _pending_one(r, k, entry)
-        if pending:
-            asked = await r.get(k.cancel_request(run_id))
-            return _inspect.running(run_id, raw, entry, pending[0], asked)
-        return _inspect._from_envelope(run_id, "ready", raw)
+        pipe = r.pipeline(transaction=False)
+        _inspect.stream_reads(pipe, k, run_id, entry)
+        return _inspect.on_stream(run_id, raw, entry, await pipe.execute(raise_on_error=False))
     finished = _inspect.ended(run_id, done_at, cancelled_at) or await _dead(r, k, run_id)
     if finished is None:
         raise _inspect.not_found(k, run_id)

@@ -129,13 +129,18 @@ class Snapshots(threading.Thread):
 def read_places(r: redis.Redis, k: Any) -> dict[str, list[str]]:
     p = r.pipeline(transaction=True)
     p.eval(DELAYED_IDS_LUA, 1, k.delayed)
-    p.hkeys(k.runs)
+    p.hgetall(k.runs)
     p.xrange(k.ready)
     p.zrange(k.done, 0, -1)
     p.xrange(k.dead)
     p.hkeys(k.entries)
     p.hvals(k.rule_waiting)
-    delayed, runs, ready, done, dead, entries, waiting = p.execute()
+    delayed, values, ready, done, dead, legacy, waiting = p.execute()
+    runs = list(values)
+    # On the stream: a run whose value in `runs` is the id of its entry there (dispatch.lua),
+    # or one in the legacy `entries` hash (dispatched before zsched 0.3).
+    on_ready = {(f[b"run_id"], e) for e, f in ready}
+    entries = [a for a, v in values.items() if (a, v) in on_ready] + list(legacy)
 
     def ids(xs: list[Any]) -> list[str]:
         return [x.decode() if isinstance(x, bytes) else x for x in xs]
@@ -173,7 +178,7 @@ def one_place(pl: dict[str, list[str]]) -> list[str]:
             f"runs hash != delayed+ready: extra {sorted(extra)[:5]} missing {sorted(missing)[:5]}"
         )
     if set(pl["entries"]) != set(pl["ready"]):
-        bad.append("entries hash != run ids on the ready stream")
+        bad.append("runs on the stream by their entry ids != run ids on the ready stream")
     return bad[:20]
 
 

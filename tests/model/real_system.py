@@ -32,6 +32,7 @@ from zsched.dispatch.dispatcher import Dispatcher
 from zsched.protocol.keys import GROUP
 from zsched.rules.ledger import history
 from zsched.rules.triggers import Every
+from zsched.runs.status import stream_entry
 from zsched.store.delayed import untag
 
 #: The workers' visibility timeout (real time): long, so that no live worker's entry is ever
@@ -358,13 +359,14 @@ class RealSystem:
         return bool(due)
 
     def _written(self, key: tuple[str, int], fate: Fate) -> bool:
-        """The worker wrote the attempt's outcome: its stream entry is gone (a run's value
-        in `runs` keeps its due tag while on the stream, so that says nothing), and a
+        """The worker wrote the attempt's outcome: its stream entry is gone (its value in
+        `runs` is no longer an entry id: lua/lib/current.lua), and a
         finished run freed its lease. Or a fire that waited under the same run id (a manual
         fire whose forced twin went dead) took the lease again: that run is live again
         (found by make model: waiting for the lease to change hung here)."""
         rid, k = key[0], self.app.keys
-        if self.real.sync.hexists(k.entries, rid):
+        v = self.real.sync.hget(k.runs, rid)
+        if v is not None and stream_entry(v, None) == v:
             return False
         retried = fate.kind == "retry" and key[1] < MAX_ATTEMPTS  # else a dead letter
         return retried or self.lease() != rid or rid in self.live()
@@ -385,6 +387,6 @@ class RealSystem:
         while not cond():
             assert time.monotonic() < deadline, (
                 f"real system stuck waiting for {what}: lease {self.lease()!r}, live "
-                f"{sorted(self.live())}, on the stream {self.real.sync.hkeys(self.app.keys.entries)}"
+                f"{sorted(self.live())}, on the stream {self.real.sync.xlen(self.app.keys.ready)} entries"
             )
             await asyncio.sleep(0.002)

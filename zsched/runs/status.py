@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -82,13 +83,53 @@ def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> 
 
 
 def queue_run_reads(pipe: Any, k: QueueKeys, run_id: str) -> None:
-    """The first round trip of get_run (sync or asyncio pipeline): its record, its stream
-    entry, its completion and cancel times, its kept outcome."""
+    """The first round trip of get_run (sync or asyncio pipeline): its record, its legacy
+    stream entry (zsched < 0.3), its completion and cancel times, its kept outcome."""
     pipe.hget(k.runs, run_id)
     pipe.hget(k.entries, run_id)
     pipe.zscore(k.done, run_id)
     pipe.zscore(k.cancelled, run_id)
     pipe.hget(k.outcomes, run_id)
+
+
+_ENTRY_ID = re.compile(rb"\d+-\d+\Z")
+
+
+def stream_entry(raw: bytes | None, legacy: bytes | None) -> bytes | None:
+    """The entry id of a live run on the ready stream, else None. Its value in `runs` is that
+    id while it is there (dispatch.lua; lua/lib/current.lua); a run dispatched before zsched
+    0.3 keeps its tagged value and has the id in `entries` (`legacy`)."""
+    if raw is None:
+        return None
+    return raw if _ENTRY_ID.match(raw) else legacy
+
+
+def stream_reads(pipe: Any, k: QueueKeys, run_id: str, entry: bytes) -> None:
+    """The second round trip for a run on the stream: its pending row, its entry (for the
+    envelope), and its cancel request. Execute with raise_on_error=False."""
+    pipe.xpending_range(k.ready, GROUP, entry, entry, 1)
+    pipe.xrange(k.ready, entry, entry)
+    pipe.get(k.cancel_request(run_id))
+
+
+def entry_envelope(rows: Any) -> bytes | None:
+    """The `envelope` field of an XRANGE reply of one entry (None when it is gone)."""
+    return rows[0][1].get(b"envelope") if rows else None
+
+
+def on_stream(run_id: str, raw: bytes, entry: bytes, replies: list[Any]) -> RunStatus:
+    """A live run on the stream, from stream_reads' replies: running (read by a worker, no
+    NOGROUP: a group exists) or ready."""
+    pending, rows, asked = replies
+    if isinstance(pending, redis.exceptions.ResponseError) and "NOGROUP" in str(pending):
+        pending = []  # no worker has joined yet
+    for reply in (pending, rows, asked):
+        if isinstance(reply, Exception):
+            raise reply
+    env = entry_envelope(rows) if raw == entry else raw
+    if pending:
+        return running(run_id, env, entry, pending[0], asked)
+    return _from_envelope(run_id, "ready", env)
 
 
 def scheduled(run_id: str, raw: bytes) -> RunStatus:
@@ -98,7 +139,9 @@ def scheduled(run_id: str, raw: bytes) -> RunStatus:
     return replace(st, run_at=ms_to_datetime(due)) if due is not None else st
 
 
-def running(run_id: str, raw: bytes, entry: Any, pending: dict[str, Any], asked: Any) -> RunStatus:
+def running(
+    run_id: str, raw: bytes | None, entry: Any, pending: dict[str, Any], asked: Any
+) -> RunStatus:
     """A run read by a worker: its XPENDING row, and whether its cancel was asked
     (`asked`: the cancel request key's value, the entry id it names)."""
     return _from_envelope(
@@ -138,22 +181,17 @@ def not_found(k: QueueKeys, run_id: str) -> RunNotFound:
 def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
     pipe = r.pipeline(transaction=False)
     queue_run_reads(pipe, k, run_id)
-    raw, entry, done_at, cancelled_at, outcome = pipe.execute()
+    raw, legacy, done_at, cancelled_at, outcome = pipe.execute()
+    entry = stream_entry(raw, legacy)
     if raw is not None and entry is None:
         st = scheduled(run_id, raw)
         if st.task and r.zscore(k.limit_waiting(st.task), run_id) is not None:
             st = replace(st, waiting_for_limit=st.task)
         return st
     if raw is not None and entry is not None:
-        try:
-            pending = r.xpending_range(k.ready, GROUP, entry, entry, 1)
-        except redis.exceptions.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            pending = []  # no worker has joined yet
-        if pending:
-            return running(run_id, raw, entry, pending[0], r.get(k.cancel_request(run_id)))
-        return _from_envelope(run_id, "ready", raw)
+        pipe = r.pipeline(transaction=False)
+        stream_reads(pipe, k, run_id, entry)
+        return on_stream(run_id, raw, entry, pipe.execute(raise_on_error=False))
     finished = ended(run_id, done_at, cancelled_at) or next(
         (found for _, f in _scan_dead(r, k) if (found := dead(run_id, f)) is not None), None
     )

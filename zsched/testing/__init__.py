@@ -21,7 +21,7 @@ from zsched.dispatch.simulate import fakeredis_module
 from zsched.errors import InvalidArgument, PayloadError, ZschedError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, decode
-from zsched.runs.status import DeadLetter
+from zsched.runs.status import DeadLetter, stream_entry
 from zsched.store.delayed import leaf_number, untag
 
 __all__ = ["FakeClock", "Kit", "Outcome", "QueuedRun", "fakeredis_module"]
@@ -284,14 +284,20 @@ class Kit:
         out = []
         for view in self.app.partition_views():
             r, k = self.app.redis, view.keys
-            on_stream = {a.decode() for a in r.hkeys(k.entries)}
+            # A run on the stream is known in `runs` by its entry id, its envelope in the entry
+            # (zsched.runs.status.stream_entry; `entries`: runs dispatched before 0.3).
+            legacy = {a.decode(): e for a, e in r.hgetall(k.entries).items()}
+            in_stream = {e: f.get(b"envelope") for e, f in r.xrange(k.ready)}
             for raw_id, raw in r.hgetall(k.runs).items():
                 run_id = raw_id.decode()
+                entry = stream_entry(raw, legacy.get(run_id))
+                if entry == raw:
+                    raw = in_stream.get(entry) or b""
                 due, body = untag(raw)
                 env = decode(body, run_id)
                 if task is not None and env.task != task:
                     continue
-                state = "ready" if run_id in on_stream else "scheduled"
+                state = "ready" if entry is not None else "scheduled"
                 out.append(QueuedRun(run_id, env.task, env.payload,
                                      ms_to_datetime(due if due is not None else env.run_at_ms),
                                      env.attempt, env.schedule_id, state))  # fmt: skip

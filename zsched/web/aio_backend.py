@@ -25,6 +25,7 @@ import zsched.web.words as words
 from zsched.app import AsyncApp
 from zsched.errors import ScheduleNotFound, UnreadableRule
 from zsched.rules.spec import Spec, State, decode_rule
+from zsched.runs.status import entry_envelope, stream_entry
 from zsched.web.backend import (
     SyncBackend,
     dead_rows,
@@ -89,7 +90,10 @@ class AsyncBackend:
         if st.state not in ("done", "cancelled"):
             k = aio.app.keys_for_run(run_id)
             if st.state != "dead":
-                env = reads.envelope_of(await aio.redis.hget(k.runs, run_id), run_id)
+                raw = await aio.redis.hget(k.runs, run_id)
+                if raw is not None and stream_entry(raw, None) == raw:  # on the stream
+                    raw = entry_envelope(await aio.redis.xrange(k.ready, raw, raw))
+                env = reads.envelope_of(raw, run_id)
             else:
                 end: str | None = "+"
                 seen = 0

@@ -203,19 +203,30 @@ export class Client {
    */
   async getRun(runId, { deadScanLimit = 10_000 } = {}) {
     const k = this.keys;
-    const [[, tagged], [, entry], [, doneAt]] = await this.redis
+    const [[, value], [, legacy], [, doneAt]] = await this.redis
       .pipeline()
       .hgetBuffer(k.runs, runId)
       .hget(k.entries, runId)
       .zscore(k.done, runId)
       .exec();
-    const [dueMs, raw] = tagged ? untag(tagged) : [null, null];
-    const envelope = raw ? safeDecode(raw, runId) : null;
-    if (raw && !entry) {
+    // On the stream, a run's value in `runs` is its entry id (its envelope is in the entry);
+    // a run dispatched before zsched 0.3 kept its tagged value, its entry id in `entries`.
+    const text = value ? value.toString('latin1') : null;
+    const onStream = text !== null && /^\d+-\d+$/.test(text);
+    const entry = onStream ? text : value ? legacy : null;
+    if (value && !entry) {
       // Live and not on the stream: in the delayed set, due when the value's tag says.
+      const [dueMs, raw] = untag(value);
+      const envelope = safeDecode(raw, runId);
       return { runId, state: 'scheduled', runAtMs: dueMs ?? envelope?.run_at_ms, envelope };
     }
-    if (raw && entry) {
+    if (value && entry) {
+      let raw = untag(value)[1];
+      if (onStream) {
+        const rows = await this.redis.xrangeBuffer(k.ready, entry, entry);
+        raw = rows.length ? fieldMap(rows[0][1]).envelope : null;
+      }
+      const envelope = raw ? safeDecode(raw, runId) : null;
       // NOGROUP: no worker has created the group yet, so nobody has read the entry.
       const pending = await this.redis.xpending(k.ready, GROUP, entry, entry, 1).catch((err) => {
         if (String(err?.message).startsWith('NOGROUP')) return [];

@@ -138,7 +138,7 @@ async def test_the_dead_letter_of_a_rule_run_with_an_undecodable_envelope_ends_i
         ((entry, _),) = r.xrange(k.ready)
         r.xdel(k.ready, entry)
         new = r.xadd(k.ready, {"run_id": holder.run_id, "envelope": b"\xc1 not msgpack"})
-        r.hset(k.entries, holder.run_id, new)
+        r.hset(k.runs, holder.run_id, new)
         await w.tick()
         (letter,) = app.dead_letters()
         assert letter.run_id == holder.run_id and letter.reason.startswith("undecodable envelope")

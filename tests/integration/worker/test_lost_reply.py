@@ -84,7 +84,7 @@ async def test_a_real_fence_still_counts_once_per_run_in_one_warning(
     k, r = app.keys, backend.sync
 
     def steal(run_id: str) -> None:
-        entry = r.hget(k.entries, run_id).decode()
+        entry = r.hget(k.runs, run_id).decode()  # on the stream: its entry id
         r.xclaim(k.ready, GROUP, "thief", 0, [entry])
         if run_id == "finished-by-thief":
             call = S.ack(k, "thief", [(entry, run_id)], now_ms=None, dedupe_window_ms=60_000)
@@ -133,7 +133,7 @@ async def test_a_resend_that_finds_the_entry_held_by_another_consumer_is_a_fence
     async def not_sent(call: Any) -> Any:
         if call.name == "ack" and not failed:
             failed.append(call)
-            r.xclaim(k.ready, GROUP, "thief", 0, [r.hget(k.entries, "a").decode()])
+            r.xclaim(k.ready, GROUP, "thief", 0, [r.hget(k.runs, "a").decode()])
             raise redis.exceptions.ConnectionError("lost before it was sent")
         return await real_run(call)
 

@@ -1,0 +1,41 @@
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
+-- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `entries`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- The run's current entry id (from `runs`, else the legacy `entries`), or nil when it is not
+-- on the stream. v: its value in `runs` (false/nil: none).
+local function cur_of(runs, entries, run_id, v)
+  if not v then return nil end
+  return cur_entry(v) or redis.call('HGET', entries, run_id) or nil
+end
+-- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
+-- moved on is acked and deleted, nothing more). Clears the legacy `entries` field when it is.
+local function cur_is(runs, entries, run_id, entry)
+  if run_id == '' then return false end
+  local v = redis.call('HGET', runs, run_id)
+  if not v then return false end
+  if v == entry then return true end
+  if cur_entry(v) then return false end
+  if redis.call('HGET', entries, run_id) == entry then
+    redis.call('HDEL', entries, run_id)
+    return true
+  end
+  return false
+end
+-- The `envelope` field of stream entry `entry` (nil when it is gone).
+local function cur_envelope(ready, entry)
+  local row = redis.call('XRANGE', ready, entry, entry)[1]
+  if not row then return nil end
+  local f = row[2]
+  for j = 1, #f, 2 do
+    if f[j] == 'envelope' then return f[j + 1] end
+  end
+end
+-- END current
