@@ -86,3 +86,14 @@ def test_the_worker_cpu_tool_measures_the_worker_alone() -> None:
               "--settings", '{"concurrency": 8}')  # fmt: skip
     summary = r"median worker CPU [\d.]+ us/run .*XREADGROUP [\d.]+, EVALSHA"
     assert len(re.findall(summary, out)) == 2  # one per settings
+
+
+def test_the_ready_memory_tool_shows_a_dispatched_run_smaller_than_its_envelope_twice() -> None:
+    """bench.ready_memory: a run on the stream keeps its envelope once (in the entry), so the
+    `runs` hash holds its id and entry id only, well under the envelope it held before."""
+    out = run("bench.ready_memory", "2000")
+    m = re.search(r"2,000 runs: delayed_b_per_run (\d+), ready_b_per_run (\d+), "
+                  r"runs_hash_b_per_run (\d+), stream_b_per_run (\d+)", out)  # fmt: skip
+    assert m, out
+    delayed, ready, runs_hash, stream = map(int, m.groups())
+    assert runs_hash < stream and ready > delayed > 0
