@@ -36,15 +36,17 @@
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- While a run is on the stream (ready or running), its value in `runs` is its entry id
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
--- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
--- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
--- key layout 2, a legacy run (its entry is in `entries`).
+-- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
 -- END current
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 local waiting, delayed, wake, lease_keys = KEYS[6], KEYS[7], KEYS[8], {unpack(KEYS, 9)}
 -- Check types before any write: a script is atomic but not transactional. `ready` and
 -- `entries` are checked by their first reads (pcall), both before the first write.
@@ -518,21 +520,21 @@ end
 
 -- A run finishes only through its current entry (a stale entry of a run that moved on is
 -- acked and deleted, nothing more): its value in `runs` is that entry's id (current block).
--- A legacy run (dispatched before zsched 0.3: tagged value, entry id in `entries`) is read
--- from `entries`, one HGET each; only then is `entries` touched.
-local current, err, legacy = {}, nil, nil
+-- A legacy run (dispatched by zsched 0.2: tagged value, entry id in `entries`, now `legacy`)
+-- is read from `legacy`, one HGET each; only then is `legacy` touched.
+local current, err, legacy_ids = {}, nil, nil
 if o > 0 then current, err = read(runs, 'hash', 'HMGET', runs, unpack(owned_runs)) end
 if err then return err end
 for i = 1, o do
   local v = current[i]
   if v and v ~= owned[i] and not cur_entry(v) then
     local e
-    e, err = read(entries, 'hash', 'HGET', entries, owned_runs[i])
+    e, err = read(legacy, 'hash', 'HGET', legacy, owned_runs[i])
     if err then return err end
     if e == owned[i] then
       current[i] = e
-      legacy = legacy or {}
-      legacy[#legacy + 1] = owned_runs[i]
+      legacy_ids = legacy_ids or {}
+      legacy_ids[#legacy_ids + 1] = owned_runs[i]
     end
   end
 end
@@ -568,7 +570,7 @@ if o > 0 then
   end
   if #finished > 0 then
     redis.call('HDEL', runs, unpack(finished))
-    if legacy then redis.call('HDEL', entries, unpack(legacy)) end
+    if legacy_ids then redis.call('HDEL', legacy, unpack(legacy_ids)) end
     redis.call('ZADD', done, unpack(records))
     -- Every record is younger than the newest one: when no run finishes for a whole window
     -- they have all expired, so the key may go (memory returns to its baseline after a drain).

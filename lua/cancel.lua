@@ -307,6 +307,19 @@ local function lease_end(lease, waiting, runs, delayed, wake, done, window_ms, n
   return released, started
 end
 -- END lease
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `legacy`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- END current
 local delayed, runs, lease, waiting, wake, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local run_id, sid, window_ms = ARGV[1], ARGV[2], tonumber(ARGV[4] or '')
 if not (#KEYS == 2 or (#KEYS == 6 and sid and sid ~= '' and window_ms)) then
@@ -340,5 +353,5 @@ end
 local due = bt_untag(v)
 if due and bt_remove(delayed, run_id, due) == 1 then return removed() end
 -- An untagged value: a run that `zsched migrate` has not moved out of the layout 2 set yet.
-if not due and redis.call('ZREM', delayed .. ':layout2', run_id) == 1 then return removed() end
+if not due and not cur_entry(v) and redis.call('ZREM', delayed .. ':layout2', run_id) == 1 then return removed() end
 return 2

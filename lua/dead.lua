@@ -41,36 +41,39 @@ end
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- While a run is on the stream (ready or running), its value in `runs` is its entry id
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
--- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
--- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
--- key layout 2, a legacy run (its entry is in `entries`).
+-- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
 -- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
--- moved on is acked and deleted, nothing more). Clears the legacy `entries` field when it is.
-local function cur_is(runs, entries, run_id, entry)
+-- moved on is acked and deleted, nothing more). Clears the `legacy` field when it is.
+-- v: the run's value in `runs`, if the caller read it.
+local function cur_is(runs, legacy, run_id, entry, v)
   if run_id == '' then return false end
-  local v = redis.call('HGET', runs, run_id)
+  v = v or redis.call('HGET', runs, run_id)
   if not v then return false end
   if v == entry then return true end
   if cur_entry(v) then return false end
-  if redis.call('HGET', entries, run_id) == entry then
-    redis.call('HDEL', entries, run_id)
+  if redis.call('HGET', legacy, run_id) == entry then
+    redis.call('HDEL', legacy, run_id)
     return true
   end
   return false
 end
 -- END current
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 local waiting, delayed, wake, done, lease_keys = KEYS[6], KEYS[7], KEYS[8], KEYS[9], {unpack(KEYS, 10)}
 local function wrong_type(key, want)
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched dead: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
 -- Check types before any write: a script is atomic but not transactional.
-local types = {[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [dead] = 'stream', [stats] = 'hash'}
+local types = {[ready] = 'stream', [runs] = 'hash', [legacy] = 'hash', [dead] = 'stream', [stats] = 'hash'}
 if done then types[waiting], types[done] = 'hash', 'zset' end
 for key, want in pairs(types) do
   local err = wrong_type(key, want)
@@ -408,7 +411,7 @@ for i = 4, last, 4 do
   if row and row[2] == consumer then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
-    if cur_is(runs, entries, run_id, entry) then
+    if cur_is(runs, legacy, run_id, entry) then
       redis.call('HDEL', runs, run_id)
       ended[run_id] = true
     end

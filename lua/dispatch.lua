@@ -2,7 +2,8 @@
 -- KEYS[1] delayed (the B-tree's root, key layout 3: see the btree block)
 -- KEYS[2] runs (hash: run_id -> due tag .. envelope; this call sets a moved run's to its entry id)
 -- KEYS[3] ready (stream; fields run_id, envelope, due_ms)
--- KEYS[4] entries (hash of runs dispatched before 0.3; no longer written)   KEYS[5] stats (hash)
+-- KEYS[4] entries (a string from zsched 0.3 on, so 0.2's scripts refuse to run; its hash of
+--   0.2 moves to <entries>:legacy)   KEYS[5] stats (hash)
 -- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua)
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
@@ -90,7 +91,10 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
+-- What `entries` holds from zsched 0.3 on: a note for whoever reads it.
+local ENTRIES_MARK = 'zsched 0.3+: a run on the stream is known in runs by its entry id; see docs/operations.md, Upgrading from zsched 0.2'
 local delayed, runs, ready, entries, stats, control = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 -- Check types before any write: a script is atomic but not transactional. The index is checked
 -- by its first read (pcall), the others only once there is something to move (the idle pass
 -- writes nothing).
@@ -150,6 +154,28 @@ end
 if limit > 0 then
   -- Take the due runs off the front leaves, then read their values and record their entry ids
   -- with one call each, so the per-run work inside Redis is a single XADD.
+  -- zsched 0.2's scripts read and write `entries` as a hash (a run's entry id). They cannot
+  -- read a run this script moves (its entry id in `runs`): 0.2's release would keep the entry
+  -- id as the envelope, its ack would leave the run live. So from the first move on,
+  -- `entries` holds a string, which every 0.2 script refuses (WRONGTYPE) before it writes;
+  -- the entries of the runs 0.2 dispatched move to `legacy` first, where the scripts read
+  -- them (current block; docs/operations.md, "Upgrading from zsched 0.2"). One TYPE a call.
+  local kind = redis.call('TYPE', entries)['ok']
+  if kind ~= 'string' then
+    if kind == 'hash' then
+      if redis.call('EXISTS', legacy) == 0 then
+        redis.call('RENAME', entries, legacy)
+      else
+        -- Only after the string was deleted by hand and a 0.2 dispatcher wrote again.
+        local all = redis.call('HGETALL', entries)
+        for j = 1, #all, 1000 do redis.call('HSET', legacy, unpack(all, j, math.min(#all, j + 999))) end
+        redis.call('DEL', entries)
+      end
+    elseif kind ~= 'none' then
+      return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. entries .. ' is a ' .. kind .. ', expected a string (or a hash of zsched 0.2)')
+    end
+    redis.call('SET', entries, ENTRIES_MARK)
+  end
   local ids, n = bt_take(delayed, now_ms, limit)
   if n > 0 then
     local envs = redis.call('HMGET', runs, unpack(ids))
@@ -160,6 +186,9 @@ if limit > 0 then
     local last_due, due_text = nil, nil
     for i = 1, n do
       local env = envs[i]
+      -- A run id in the tree whose value is an entry id (it is on the stream already) or is
+      -- missing cannot happen through the scripts; it is dropped and counted, not sent.
+      if env and string.find(env, '^%d+%-%d+$') then env = nil end
       if env then
         -- The due tag (bt_tag), read inline: one C call for its 7 bytes. A value without one
         -- (impossible through the scripts) is sent as due now.

@@ -245,6 +245,19 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `legacy`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- END current
 local d, runs, wake = KEYS[1], KEYS[2], KEYS[3]
 local old = d .. ':layout2'
 local batch = tonumber(ARGV[1])
@@ -273,9 +286,9 @@ for i = 1, n do ids[i] = rows[2 * i - 1] end
 local vals = redis.call('HMGET', runs, unpack(ids))
 local add_ids, add_dues, added, tagged = {}, {}, 0, {}
 for i = 1, n do
-  -- A tagged value is a run of the tree: this id was enqueued again after layout 2 dropped
-  -- it (its old member is stale, as one without a value).
-  if vals[i] and not bt_untag(vals[i]) then
+  -- A tagged value is a run of the tree, an entry id one on the stream: this id was enqueued
+  -- again after layout 2 dropped it (its old member is stale, as one without a value).
+  if vals[i] and not bt_untag(vals[i]) and not cur_entry(vals[i]) then
     local due = tonumber(rows[2 * i])
     added = added + 1
     add_ids[added], add_dues[added] = ids[i], due

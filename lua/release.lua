@@ -268,12 +268,28 @@ end
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- While a run is on the stream (ready or running), its value in `runs` is its entry id
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
--- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
--- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
--- key layout 2, a legacy run (its entry is in `entries`).
+-- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
+-- moved on is acked and deleted, nothing more). Clears the `legacy` field when it is.
+-- v: the run's value in `runs`, if the caller read it.
+local function cur_is(runs, legacy, run_id, entry, v)
+  if run_id == '' then return false end
+  v = v or redis.call('HGET', runs, run_id)
+  if not v then return false end
+  if v == entry then return true end
+  if cur_entry(v) then return false end
+  if redis.call('HGET', legacy, run_id) == entry then
+    redis.call('HDEL', legacy, run_id)
+    return true
+  end
+  return false
 end
 -- The `envelope` field of stream entry `entry` (nil when it is gone).
 local function cur_envelope(ready, entry)
@@ -286,8 +302,9 @@ local function cur_envelope(ready, entry)
 end
 -- END current
 local ready, runs, entries, delayed, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 -- Check types before any write: a script is atomic but not transactional.
-for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash'}) do
+for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [legacy] = 'hash'}) do
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched release: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
@@ -311,25 +328,29 @@ for i = 4, #ARGV, 2 do
   -- Not filtered by consumer: the owner's name tells a fence (0) from an entry gone (2).
   local row = redis.call('XPENDING', ready, group, entry, entry, 1)[1]
   local v = row and row[2] == consumer and redis.call('HGET', runs, run_id)
-  -- The envelope: in the entry (a run on the stream is known by its entry id), or after the
-  -- tag of a legacy run's value (dispatched before zsched 0.3).
+  -- Only the run's current entry hands it back; its envelope is in the entry (a legacy run's,
+  -- dispatched by zsched 0.2, after its value's tag). A stale entry (the run moved on: to
+  -- another entry, or back into the tree) is only acked and deleted, as ack.lua does.
   local env, stale = nil, false
-  if v and cur_entry(v) then
-    stale = v ~= entry
-    env = not stale and cur_envelope(ready, entry)
-  elseif v then
-    local _, rest = bt_untag(v)
-    env = rest
+  if v then
+    local legacy_v = not cur_entry(v) and v
+    stale = not cur_is(runs, legacy, run_id, entry, v)
+    if not stale then
+      if legacy_v then
+        local _, rest = bt_untag(legacy_v)
+        env = rest
+      else
+        env = cur_envelope(ready, entry)
+      end
+    end
   end
   if stale then
-    -- The run moved on to another entry: this one is only acked and deleted, as ack.lua does.
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
     codes[#codes + 1] = 1
   elseif env then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
-    redis.call('HDEL', entries, run_id)
     redis.call('HSET', runs, run_id, bt_tag(now_ms, env))
     moved = moved + 1
     add_ids[moved], add_dues[moved] = run_id, now_ms

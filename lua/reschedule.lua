@@ -282,21 +282,23 @@ end
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- While a run is on the stream (ready or running), its value in `runs` is its entry id
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
--- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
--- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
--- key layout 2, a legacy run (its entry is in `entries`).
+-- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
--- The run's current entry id (from `runs`, else the legacy `entries`), or nil when it is not
--- on the stream. v: its value in `runs` (false/nil: none).
-local function cur_of(runs, entries, run_id, v)
+-- The run's current entry id (from `runs`, else `legacy`), or nil when it is not on the
+-- stream. v: its value in `runs` (false/nil: none).
+local function cur_of(legacy, run_id, v)
   if not v then return nil end
-  return cur_entry(v) or redis.call('HGET', entries, run_id) or nil
+  return cur_entry(v) or redis.call('HGET', legacy, run_id) or nil
 end
 -- END current
 local delayed, runs, entries, ready, done, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 local now_ms, run_id, run_at, dead_scan, group = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local function now()
   if not now_ms then
@@ -322,7 +324,7 @@ if not at or at > 253402300799999 then
 end
 local err = bt_check(delayed, 'reschedule', true)
 if err then return err end
-for key, want in pairs({[runs] = 'hash', [entries] = 'hash', [done] = 'zset', [dead] = 'stream'}) do
+for key, want in pairs({[runs] = 'hash', [legacy] = 'hash', [done] = 'zset', [dead] = 'stream'}) do
   err = wrong_type(key, want)
   if err then return err end
 end
@@ -339,12 +341,12 @@ if v then
     return {1, at}
   end
   -- Untagged: still in the layout 2 set while `zsched migrate` runs; moved there.
-  if not due and redis.call('ZSCORE', delayed .. ':layout2', run_id) then
+  if not due and not cur_entry(v) and redis.call('ZSCORE', delayed .. ':layout2', run_id) then
     redis.call('ZADD', delayed .. ':layout2', at, run_id)
     redis.call('PUBLISH', wake, at)
     return {1, at}
   end
-  local entry = cur_of(runs, entries, run_id, v)
+  local entry = cur_of(legacy, run_id, v)
   if entry then
     local row = redis.pcall('XPENDING', ready, group, entry, entry, 1)
     if type(row) == 'table' and not row['err'] and row[1] then return {3, -1} end

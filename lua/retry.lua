@@ -262,9 +262,38 @@ local function bad_entry_id(script, first, step, upto)
   end
 end
 -- END streamid
+-- BEGIN current: a run's entry on the ready stream. Source: lua/lib/current.lua; `make lua`
+--   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
+-- While a run is on the stream (ready or running), its value in `runs` is its entry id
+-- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
+-- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
+-- key layout 2, a legacy run (its entry is in `legacy`).
+local function cur_entry(v)
+  if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
+-- moved on is acked and deleted, nothing more). Clears the `legacy` field when it is.
+-- v: the run's value in `runs`, if the caller read it.
+local function cur_is(runs, legacy, run_id, entry, v)
+  if run_id == '' then return false end
+  v = v or redis.call('HGET', runs, run_id)
+  if not v then return false end
+  if v == entry then return true end
+  if cur_entry(v) then return false end
+  if redis.call('HGET', legacy, run_id) == entry then
+    redis.call('HDEL', legacy, run_id)
+    return true
+  end
+  return false
+end
+-- END current
 local ready, runs, entries, delayed, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 -- Check types before any write: a script is atomic but not transactional.
-for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [entries] = 'hash', [stats] = 'hash'}) do
+for key, want in pairs({[ready] = 'stream', [runs] = 'hash', [legacy] = 'hash', [stats] = 'hash'}) do
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched retry: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end
 end
@@ -297,10 +326,15 @@ for i = 4, #ARGV, 4 do
   local at = now_ms + math.floor(tonumber(ARGV[i + 2]))
   -- Not filtered by consumer: the owner's name tells a fence (0) from an entry gone (2).
   local row = redis.call('XPENDING', ready, group, entry, entry, 1)[1]
-  if row and row[2] == consumer then
+  if row and row[2] == consumer and not cur_is(runs, legacy, run_id, entry) then
+    -- A stale entry (the run moved on: to another entry, back into the tree, or ended) is
+    -- only acked and deleted, as ack.lua does: a retry must not put the run in two places.
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
-    redis.call('HDEL', entries, run_id)
+    codes[#codes + 1] = 1
+  elseif row and row[2] == consumer then
+    redis.call('XACK', ready, group, entry)
+    redis.call('XDEL', ready, entry)
     redis.call('HSET', runs, run_id, bt_tag(at, env))
     if not earliest or at < earliest then earliest = at end
     moved = moved + 1

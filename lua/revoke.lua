@@ -323,18 +323,19 @@ end
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- While a run is on the stream (ready or running), its value in `runs` is its entry id
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
--- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
--- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
--- key layout 2, a legacy run (its entry is in `entries`).
+-- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
--- The run's current entry id (from `runs`, else the legacy `entries`), or nil when it is not
--- on the stream. v: its value in `runs` (false/nil: none).
-local function cur_of(runs, entries, run_id, v)
+-- The run's current entry id (from `runs`, else `legacy`), or nil when it is not on the
+-- stream. v: its value in `runs` (false/nil: none).
+local function cur_of(legacy, run_id, v)
   if not v then return nil end
-  return cur_entry(v) or redis.call('HGET', entries, run_id) or nil
+  return cur_entry(v) or redis.call('HGET', legacy, run_id) or nil
 end
 -- The `envelope` field of stream entry `entry` (nil when it is gone).
 local function cur_envelope(ready, entry)
@@ -347,6 +348,7 @@ local function cur_envelope(ready, entry)
 end
 -- END current
 local delayed, runs, entries, ready, done, cancelled, stats, request = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 local lease, waiting, wake = KEYS[9], KEYS[10], KEYS[11]
 local now_ms, run_id, group, window_ms, sid = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if run_id == '' then return redis.error_reply('ERR zsched revoke: run_id is empty') end
@@ -356,7 +358,7 @@ if not (#KEYS == 8 or (#KEYS == 11 and sid and sid ~= '')) then
 end
 local err = bt_check(delayed, 'revoke', true)
 if err then return err end
-local types = {[runs] = 'hash', [entries] = 'hash', [ready] = 'stream', [done] = 'zset', [cancelled] = 'zset', [stats] = 'hash', [request] = 'string'}
+local types = {[runs] = 'hash', [legacy] = 'hash', [ready] = 'stream', [done] = 'zset', [cancelled] = 'zset', [stats] = 'hash', [request] = 'string'}
 if lease then types[lease], types[waiting] = 'string', 'hash' end
 for key, want in pairs(types) do
   local got = redis.call('TYPE', key)['ok']
@@ -380,8 +382,8 @@ local v = redis.call('HGET', runs, run_id)
 if v then
   local due, env = bt_untag(v)
   if due and bt_remove(delayed, run_id, due) == 1 then return record(env, 1) end
-  if not due and redis.call('ZREM', delayed .. ':layout2', run_id) == 1 then return record(env, 1) end
-  local entry = cur_of(runs, entries, run_id, v)
+  if not due and not cur_entry(v) and redis.call('ZREM', delayed .. ':layout2', run_id) == 1 then return record(env, 1) end
+  local entry = cur_of(legacy, run_id, v)
   if entry then
     local row = redis.pcall('XPENDING', ready, group, entry, entry, 1)
     if type(row) == 'table' and not row['err'] and row[1] then
@@ -394,7 +396,7 @@ if v then
     -- entry (a legacy run's, dispatched before zsched 0.3, after its value's tag).
     if cur_entry(v) then env = cur_envelope(ready, entry) or '' end
     redis.call('XDEL', ready, entry)
-    redis.call('HDEL', entries, run_id)
+    redis.call('HDEL', legacy, run_id)
     return record(env, 2)
   end
   -- Live but neither in the tree nor on the stream: cannot happen through the scripts.

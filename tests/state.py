@@ -58,7 +58,7 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
             d.pop("entry_id", None)
             out[name].append(d)
     # Runs on the stream: by their entry ids in `runs`, or in `entries` (dispatched before 0.3).
-    out["entries"] = sorted(on_stream | {_s(a) for a in r.hkeys(k.entries)})
+    out["entries"] = sorted(on_stream | {_s(a) for a in r.hkeys(k.legacy_entries)})
     try:
         pend = r.xpending_range(k.ready, GROUP, "-", "+", 10_000)
         out["pending"] = sorted((_s(p["consumer"]), int(p["times_delivered"])) for p in pend)

@@ -19,19 +19,25 @@ from zsched.store import scripts as S
 async def get_run(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus:
     """inspect.get_run, awaited: the same fields (a scheduled run's limit wait, a running
     run's cancel request, a finished run's finished_at and kept outcome)."""
-    pipe = r.pipeline(transaction=False)
-    _inspect.queue_run_reads(pipe, k, run_id)
-    raw, legacy, done_at, cancelled_at, outcome = await pipe.execute()
-    entry = _inspect.stream_entry(raw, legacy)
-    if raw is not None and entry is None:
+    for attempt in range(_inspect.READ_TRIES):
+        pipe = r.pipeline(transaction=False)
+        _inspect.queue_run_reads(pipe, k, run_id)
+        raw, legacy, done_at, cancelled_at, outcome = await pipe.execute()
+        entry = _inspect.stream_entry(raw, legacy)
+        if raw is None or entry is None:
+            break
+        pipe = r.pipeline(transaction=False)
+        _inspect.stream_reads(pipe, k, run_id, entry)
+        replies = await pipe.execute(raise_on_error=False)
+        last = attempt == _inspect.READ_TRIES - 1
+        st = _inspect.on_stream(run_id, raw, entry, replies, last=last)
+        if st is not None:
+            return st
+    if raw is not None:
         st = _inspect.scheduled(run_id, raw)
         if st.task and await r.zscore(k.limit_waiting(st.task), run_id) is not None:
             st = replace(st, waiting_for_limit=st.task)
         return st
-    if raw is not None and entry is not None:
-        pipe = r.pipeline(transaction=False)
-        _inspect.stream_reads(pipe, k, run_id, entry)
-        return _inspect.on_stream(run_id, raw, entry, await pipe.execute(raise_on_error=False))
     finished = _inspect.ended(run_id, done_at, cancelled_at) or await _dead(r, k, run_id)
     if finished is None:
         raise _inspect.not_found(k, run_id)

@@ -2,29 +2,31 @@
 --   copies it into every script that uses it, and a test keeps the copies equal. Edit it there.
 -- While a run is on the stream (ready or running), its value in `runs` is its entry id
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
--- in the entry. Runs dispatched before zsched 0.3 kept their tagged value and had the entry id
--- in the `entries` hash instead; those are read from there until they finish (legacy).
+-- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
+-- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
+-- below) and those runs are read from there until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
--- key layout 2, a legacy run (its entry is in `entries`).
+-- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
--- The run's current entry id (from `runs`, else the legacy `entries`), or nil when it is not
--- on the stream. v: its value in `runs` (false/nil: none).
-local function cur_of(runs, entries, run_id, v)
+-- The run's current entry id (from `runs`, else `legacy`), or nil when it is not on the
+-- stream. v: its value in `runs` (false/nil: none).
+local function cur_of(legacy, run_id, v)
   if not v then return nil end
-  return cur_entry(v) or redis.call('HGET', entries, run_id) or nil
+  return cur_entry(v) or redis.call('HGET', legacy, run_id) or nil
 end
 -- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
--- moved on is acked and deleted, nothing more). Clears the legacy `entries` field when it is.
-local function cur_is(runs, entries, run_id, entry)
+-- moved on is acked and deleted, nothing more). Clears the `legacy` field when it is.
+-- v: the run's value in `runs`, if the caller read it.
+local function cur_is(runs, legacy, run_id, entry, v)
   if run_id == '' then return false end
-  local v = redis.call('HGET', runs, run_id)
+  v = v or redis.call('HGET', runs, run_id)
   if not v then return false end
   if v == entry then return true end
   if cur_entry(v) then return false end
-  if redis.call('HGET', entries, run_id) == entry then
-    redis.call('HDEL', entries, run_id)
+  if redis.call('HGET', legacy, run_id) == entry then
+    redis.call('HDEL', legacy, run_id)
     return true
   end
   return false

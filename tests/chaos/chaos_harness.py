@@ -133,7 +133,7 @@ def read_places(r: redis.Redis, k: Any) -> dict[str, list[str]]:
     p.xrange(k.ready)
     p.zrange(k.done, 0, -1)
     p.xrange(k.dead)
-    p.hkeys(k.entries)
+    p.hkeys(k.legacy_entries)
     p.hvals(k.rule_waiting)
     delayed, values, ready, done, dead, legacy, waiting = p.execute()
     runs = list(values)

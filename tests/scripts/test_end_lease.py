@@ -116,10 +116,10 @@ def test_a_dead_letters_lease_key_of_the_wrong_type_is_refused_before_any_write(
     key = {"lease": k.lease("s1"), "waiting": k.rule_waiting, "done": k.done}[bad]
     r.delete(key)
     r.rpush(key, "x")
-    before = (r.hgetall(k.runs), r.xpending(k.ready, GROUP)["pending"], r.hgetall(k.entries))
+    before = (r.hgetall(k.runs), r.xpending(k.ready, GROUP)["pending"], r.hgetall(k.legacy_entries))
     with pytest.raises(Exception, match="WRONGTYPE"):
         _dead(app, "c1", ent["s1@a"], "s1@a", [("s1", "s1@a")])
-    after = (r.hgetall(k.runs), r.xpending(k.ready, GROUP)["pending"], r.hgetall(k.entries))
+    after = (r.hgetall(k.runs), r.xpending(k.ready, GROUP)["pending"], r.hgetall(k.legacy_entries))
     assert after == before and not r.exists(k.dead)
 
 

@@ -260,7 +260,7 @@ async def test_a_bad_envelope_becomes_a_dead_letter_naming_the_problem(backend, 
     assert letter.envelope == raw  # kept as sent, so it can be inspected and replayed
     assert app.get_run("bad").state == "dead"  # not lost: exactly in the dead letters
     r, k = backend.sync, app.keys
-    assert delayed_count(r, k) == r.hlen(k.runs) == r.hlen(k.entries) == r.xlen(k.ready) == 0
+    assert delayed_count(r, k) == r.hlen(k.runs) == r.hlen(k.legacy_entries) == r.xlen(k.ready) == 0
 
 
 @pytest.mark.parametrize("encode", [envelope, json_envelope], ids=["msgpack", "json"])

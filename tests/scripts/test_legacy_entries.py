@@ -27,7 +27,7 @@ def as_legacy(backend, app, ent: dict[str, str], run_ids: list[str]) -> None:
     r = backend.sync
     for rid in run_ids:
         r.hset(app.keys.runs, rid, tag(NOW - 1, env(rid)))
-        r.hset(app.keys.entries, rid, ent[rid])
+        r.hset(app.keys.legacy_entries, rid, ent[rid])
 
 
 def test_ack_finishes_new_and_legacy_runs_in_one_call_and_fences_a_stale_legacy_entry(
@@ -35,14 +35,14 @@ def test_ack_finishes_new_and_legacy_runs_in_one_call_and_fences_a_stale_legacy_
 ) -> None:
     app, ent = seed_ready(backend, queue, ["new", "old", "stale"])
     as_legacy(backend, app, ent, ["old", "stale"])
-    backend.sync.hset(app.keys.entries, "stale", "1-1")  # the run moved on to another entry
+    backend.sync.hset(app.keys.legacy_entries, "stale", "1-1")  # the run moved on to another entry
     pairs = [(ent[rid], rid) for rid in ("new", "old", "stale")]
     codes = app.scripts.run(S.ack(app.keys, "c1", pairs, now_ms=NOW, dedupe_window_ms=60_000))
     assert codes == [HoldCode.OK] * 3
     st = snapshot(backend.sync, app.keys)
     assert set(st["done"]) == {"new", "old"}
     assert set(st["runs"]) == {"stale"} and st["ready"] == [] and st["pending"] == []
-    assert {f.decode(): v.decode() for f, v in backend.sync.hgetall(app.keys.entries).items()} == {
+    assert {f.decode(): v.decode() for f, v in backend.sync.hgetall(app.keys.legacy_entries).items()} == {
         "stale": "1-1"
     }
 
@@ -58,7 +58,7 @@ def test_dead_and_discard_end_a_legacy_run(backend, queue, script) -> None:
     )
     assert app.scripts.run(call) == [HoldCode.OK]
     r = backend.sync
-    assert r.hlen(app.keys.runs) == 0 and r.hlen(app.keys.entries) == 0
+    assert r.hlen(app.keys.runs) == 0 and r.hlen(app.keys.legacy_entries) == 0
     if script == "dead":
         assert r.xlen(app.keys.dead) == 1
     else:
@@ -72,7 +72,7 @@ def test_reclaim_dead_letters_a_legacy_run_past_max_deliveries(backend, queue) -
     app.scripts.run(call)
     r = backend.sync
     assert r.xlen(app.keys.dead) == 1
-    assert r.hlen(app.keys.runs) == 0 and r.hlen(app.keys.entries) == 0
+    assert r.hlen(app.keys.runs) == 0 and r.hlen(app.keys.legacy_entries) == 0
 
 
 @pytest.mark.parametrize("legacy", [False, True])
@@ -125,7 +125,7 @@ def test_status_reschedule_and_revoke_read_a_run_on_the_stream_either_way(
     gone = app.scripts.run(C.revoke(k, "ready", now_ms=NOW, dedupe_window_ms=60_000))
     assert gone.outcome == C.CancelOutcome.CANCELLED_READY
     assert gone.envelope is not None and decode(gone.envelope, "ready").task == "t"
-    assert r.hexists(k.runs, "ready") == 0 and r.hexists(k.entries, "ready") == 0
+    assert r.hexists(k.runs, "ready") == 0 and r.hexists(k.legacy_entries, "ready") == 0
     asked = app.scripts.run(C.revoke(k, "running", now_ms=NOW, dedupe_window_ms=60_000))
     assert asked.outcome == C.CancelOutcome.REQUESTED
     assert get_run(r, k, "running").cancel_requested is True

@@ -34,7 +34,7 @@ def test_a_ready_run_nobody_read_leaves_the_stream(backend, queue) -> None:
     app.scripts.run(S.dispatch(app.keys, now_ms=NOW, limit=10, max_backlog=0))
     assert app.cancel("r").outcome is CancelOutcome.CANCELLED_READY
     assert backend.sync.xlen(app.keys.ready) == 0
-    assert not backend.sync.hexists(app.keys.entries, "r")
+    assert not backend.sync.hexists(app.keys.legacy_entries, "r")
     assert backend.sync.xreadgroup(GROUP, "c9", {app.keys.ready: ">"}, count=10) in ([], None)
     assert app.get_run("r").state == "cancelled"
     assert int(backend.sync.hget(app.keys.stats, "cancelled")) == 1

@@ -137,7 +137,7 @@ def test_cancel_removes_only_delayed_runs(backend, queue) -> None:
 def test_worker_scripts_refuse_wrong_types_before_writing(backend, queue, name) -> None:
     app, ent = seed_ready(backend, queue, ["a"])
     # ack.lua reads `entries` only for a run dispatched before zsched 0.3: `runs` instead.
-    key = app.keys.runs if name == "ack" else app.keys.entries
+    key = app.keys.runs if name == "ack" else app.keys.legacy_entries
     backend.sync.delete(key)
     backend.sync.set(key, "oops")
     calls = {

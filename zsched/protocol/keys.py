@@ -41,12 +41,18 @@ class QueueKeys:
     delayed_index: str = field(init=False)
     #: Every live run (delayed, ready or running); the live set. A value starts with a 7-byte
     #: due tag: 0x00, then the due in ms, 6 bytes big-endian (`delayed.untag`).
-    #: HASH run_id -> due tag + envelope.
+    #: HASH run_id -> due tag + envelope (delayed), or its stream entry id (on the stream).
     runs: str = field(init=False)
     #: STREAM of due runs; fields run_id, envelope. Read by the consumer group GROUP.
     ready: str = field(init=False)
-    #: HASH run_id -> stream entry id of the run while it is on the ready stream.
+    #: In zsched 0.2 a HASH run_id -> entry id of a run on the stream; from 0.3 on dispatch.lua
+    #: sets a STRING here, so that 0.2's scripts refuse to run (docs/operations.md).
+    #: STRING (a note; 0.2: a HASH).
     entries: str = field(init=False)
+    #: The runs a zsched 0.2 dispatcher put on the stream (its `entries`, renamed by
+    #: dispatch.lua), emptied as they finish.
+    #: HASH run_id -> stream entry id.
+    legacy_entries: str = field(init=False)
     #: STREAM of dead letters; fields run_id, reason, envelope, dead_at_ms, entry_id.
     dead: str = field(init=False)
     #: ZSET run_id -> done_at_ms. Completion records, trimmed after the dedupe window.
@@ -114,6 +120,7 @@ class QueueKeys:
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")
+        set_(self, "legacy_entries", self.entries + ":legacy")  # lua/lib/current.lua
 
     def delayed_leaf(self, n: int | str) -> str:
         """ZSET run_id -> due_ms: leaf `n` of the delayed set's B-tree (at most 64 runs)."""
@@ -166,6 +173,7 @@ class QueueKeys:
             self.runs,
             self.ready,
             self.entries,
+            self.legacy_entries,
             self.dead,
             self.done,
             self.stats,

@@ -84,9 +84,10 @@ def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> 
 
 def queue_run_reads(pipe: Any, k: QueueKeys, run_id: str) -> None:
     """The first round trip of get_run (sync or asyncio pipeline): its record, its legacy
-    stream entry (zsched < 0.3), its completion and cancel times, its kept outcome."""
+    stream entry (dispatched by zsched 0.2), its completion and cancel times, its kept
+    outcome."""
     pipe.hget(k.runs, run_id)
-    pipe.hget(k.entries, run_id)
+    pipe.hget(k.legacy_entries, run_id)
     pipe.zscore(k.done, run_id)
     pipe.zscore(k.cancelled, run_id)
     pipe.hget(k.outcomes, run_id)
@@ -97,8 +98,8 @@ _ENTRY_ID = re.compile(rb"\d+-\d+\Z")
 
 def stream_entry(raw: bytes | None, legacy: bytes | None) -> bytes | None:
     """The entry id of a live run on the ready stream, else None. Its value in `runs` is that
-    id while it is there (dispatch.lua; lua/lib/current.lua); a run dispatched before zsched
-    0.3 keeps its tagged value and has the id in `entries` (`legacy`)."""
+    id while it is there (dispatch.lua; lua/lib/current.lua); a run dispatched by zsched 0.2
+    keeps its tagged value and has the id in `legacy_entries` (`legacy`)."""
     if raw is None:
         return None
     return raw if _ENTRY_ID.match(raw) else legacy
@@ -117,15 +118,25 @@ def entry_envelope(rows: Any) -> bytes | None:
     return rows[0][1].get(b"envelope") if rows else None
 
 
-def on_stream(run_id: str, raw: bytes, entry: bytes, replies: list[Any]) -> RunStatus:
+#: Reads of get_run when a run's entry leaves the stream between its two round trips.
+READ_TRIES = 3
+
+
+def on_stream(
+    run_id: str, raw: bytes, entry: bytes, replies: list[Any], last: bool = True
+) -> RunStatus | None:
     """A live run on the stream, from stream_reads' replies: running (read by a worker, no
-    NOGROUP: a group exists) or ready."""
+    NOGROUP: a group exists) or ready. None when the entry is gone, neither pending nor on
+    the stream (the run finished or moved between the reads: read it again), unless `last`:
+    then ready, without its envelope."""
     pending, rows, asked = replies
     if isinstance(pending, redis.exceptions.ResponseError) and "NOGROUP" in str(pending):
         pending = []  # no worker has joined yet
     for reply in (pending, rows, asked):
         if isinstance(reply, Exception):
             raise reply
+    if not pending and not rows and not last:
+        return None
     env = entry_envelope(rows) if raw == entry else raw
     if pending:
         return running(run_id, env, entry, pending[0], asked)
@@ -179,19 +190,24 @@ def not_found(k: QueueKeys, run_id: str) -> RunNotFound:
 
 
 def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
-    pipe = r.pipeline(transaction=False)
-    queue_run_reads(pipe, k, run_id)
-    raw, legacy, done_at, cancelled_at, outcome = pipe.execute()
-    entry = stream_entry(raw, legacy)
-    if raw is not None and entry is None:
+    for attempt in range(READ_TRIES):
+        pipe = r.pipeline(transaction=False)
+        queue_run_reads(pipe, k, run_id)
+        raw, legacy, done_at, cancelled_at, outcome = pipe.execute()
+        entry = stream_entry(raw, legacy)
+        if raw is None or entry is None:
+            break
+        pipe = r.pipeline(transaction=False)
+        stream_reads(pipe, k, run_id, entry)
+        replies = pipe.execute(raise_on_error=False)
+        st = on_stream(run_id, raw, entry, replies, last=attempt == READ_TRIES - 1)
+        if st is not None:
+            return st
+    if raw is not None:
         st = scheduled(run_id, raw)
         if st.task and r.zscore(k.limit_waiting(st.task), run_id) is not None:
             st = replace(st, waiting_for_limit=st.task)
         return st
-    if raw is not None and entry is not None:
-        pipe = r.pipeline(transaction=False)
-        stream_reads(pipe, k, run_id, entry)
-        return on_stream(run_id, raw, entry, pipe.execute(raise_on_error=False))
     finished = ended(run_id, done_at, cancelled_at) or next(
         (found for _, f in _scan_dead(r, k) if (found := dead(run_id, f)) is not None), None
     )

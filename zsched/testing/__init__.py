@@ -286,7 +286,7 @@ class Kit:
             r, k = self.app.redis, view.keys
             # A run on the stream is known in `runs` by its entry id, its envelope in the entry
             # (zsched.runs.status.stream_entry; `entries`: runs dispatched before 0.3).
-            legacy = {a.decode(): e for a, e in r.hgetall(k.entries).items()}
+            legacy = {a.decode(): e for a, e in r.hgetall(k.legacy_entries).items()}
             in_stream = {e: f.get(b"envelope") for e, f in r.xrange(k.ready)}
             for raw_id, raw in r.hgetall(k.runs).items():
                 run_id = raw_id.decode()

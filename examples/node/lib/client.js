@@ -201,16 +201,17 @@ export class Client {
    * Where a run is: {state: scheduled|ready|running|done|dead|unknown, ...}. Reads the keys
    * the way zsched.runs.status.get_run does (docs/protocol.md, "Read a run's state").
    */
-  async getRun(runId, { deadScanLimit = 10_000 } = {}) {
+  async getRun(runId, { deadScanLimit = 10_000, tries = 3 } = {}) {
     const k = this.keys;
     const [[, value], [, legacy], [, doneAt]] = await this.redis
       .pipeline()
       .hgetBuffer(k.runs, runId)
-      .hget(k.entries, runId)
+      .hget(k.legacyEntries, runId)
       .zscore(k.done, runId)
       .exec();
     // On the stream, a run's value in `runs` is its entry id (its envelope is in the entry);
-    // a run dispatched before zsched 0.3 kept its tagged value, its entry id in `entries`.
+    // a run dispatched by zsched 0.2 kept its tagged value, its entry id in `entries`, now
+    // `entries:legacy`.
     const text = value ? value.toString('latin1') : null;
     const onStream = text !== null && /^\d+-\d+$/.test(text);
     const entry = onStream ? text : value ? legacy : null;
@@ -222,8 +223,9 @@ export class Client {
     }
     if (value && entry) {
       let raw = untag(value)[1];
+      let rows = [];
       if (onStream) {
-        const rows = await this.redis.xrangeBuffer(k.ready, entry, entry);
+        rows = await this.redis.xrangeBuffer(k.ready, entry, entry);
         raw = rows.length ? fieldMap(rows[0][1]).envelope : null;
       }
       const envelope = raw ? safeDecode(raw, runId) : null;
@@ -232,6 +234,10 @@ export class Client {
         if (String(err?.message).startsWith('NOGROUP')) return [];
         throw err;
       });
+      // The entry left the stream between the reads (the run finished or moved): read again.
+      if (onStream && !rows.length && !pending.length && tries > 1) {
+        return this.getRun(runId, { deadScanLimit, tries: tries - 1 });
+      }
       if (pending.length) {
         const [, consumer, idleMs, deliveries] = pending[0];
         return { runId, state: 'running', consumer, idleMs, deliveries, envelope };

@@ -25,7 +25,8 @@ export function queueKeys(queue, partition = null) {
     delayed: key('delayed'), // the delayed set, key layout 3 (docs/protocol.md, "The delayed set")
     runs: key('runs'), // HASH run_id -> due tag + envelope (see untag in client.js)
     ready: key('ready'), // STREAM of due runs (fields run_id, envelope, due_ms)
-    entries: key('entries'), // HASH run_id -> ready stream entry id, of runs dispatched before zsched 0.3
+    entries: key('entries'), // a STRING from zsched 0.3 on (0.2: HASH run_id -> ready stream entry id)
+    legacyEntries: key('entries:legacy'), // HASH run_id -> entry id, of the runs zsched 0.2 dispatched
     dead: key('dead'), // STREAM of dead letters
     done: key('done'), // ZSET run_id -> done_at_ms
     stats: key('stats'), // HASH counter -> integer
