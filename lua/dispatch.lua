@@ -17,7 +17,8 @@
 -- Invariant: a run leaves `delayed` only in the call that adds it to `ready`; a run id in
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
 -- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to BT_MAX = 64
---   runs, one HMGET of their values and one HSET of their entry ids in `runs`).
+--   runs, one HMGET of their values and one HSET of their entry ids in `runs`), one TYPE of
+--   `entries` per call that moves runs (and once per queue, after zsched 0.2, its RENAME).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -186,13 +187,13 @@ if limit > 0 then
     local last_due, due_text = nil, nil
     for i = 1, n do
       local env = envs[i]
-      -- A run id in the tree whose value is an entry id (it is on the stream already) or is
-      -- missing cannot happen through the scripts; it is dropped and counted, not sent.
-      if env and string.find(env, '^%d+%-%d+$') then env = nil end
-      if env then
-        -- The due tag (bt_tag), read inline: one C call for its 7 bytes. A value without one
-        -- (impossible through the scripts) is sent as due now.
-        local z, b1, b2, b3, b4, b5, b6 = string.byte(env, 1, 7)
+      -- The due tag (bt_tag), read inline: one C call for its 7 bytes. A value without one
+      -- (impossible through the scripts) is sent as due now.
+      local z, b1, b2, b3, b4, b5, b6 = string.byte(env or '', 1, 7)
+      -- A run id in the tree whose value is missing, or is an entry id (a digit first: it is
+      -- on the stream already; no envelope starts so), cannot happen through the scripts: it
+      -- is dropped and counted, not sent.
+      if z and (z < 48 or z > 57) then
         local due = now_ms
         if z == 0 and b6 then
           due = ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6

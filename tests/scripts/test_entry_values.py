@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import redis
 from helpers import NOW, env, seed_ready
-from state import snapshot
+from state import add_delayed, snapshot
 
 from zsched.protocol.keys import GROUP
 from zsched.protocol.replies import CancelCode
@@ -124,3 +124,15 @@ def test_the_first_dispatch_moves_the_02_entries_aside_and_leaves_a_string(backe
                                   dedupe_window_ms=60_000))  # fmt: skip
     assert codes == [1] and r.exists(k.legacy_entries) == 0
     assert r.zscore(k.done, "old") == NOW and set(snapshot(r, k)["runs"]) == {"new"}
+
+
+def test_a_tree_member_whose_value_is_an_entry_id_is_dropped_as_an_orphan(backend, queue) -> None:
+    """Cannot happen through the scripts: a run id in the tree whose value says it is on the
+    stream already. dispatch.lua counts it as an orphan instead of sending the id as an
+    envelope."""
+    app, ent = seed_ready(backend, queue, ["a"])
+    r, k = backend.sync, app.keys
+    add_delayed(r, k, {"a": NOW - 1})
+    moved = app.scripts.run(S.dispatch(k, now_ms=NOW, limit=10, max_backlog=0))
+    assert moved.moved == 0 and int(r.hget(k.stats, "orphan")) == 1
+    assert r.hget(k.runs, "a") == ent["a"].encode() and r.xlen(k.ready) == 1
