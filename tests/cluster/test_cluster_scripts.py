@@ -99,3 +99,29 @@ def test_every_script_runs_on_the_cluster_with_the_keys_of_one_tag(rc: Any, part
         # Also with the keys its header names: covers scripts that have no wrapper yet.
         run(rc, name, header_keys(name, k), [])
     rc.delete(*k.all_fixed())
+
+
+def test_the_02_entries_move_aside_and_finish_on_the_cluster(rc: Any) -> None:
+    """dispatch.lua renames a zsched 0.2 `entries` hash to `entries:legacy`, a key made inside
+    the script (same tag, so same slot), and ack.lua reads a 0.2 run's entry from there."""
+    from zsched.store.delayed import tag
+
+    k = QueueKeys("zlegacy", 3)
+    rc.xgroup_create(k.ready, "workers", id="0", mkstream=True)
+    entry = rc.xadd(k.ready, {"run_id": "old", "envelope": ENV, "due_ms": "1000"}).decode()
+    rc.xreadgroup("workers", "c", {k.ready: ">"}, count=10)
+    rc.hset(k.runs, "old", tag(1000, ENV))  # as 0.2 left a run on the stream
+    rc.hset(k.entries, "old", entry)
+    calls = wrapper_calls(k)
+    try:
+        rc.register_script(S.source("enqueue"))(keys=calls["enqueue"].keys, args=calls["enqueue"].args)
+        rc.register_script(S.source("dispatch"))(keys=calls["dispatch"].keys, args=calls["dispatch"].args)
+        assert rc.type(k.entries) == b"string" and rc.hget(k.legacy_entries, "old") == entry.encode()
+        assert key_slot(k.legacy_entries.encode()) == key_slot(k.entries.encode())
+        ack = S.ack(k, "c", [(entry, "old")], now_ms=None, dedupe_window_ms=1000)
+        assert rc.register_script(S.source("ack"))(keys=ack.keys, args=ack.args) == [1]
+        assert rc.hexists(k.runs, "old") == 0 and rc.exists(k.legacy_entries) == 0
+    finally:
+        rc.delete(*k.all_fixed())
+        for key in rc.scan_iter(match=f"*{k.tag}*"):
+            rc.delete(key)
