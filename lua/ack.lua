@@ -38,11 +38,23 @@
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
 -- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
 -- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
--- below) and those runs are read from there until they finish.
+-- below) and those runs are read from there (cur_legacy) until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
 -- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
+end
+-- The entry id zsched 0.2 recorded for run_id and the hash it is in: `legacy` (0.2's
+-- `entries`, renamed by the first 0.3 dispatch that moves runs), or `entries` itself while it
+-- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
+-- first). nil when neither has it.
+local function cur_legacy(entries, legacy, run_id)
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
+  if redis.call('TYPE', entries)['ok'] == 'hash' then
+    e = redis.call('HGET', entries, run_id)
+    if e then return e, entries end
+  end
 end
 -- END current
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -520,21 +532,26 @@ end
 
 -- A run finishes only through its current entry (a stale entry of a run that moved on is
 -- acked and deleted, nothing more): its value in `runs` is that entry's id (current block).
--- A legacy run (dispatched by zsched 0.2: tagged value, entry id in `entries`, now `legacy`)
--- is read from `legacy`, one HGET each; only then is `legacy` touched.
+-- A legacy run (dispatched by zsched 0.2: tagged value, entry id in `entries`, or `legacy`
+-- once a 0.3 dispatch renamed it) is read by cur_legacy; only then are they touched.
 local current, err, legacy_ids = {}, nil, nil
 if o > 0 then current, err = read(runs, 'hash', 'HMGET', runs, unpack(owned_runs)) end
 if err then return err end
 for i = 1, o do
   local v = current[i]
   if v and v ~= owned[i] and not cur_entry(v) then
-    local e
-    e, err = read(legacy, 'hash', 'HGET', legacy, owned_runs[i])
-    if err then return err end
+    if not legacy_ids then
+      -- Checked before the first write, as every key here (the legacy hash is read only now).
+      err = wrong_type(legacy, 'hash')
+      if err then return err end
+      legacy_ids = {}
+    end
+    local e, key = cur_legacy(entries, legacy, owned_runs[i])
     if e == owned[i] then
       current[i] = e
-      legacy_ids = legacy_ids or {}
-      legacy_ids[#legacy_ids + 1] = owned_runs[i]
+      legacy_ids[key] = legacy_ids[key] or {}
+      local ids = legacy_ids[key]
+      ids[#ids + 1] = owned_runs[i]
     end
   end
 end
@@ -570,7 +587,7 @@ if o > 0 then
   end
   if #finished > 0 then
     redis.call('HDEL', runs, unpack(finished))
-    if legacy_ids then redis.call('HDEL', legacy, unpack(legacy_ids)) end
+    for key, ids in pairs(legacy_ids or {}) do redis.call('HDEL', key, unpack(ids)) end
     redis.call('ZADD', done, unpack(records))
     -- Every record is younger than the newest one: when no run finishes for a whole window
     -- they have all expired, so the key may go (memory returns to its baseline after a drain).

@@ -313,7 +313,7 @@ end
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
 -- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
 -- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
--- below) and those runs are read from there until they finish.
+-- below) and those runs are read from there (cur_legacy) until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
 -- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)

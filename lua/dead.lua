@@ -43,23 +43,36 @@ end
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
 -- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
 -- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
--- below) and those runs are read from there until they finish.
+-- below) and those runs are read from there (cur_legacy) until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
 -- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
+-- The entry id zsched 0.2 recorded for run_id and the hash it is in: `legacy` (0.2's
+-- `entries`, renamed by the first 0.3 dispatch that moves runs), or `entries` itself while it
+-- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
+-- first). nil when neither has it.
+local function cur_legacy(entries, legacy, run_id)
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
+  if redis.call('TYPE', entries)['ok'] == 'hash' then
+    e = redis.call('HGET', entries, run_id)
+    if e then return e, entries end
+  end
+end
 -- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
--- moved on is acked and deleted, nothing more). Clears the `legacy` field when it is.
+-- moved on is acked and deleted, nothing more). Clears the legacy field when it is.
 -- v: the run's value in `runs`, if the caller read it.
-local function cur_is(runs, legacy, run_id, entry, v)
+local function cur_is(runs, entries, legacy, run_id, entry, v)
   if run_id == '' then return false end
   v = v or redis.call('HGET', runs, run_id)
   if not v then return false end
   if v == entry then return true end
   if cur_entry(v) then return false end
-  if redis.call('HGET', legacy, run_id) == entry then
-    redis.call('HDEL', legacy, run_id)
+  local e, key = cur_legacy(entries, legacy, run_id)
+  if e == entry then
+    redis.call('HDEL', key, run_id)
     return true
   end
   return false
@@ -411,7 +424,7 @@ for i = 4, last, 4 do
   if row and row[2] == consumer then
     redis.call('XACK', ready, group, entry)
     redis.call('XDEL', ready, entry)
-    if cur_is(runs, legacy, run_id, entry) then
+    if cur_is(runs, entries, legacy, run_id, entry) then
       redis.call('HDEL', runs, run_id)
       ended[run_id] = true
     end

@@ -284,17 +284,29 @@ end
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
 -- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
 -- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
--- below) and those runs are read from there until they finish.
+-- below) and those runs are read from there (cur_legacy) until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
 -- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
--- The run's current entry id (from `runs`, else `legacy`), or nil when it is not on the
+-- The entry id zsched 0.2 recorded for run_id and the hash it is in: `legacy` (0.2's
+-- `entries`, renamed by the first 0.3 dispatch that moves runs), or `entries` itself while it
+-- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
+-- first). nil when neither has it.
+local function cur_legacy(entries, legacy, run_id)
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
+  if redis.call('TYPE', entries)['ok'] == 'hash' then
+    e = redis.call('HGET', entries, run_id)
+    if e then return e, entries end
+  end
+end
+-- The run's current entry id (from `runs`, else cur_legacy), or nil when it is not on the
 -- stream. v: its value in `runs` (false/nil: none).
-local function cur_of(legacy, run_id, v)
+local function cur_of(entries, legacy, run_id, v)
   if not v then return nil end
-  return cur_entry(v) or redis.call('HGET', legacy, run_id) or nil
+  return cur_entry(v) or (cur_legacy(entries, legacy, run_id))
 end
 -- END current
 local delayed, runs, entries, ready, done, dead, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -346,7 +358,7 @@ if v then
     redis.call('PUBLISH', wake, at)
     return {1, at}
   end
-  local entry = cur_of(legacy, run_id, v)
+  local entry = cur_of(entries, legacy, run_id, v)
   if entry then
     local row = redis.pcall('XPENDING', ready, group, entry, entry, 1)
     if type(row) == 'table' and not row['err'] and row[1] then return {3, -1} end

@@ -325,17 +325,29 @@ end
 -- ("<ms>-<seq>"): dispatch.lua writes it over the due tag and envelope, whose envelope is then
 -- in the entry. Runs dispatched by zsched 0.2 kept their tagged value and had the entry id in
 -- the `entries` hash instead; dispatch.lua renames that hash to `<entries>:legacy` (`legacy`
--- below) and those runs are read from there until they finish.
+-- below) and those runs are read from there (cur_legacy) until they finish.
 -- The entry id a value of `runs` names, or nil: a delayed run's tagged value, an envelope of
 -- key layout 2, a legacy run (its entry is in `legacy`).
 local function cur_entry(v)
   if v and string.find(v, '^%d+%-%d+$') then return v end
 end
--- The run's current entry id (from `runs`, else `legacy`), or nil when it is not on the
+-- The entry id zsched 0.2 recorded for run_id and the hash it is in: `legacy` (0.2's
+-- `entries`, renamed by the first 0.3 dispatch that moves runs), or `entries` itself while it
+-- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
+-- first). nil when neither has it.
+local function cur_legacy(entries, legacy, run_id)
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
+  if redis.call('TYPE', entries)['ok'] == 'hash' then
+    e = redis.call('HGET', entries, run_id)
+    if e then return e, entries end
+  end
+end
+-- The run's current entry id (from `runs`, else cur_legacy), or nil when it is not on the
 -- stream. v: its value in `runs` (false/nil: none).
-local function cur_of(legacy, run_id, v)
+local function cur_of(entries, legacy, run_id, v)
   if not v then return nil end
-  return cur_entry(v) or redis.call('HGET', legacy, run_id) or nil
+  return cur_entry(v) or (cur_legacy(entries, legacy, run_id))
 end
 -- The `envelope` field of stream entry `entry` (nil when it is gone).
 local function cur_envelope(ready, entry)
@@ -383,7 +395,7 @@ if v then
   local due, env = bt_untag(v)
   if due and bt_remove(delayed, run_id, due) == 1 then return record(env, 1) end
   if not due and not cur_entry(v) and redis.call('ZREM', delayed .. ':layout2', run_id) == 1 then return record(env, 1) end
-  local entry = cur_of(legacy, run_id, v)
+  local entry = cur_of(entries, legacy, run_id, v)
   if entry then
     local row = redis.pcall('XPENDING', ready, group, entry, entry, 1)
     if type(row) == 'table' and not row['err'] and row[1] then
@@ -396,7 +408,10 @@ if v then
     -- entry (a legacy run's, dispatched before zsched 0.3, after its value's tag).
     if cur_entry(v) then env = cur_envelope(ready, entry) or '' end
     redis.call('XDEL', ready, entry)
-    redis.call('HDEL', legacy, run_id)
+    if not cur_entry(v) then
+      local _, key = cur_legacy(entries, legacy, run_id)
+      if key then redis.call('HDEL', key, run_id) end
+    end
     return record(env, 2)
   end
   -- Live but neither in the tree nor on the stream: cannot happen through the scripts.

@@ -22,7 +22,8 @@ async def get_run(r: Any, k: QueueKeys, run_id: str) -> _inspect.RunStatus:
     for attempt in range(_inspect.READ_TRIES):
         pipe = r.pipeline(transaction=False)
         _inspect.queue_run_reads(pipe, k, run_id)
-        raw, legacy, done_at, cancelled_at, outcome = await pipe.execute()
+        replies = await pipe.execute(raise_on_error=False)
+        raw, legacy, done_at, cancelled_at, outcome = _inspect.first_reads(replies)
         entry = _inspect.stream_entry(raw, legacy)
         if raw is None or entry is None:
             break

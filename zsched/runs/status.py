@@ -83,14 +83,27 @@ def _from_envelope(run_id: str, state: str, raw: bytes | None, **extra: Any) -> 
 
 
 def queue_run_reads(pipe: Any, k: QueueKeys, run_id: str) -> None:
-    """The first round trip of get_run (sync or asyncio pipeline): its record, its legacy
-    stream entry (dispatched by zsched 0.2), its completion and cancel times, its kept
-    outcome."""
+    """The first round trip of get_run (sync or asyncio pipeline, executed with
+    raise_on_error=False, read by first_reads): its record, its stream entry if zsched 0.2
+    dispatched it (in `legacy_entries`, or in `entries` while that is still 0.2's hash: a
+    string there refuses HGET), its completion and cancel times, its kept outcome."""
     pipe.hget(k.runs, run_id)
     pipe.hget(k.legacy_entries, run_id)
+    pipe.hget(k.entries, run_id)
     pipe.zscore(k.done, run_id)
     pipe.zscore(k.cancelled, run_id)
     pipe.hget(k.outcomes, run_id)
+
+
+def first_reads(replies: list[Any]) -> tuple[Any, Any, Any, Any, Any]:
+    """queue_run_reads' replies: (raw, legacy entry, done_at, cancelled_at, outcome)."""
+    raw, legacy, old_hash, done_at, cancelled_at, outcome = replies
+    if isinstance(old_hash, redis.exceptions.ResponseError) and "WRONGTYPE" in str(old_hash):
+        old_hash = None  # `entries` holds zsched 0.3's string: no 0.2 hash any more
+    for reply in (raw, legacy, old_hash, done_at, cancelled_at, outcome):
+        if isinstance(reply, Exception):
+            raise reply
+    return raw, legacy or old_hash, done_at, cancelled_at, outcome
 
 
 _ENTRY_ID = re.compile(rb"\d+-\d+\Z")
@@ -193,7 +206,9 @@ def get_run(r: Any, k: QueueKeys, run_id: str) -> RunStatus:
     for attempt in range(READ_TRIES):
         pipe = r.pipeline(transaction=False)
         queue_run_reads(pipe, k, run_id)
-        raw, legacy, done_at, cancelled_at, outcome = pipe.execute()
+        raw, legacy, done_at, cancelled_at, outcome = first_reads(
+            pipe.execute(raise_on_error=False)
+        )
         entry = stream_entry(raw, legacy)
         if raw is None or entry is None:
             break

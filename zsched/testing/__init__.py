@@ -285,8 +285,10 @@ class Kit:
         for view in self.app.partition_views():
             r, k = self.app.redis, view.keys
             # A run on the stream is known in `runs` by its entry id, its envelope in the entry
-            # (zsched.runs.status.stream_entry; `entries`: runs dispatched before 0.3).
+            # (zsched.runs.status.stream_entry; legacy: runs zsched 0.2 dispatched).
             legacy = {a.decode(): e for a, e in r.hgetall(k.legacy_entries).items()}
+            if r.type(k.entries) == b"hash":  # still zsched 0.2's: no 0.3 dispatch yet
+                legacy.update((a.decode(), e) for a, e in r.hgetall(k.entries).items())
             in_stream = {e: f.get(b"envelope") for e, f in r.xrange(k.ready)}
             for raw_id, raw in r.hgetall(k.runs).items():
                 run_id = raw_id.decode()

@@ -203,12 +203,16 @@ export class Client {
    */
   async getRun(runId, { deadScanLimit = 10_000, tries = 3 } = {}) {
     const k = this.keys;
-    const [[, value], [, legacy], [, doneAt]] = await this.redis
+    // `entries` is zsched 0.2's hash until a 0.3 dispatcher moves runs (then a string, which
+    // HGET refuses: no 0.2 entry is left there).
+    const [[, value], [, legacyEntry], [oldErr, oldEntry], [, doneAt]] = await this.redis
       .pipeline()
       .hgetBuffer(k.runs, runId)
       .hget(k.legacyEntries, runId)
+      .hget(k.entries, runId)
       .zscore(k.done, runId)
       .exec();
+    const legacy = legacyEntry ?? (oldErr ? null : oldEntry);
     // On the stream, a run's value in `runs` is its entry id (its envelope is in the entry);
     // a run dispatched by zsched 0.2 kept its tagged value, its entry id in `entries`, now
     // `entries:legacy`.
