@@ -49,19 +49,21 @@ end
 -- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
 -- first). nil when neither has it.
 local function cur_legacy(entries, legacy, run_id)
-  local e = redis.call('HGET', legacy, run_id)
-  if e then return e, legacy end
   if redis.call('TYPE', entries)['ok'] == 'hash' then
-    e = redis.call('HGET', entries, run_id)
+    -- Newer than `legacy` if both exist (0.2 wrote again after the string was deleted by hand).
+    local e = redis.call('HGET', entries, run_id)
     if e then return e, entries end
   end
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
 end
 -- END current
 local ready, runs, entries, done, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 local waiting, delayed, wake, lease_keys = KEYS[6], KEYS[7], KEYS[8], {unpack(KEYS, 9)}
--- Check types before any write: a script is atomic but not transactional. `ready` and
--- `entries` are checked by their first reads (pcall), both before the first write.
+-- Check types before any write: a script is atomic but not transactional. `ready` is checked
+-- by its first read (pcall), `legacy` before its first read (only a 0.2 run's ack reads it;
+-- `entries` is read only while TYPE says it is a hash), both before the first write.
 local function wrong_type(key, want)
   local got = redis.call('TYPE', key)['ok']
   if got ~= 'none' and got ~= want then return redis.error_reply('WRONGTYPE zsched ack: key ' .. key .. ' is a ' .. got .. ', expected a ' .. want) end

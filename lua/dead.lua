@@ -54,12 +54,13 @@ end
 -- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
 -- first). nil when neither has it.
 local function cur_legacy(entries, legacy, run_id)
-  local e = redis.call('HGET', legacy, run_id)
-  if e then return e, legacy end
   if redis.call('TYPE', entries)['ok'] == 'hash' then
-    e = redis.call('HGET', entries, run_id)
+    -- Newer than `legacy` if both exist (0.2 wrote again after the string was deleted by hand).
+    local e = redis.call('HGET', entries, run_id)
     if e then return e, entries end
   end
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
 end
 -- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
 -- moved on is acked and deleted, nothing more). Clears the legacy field when it is.
@@ -76,6 +77,19 @@ local function cur_is(runs, entries, legacy, run_id, entry, v)
     return true
   end
   return false
+end
+-- Entry ids of ARGV[first], ARGV[first + step] ... up to ARGV[upto] (default: the last) as
+-- Redis writes them ("<ms>-<seq>", no leading zeros): cur_is compares them as strings, while
+-- XPENDING also takes "5" or "05-0" for the entry it names "5-0", so another spelling would
+-- read as a stale entry (acked, its run left live). An error reply naming the first one
+-- spelled otherwise, or nil; checked before any write (after bad_entry_id).
+local function cur_spelling(script, first, step, upto)
+  for i = first, upto or #ARGV, step do
+    local e = ARGV[i]
+    if not string.find(e, '^%d+%-%d+$') or string.find(e, '^0%d') or string.find(e, '%-0%d') then
+      return redis.error_reply('ERR zsched ' .. script .. ': entry id ' .. string.sub(e, 1, 40) .. ' is not written as Redis writes it (<ms>-<seq>, no leading zeros)')
+    end
+  end
 end
 -- END current
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -110,7 +124,7 @@ if n_args < 0 or n_args % 4 ~= 0 or n_args > 4000 or n_leases > 1000 or not wind
   return redis.error_reply('ERR zsched dead: expected up to 1000 groups of (entry_id, run_id, reason, envelope), then (lease keys) a window and a (schedule_id, run_id) per lease key')
 end
 local last = 3 + n_args -- ARGV index of the last group's last value
-local bad = bad_entry_id('dead', 4, 4, last)
+local bad = bad_entry_id('dead', 4, 4, last) or cur_spelling('dead', 4, 4, last)
 if bad then return bad end
 
 -- The leases to end, checked before any write. The shared blocks are defined only for a call

@@ -158,7 +158,8 @@ if limit > 0 then
   -- zsched 0.2's scripts read and write `entries` as a hash (a run's entry id). They cannot
   -- read a run this script moves (its entry id in `runs`): 0.2's release would keep the entry
   -- id as the envelope, its ack would leave the run live. So from the first move on,
-  -- `entries` holds a string, which every 0.2 script refuses (WRONGTYPE) before it writes;
+  -- `entries` holds a string, which every 0.2 script that uses it refuses (WRONGTYPE) before
+  -- it writes;
   -- the entries of the runs 0.2 dispatched move to `legacy` first, where the scripts read
   -- them (current block; docs/operations.md, "Upgrading from zsched 0.2"). One TYPE a call.
   local kind = redis.call('TYPE', entries)['ok']
@@ -168,6 +169,10 @@ if limit > 0 then
         redis.call('RENAME', entries, legacy)
       else
         -- Only after the string was deleted by hand and a 0.2 dispatcher wrote again.
+        local lk = redis.call('TYPE', legacy)['ok']
+        if lk ~= 'hash' then
+          return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. legacy .. ' is a ' .. lk .. ', expected a hash')
+        end
         local all = redis.call('HGETALL', entries)
         for j = 1, #all, 1000 do redis.call('HSET', legacy, unpack(all, j, math.min(#all, j + 999))) end
         redis.call('DEL', entries)

@@ -279,12 +279,13 @@ end
 -- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
 -- first). nil when neither has it.
 local function cur_legacy(entries, legacy, run_id)
-  local e = redis.call('HGET', legacy, run_id)
-  if e then return e, legacy end
   if redis.call('TYPE', entries)['ok'] == 'hash' then
-    e = redis.call('HGET', entries, run_id)
+    -- Newer than `legacy` if both exist (0.2 wrote again after the string was deleted by hand).
+    local e = redis.call('HGET', entries, run_id)
     if e then return e, entries end
   end
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
 end
 -- Whether `entry` is the run's current entry: only it ends the run (a stale entry of a run that
 -- moved on is acked and deleted, nothing more). Clears the legacy field when it is.
@@ -301,6 +302,19 @@ local function cur_is(runs, entries, legacy, run_id, entry, v)
     return true
   end
   return false
+end
+-- Entry ids of ARGV[first], ARGV[first + step] ... up to ARGV[upto] (default: the last) as
+-- Redis writes them ("<ms>-<seq>", no leading zeros): cur_is compares them as strings, while
+-- XPENDING also takes "5" or "05-0" for the entry it names "5-0", so another spelling would
+-- read as a stale entry (acked, its run left live). An error reply naming the first one
+-- spelled otherwise, or nil; checked before any write (after bad_entry_id).
+local function cur_spelling(script, first, step, upto)
+  for i = first, upto or #ARGV, step do
+    local e = ARGV[i]
+    if not string.find(e, '^%d+%-%d+$') or string.find(e, '^0%d') or string.find(e, '%-0%d') then
+      return redis.error_reply('ERR zsched ' .. script .. ': entry id ' .. string.sub(e, 1, 40) .. ' is not written as Redis writes it (<ms>-<seq>, no leading zeros)')
+    end
+  end
 end
 -- END current
 local ready, runs, entries, delayed, stats, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -324,7 +338,7 @@ end
 
 -- Validate first: scripts are not transactional. A due past the year 9999 (enqueue's limit)
 -- would not fit the due tag, and NaN would sort before every run.
-local bad = bad_entry_id('retry', 4, 4)
+local bad = bad_entry_id('retry', 4, 4) or cur_spelling('retry', 4, 4)
 if bad then return bad end
 for i = 4, #ARGV, 4 do
   local delay = tonumber(ARGV[i + 2])

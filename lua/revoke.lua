@@ -336,12 +336,13 @@ end
 -- is still 0.2's hash (no 0.3 dispatcher has moved runs yet: the workers were upgraded
 -- first). nil when neither has it.
 local function cur_legacy(entries, legacy, run_id)
-  local e = redis.call('HGET', legacy, run_id)
-  if e then return e, legacy end
   if redis.call('TYPE', entries)['ok'] == 'hash' then
-    e = redis.call('HGET', entries, run_id)
+    -- Newer than `legacy` if both exist (0.2 wrote again after the string was deleted by hand).
+    local e = redis.call('HGET', entries, run_id)
     if e then return e, entries end
   end
+  local e = redis.call('HGET', legacy, run_id)
+  if e then return e, legacy end
 end
 -- The run's current entry id (from `runs`, else cur_legacy), or nil when it is not on the
 -- stream. v: its value in `runs` (false/nil: none).

@@ -136,3 +136,27 @@ def test_a_tree_member_whose_value_is_an_entry_id_is_dropped_as_an_orphan(backen
     moved = app.scripts.run(S.dispatch(k, now_ms=NOW, limit=10, max_backlog=0))
     assert moved.moved == 0 and int(r.hget(k.stats, "orphan")) == 1
     assert r.hget(k.runs, "a") == ent["a"].encode() and r.xlen(k.ready) == 1
+
+
+@pytest.mark.parametrize("script", ["release", "retry", "dead", "discard"])
+@pytest.mark.parametrize("spelling", ["ms", "leading zero"])
+def test_an_entry_id_spelled_otherwise_than_redis_writes_it_is_refused(
+    backend, queue, script, spelling
+) -> None:
+    """XPENDING finds entry "<ms>-0" by "<ms>" or "0<ms>-0" too, but the run's value names
+    it "<ms>-0": compared as strings, the current entry would read as stale (acked, its run
+    left live). From a review of 24de3b4, where release and retry did so."""
+    app, ent = seed_ready(backend, queue, ["a"])
+    r, k = backend.sync, app.keys
+    ms, seq = ent["a"].split("-")
+    other = ms if spelling == "ms" else f"0{ms}-{seq}"
+    calls = {
+        "release": S.release(k, "c1", [(other, "a")], now_ms=NOW),
+        "retry": S.retry(k, "c1", [(other, "a", 0, env("a", attempt=2))], now_ms=NOW),
+        "dead": S.dead(k, "c1", [(other, "a", "boom", env("a"))], now_ms=NOW),
+        "discard": C.discard(k, "c1", [(other, "a")], now_ms=NOW, dedupe_window_ms=60_000),
+    }
+    before = snapshot(r, k)
+    with pytest.raises(redis.ResponseError, match="is not written as Redis writes it"):
+        app.scripts.run(calls[script])
+    assert snapshot(r, k) == before

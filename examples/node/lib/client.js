@@ -226,18 +226,19 @@ export class Client {
       return { runId, state: 'scheduled', runAtMs: dueMs ?? envelope?.run_at_ms, envelope };
     }
     if (value && entry) {
-      let raw = untag(value)[1];
-      let rows = [];
-      if (onStream) {
-        rows = await this.redis.xrangeBuffer(k.ready, entry, entry);
-        raw = rows.length ? fieldMap(rows[0][1]).envelope : null;
-      }
-      const envelope = raw ? safeDecode(raw, runId) : null;
+      // Its pending row and its entry in one round trip (as zsched.runs.status does).
+      const [[pendErr, pendRows], [rowsErr, rows]] = await this.redis
+        .pipeline()
+        .xpending(k.ready, GROUP, entry, entry, 1)
+        .xrangeBuffer(k.ready, entry, entry)
+        .exec();
       // NOGROUP: no worker has created the group yet, so nobody has read the entry.
-      const pending = await this.redis.xpending(k.ready, GROUP, entry, entry, 1).catch((err) => {
-        if (String(err?.message).startsWith('NOGROUP')) return [];
-        throw err;
-      });
+      if (pendErr && !String(pendErr.message).startsWith('NOGROUP')) throw pendErr;
+      if (rowsErr) throw rowsErr;
+      const pending = pendErr ? [] : pendRows;
+      let raw = untag(value)[1];
+      if (onStream) raw = rows.length ? fieldMap(rows[0][1]).envelope : null;
+      const envelope = raw ? safeDecode(raw, runId) : null;
       // The entry left the stream between the reads (the run finished or moved): read again.
       if (onStream && !rows.length && !pending.length && tries > 1) {
         return this.getRun(runId, { deadScanLimit, tries: tries - 1 });
