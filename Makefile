@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml zsched/_version.py
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
