@@ -8,7 +8,7 @@ import msgpack
 
 from zsched.protocol.envelope import v2_named
 from zsched.protocol.keys import GROUP, QueueKeys
-from zsched.runs.status import entry_envelope, stream_entry
+from zsched.runs.status import entry_envelope, is_entry_id
 from zsched.store import delayed
 
 
@@ -41,7 +41,7 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
     in_stream = (
         {_s(e): f.get(b"envelope") for e, f in r.xrange(k.ready)} if r.exists(k.ready) else {}
     )
-    on_stream = {_s(a) for a, b in raw_runs.items() if stream_entry(b, None) == b}
+    on_stream = {_s(a) for a, b in raw_runs.items() if is_entry_id(b)}
     out["runs"] = {
         _s(a): _env(in_stream.get(_s(b), b) if _s(a) in on_stream else b)
         for a, b in raw_runs.items()
@@ -124,6 +124,6 @@ def envelope_of(r: Any, k: QueueKeys, run_id: str) -> bytes | None:
     """The envelope of a live run: in `runs` after its due tag, or in its stream entry when
     `runs` holds the entry's id (a run on the stream)."""
     raw = r.hget(k.runs, run_id)
-    if raw is not None and stream_entry(raw, None) == raw:
+    if is_entry_id(raw):
         return entry_envelope(r.xrange(k.ready, raw, raw))
     return None if raw is None else delayed.untag(raw)[1]

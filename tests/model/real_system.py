@@ -32,7 +32,7 @@ from zsched.dispatch.dispatcher import Dispatcher
 from zsched.protocol.keys import GROUP
 from zsched.rules.ledger import history
 from zsched.rules.triggers import Every
-from zsched.runs.status import stream_entry
+from zsched.runs.status import is_entry_id
 from zsched.store.delayed import untag
 
 #: The workers' visibility timeout (real time): long, so that no live worker's entry is ever
@@ -366,7 +366,7 @@ class RealSystem:
         (found by make model: waiting for the lease to change hung here)."""
         rid, k = key[0], self.app.keys
         v = self.real.sync.hget(k.runs, rid)
-        if v is not None and stream_entry(v, None) == v:
+        if is_entry_id(v):
             return False
         retried = fate.kind == "retry" and key[1] < MAX_ATTEMPTS  # else a dead letter
         return retried or self.lease() != rid or rid in self.live()

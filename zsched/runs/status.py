@@ -109,13 +109,19 @@ def first_reads(replies: list[Any]) -> tuple[Any, Any, Any, Any, Any]:
 _ENTRY_ID = re.compile(rb"\d+-\d+\Z")
 
 
+def is_entry_id(raw: bytes | None) -> bool:
+    """A value of `runs` that is a stream entry id: the run is on the stream, its envelope in
+    that entry (dispatch.lua; lua/lib/current.lua's cur_entry)."""
+    return raw is not None and _ENTRY_ID.match(raw) is not None
+
+
 def stream_entry(raw: bytes | None, legacy: bytes | None) -> bytes | None:
-    """The entry id of a live run on the ready stream, else None. Its value in `runs` is that
-    id while it is there (dispatch.lua; lua/lib/current.lua); a run dispatched by zsched 0.2
-    keeps its tagged value and has the id in `legacy_entries` (`legacy`)."""
+    """The entry id of a live run on the ready stream, else None: its value in `runs` while it
+    is there (is_entry_id), or for a run dispatched by zsched 0.2, which keeps its tagged
+    value, the id in `legacy_entries` (`legacy`)."""
     if raw is None:
         return None
-    return raw if _ENTRY_ID.match(raw) else legacy
+    return raw if is_entry_id(raw) else legacy
 
 
 def stream_reads(pipe: Any, k: QueueKeys, run_id: str, entry: bytes) -> None:

@@ -21,7 +21,7 @@ from zsched.dispatch.simulate import fakeredis_module
 from zsched.errors import InvalidArgument, PayloadError, ZschedError
 from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, decode
-from zsched.runs.status import DeadLetter, stream_entry
+from zsched.runs.status import DeadLetter, is_entry_id, stream_entry
 from zsched.store.delayed import leaf_number, untag
 
 __all__ = ["FakeClock", "Kit", "Outcome", "QueuedRun", "fakeredis_module"]
@@ -293,8 +293,8 @@ class Kit:
             for raw_id, raw in r.hgetall(k.runs).items():
                 run_id = raw_id.decode()
                 entry = stream_entry(raw, legacy.get(run_id))
-                if entry == raw:
-                    raw = in_stream.get(entry) or b""
+                if is_entry_id(raw):
+                    raw = in_stream.get(raw) or b""
                 due, body = untag(raw)
                 env = decode(body, run_id)
                 if task is not None and env.task != task:

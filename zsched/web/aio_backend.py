@@ -25,7 +25,7 @@ import zsched.web.words as words
 from zsched.app import AsyncApp
 from zsched.errors import ScheduleNotFound, UnreadableRule
 from zsched.rules.spec import Spec, State, decode_rule
-from zsched.runs.status import entry_envelope, stream_entry
+from zsched.runs.status import entry_envelope, is_entry_id
 from zsched.web.backend import (
     SyncBackend,
     dead_rows,
@@ -91,7 +91,7 @@ class AsyncBackend:
             k = aio.app.keys_for_run(run_id)
             if st.state != "dead":
                 raw = await aio.redis.hget(k.runs, run_id)
-                if raw is not None and stream_entry(raw, None) == raw:  # on the stream
+                if is_entry_id(raw):  # on the stream
                     raw = entry_envelope(await aio.redis.xrange(k.ready, raw, raw))
                 env = reads.envelope_of(raw, run_id)
             else:

@@ -20,7 +20,7 @@ from zsched.errors import PayloadError
 from zsched.protocol.envelope import Envelope, decode
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.text import lossy_text
-from zsched.runs.status import entry_envelope, stream_entry
+from zsched.runs.status import entry_envelope, is_entry_id
 from zsched.store.delayed import leaf_number, untag
 
 #: Most rows on one page of any list.
@@ -157,7 +157,7 @@ def run_envelope(r: Any, k: QueueKeys, run_id: str, dead: bool) -> Envelope | No
     letters, read in batches of DEAD_BATCH, newest first)."""
     if not dead:
         raw = r.hget(k.runs, run_id)
-        if raw is not None and stream_entry(raw, None) == raw:  # on the stream: in its entry
+        if is_entry_id(raw):  # on the stream: in its entry
             raw = entry_envelope(r.xrange(k.ready, raw, raw))
         return envelope_of(raw, run_id)
     end: str | None = "+"
