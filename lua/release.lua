@@ -358,17 +358,13 @@ for i = 4, #ARGV, 2 do
   -- Only the run's current entry hands it back; its envelope is in the entry (a legacy run's,
   -- dispatched by zsched 0.2, after its value's tag). A stale entry (the run moved on: to
   -- another entry, or back into the tree) is only acked and deleted, as ack.lua does.
-  local env, stale = nil, false
-  if v then
-    local legacy_v = not cur_entry(v) and v
-    stale = not cur_is(runs, entries, legacy, run_id, entry, v)
-    if not stale then
-      if legacy_v then
-        local _, rest = bt_untag(legacy_v)
-        env = rest
-      else
-        env = cur_envelope(ready, entry)
-      end
+  local env, stale = nil, v and not cur_is(runs, entries, legacy, run_id, entry, v)
+  if v and not stale then
+    if v == entry then
+      env = cur_envelope(ready, entry)
+    else
+      local _, rest = bt_untag(v)
+      env = rest
     end
   end
   if stale then
