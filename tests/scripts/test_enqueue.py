@@ -197,3 +197,51 @@ def test_a_one_run_enqueue_refused_by_any_key_leaves_every_key_as_it_was(backend
     with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue"):
         run(backend, queue, [group("c", NOW + 3)])
     assert {k: backend.sync.dump(k) for k in keys} == before
+
+
+@pytest.mark.parametrize("size", [2, 100], ids=["small batch", "fast pass"])
+@pytest.mark.parametrize("bad_key", ["runs", "done", "stats", "delayed_index"])
+def test_a_batch_refused_by_any_key_leaves_every_key_as_it_was(backend, queue, bad_key, size):
+    """A batch's values are written to `runs` before `stats` and the tree are checked (HSET's
+    count tells a run id given twice): a refusal takes them back."""
+    app = backend.app(queue)
+    run(backend, queue, [group("a"), group("b", NOW + 5)])
+    keys = [app.keys.runs, app.keys.delayed, app.keys.delayed_index, app.keys.done, app.keys.stats]
+    backend.sync.delete(getattr(app.keys, bad_key))
+    backend.sync.set(getattr(app.keys, bad_key), "oops")
+
+    def state():  # `runs` by content: HSET then HDEL may leave it in another encoding
+        got = {k: backend.sync.dump(k) for k in keys if k != app.keys.runs}
+        return got, backend.sync.type(app.keys.runs), _hash_or_none(backend, app.keys.runs)
+
+    before = state()
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE zsched enqueue"):
+        run(backend, queue, [group(f"c{i}", NOW + 3 + i) for i in range(size)])
+    assert state() == before
+
+
+def _hash_or_none(backend, key):
+    return backend.sync.hgetall(key) if backend.sync.type(key) == b"hash" else None
+
+
+@pytest.mark.parametrize("size", [3, 300], ids=["small batch", "fast pass"])
+def test_a_run_id_given_twice_in_a_batch_keeps_the_first_value_and_due(backend, queue, size):
+    """The first of a repeated run id is the run, whatever HSET kept of the later ones; a
+    repeated id after it, or three times, is a duplicate each time."""
+    app = backend.app(queue)
+    batch = [(f"n{i:03d}", NOW + 100 + i, "t", _env(f"n{i:03d}", i)) for i in range(size)]
+    batch[1] = ("n000", NOW + 7, "t", _env("n000", 10_000))
+    batch[-1] = ("n000", NOW + 9, "t", _env("n000", 20_000))
+    _, codes = run(backend, queue, batch)
+    assert codes == [EnqueueCode.ENQUEUED] + [EnqueueCode.DUPLICATE_LIVE] + [
+        EnqueueCode.ENQUEUED
+    ] * (size - 3) + [EnqueueCode.DUPLICATE_LIVE]
+    st = snapshot(backend.sync, app.keys)
+    assert st["delayed"]["n000"] == NOW + 100
+    assert st["runs"]["n000"]["payload"] == {"n": 0}
+    assert len(st["runs"]) == len(st["delayed"]) == size - 2
+    assert st["stats"] == {"enqueued": size - 2, "duplicate": 2, "duplicate:live": 2}
+
+
+def _env(run_id: str, n: int) -> bytes:
+    return Envelope(run_id, "t", {"n": n}, NOW, NOW, NOW).encode()
