@@ -4,6 +4,7 @@ sessions that use it. Speed is not asserted: only that a figure of each kind com
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -97,3 +98,17 @@ def test_the_ready_memory_tool_shows_a_dispatched_run_smaller_than_its_envelope_
     assert m, out
     delayed, ready, runs_hash, stream = map(int, m.groups())
     assert runs_hash < stream and ready > delayed > 0
+
+
+def test_the_enqueue_cpu_tool_meters_both_in_every_round() -> None:
+    """bench.enqueue_cpu: zsched's batched enqueue and the floor's in one server, the order
+    swapped each round; every round reports both and their ratio, then the median."""
+    out = run("bench.enqueue_cpu", "--rounds", "2", "--n", "1500", "--json")
+    assert len(re.findall(r"round \d/2: zsched [\d.]+ us, floor [\d.]+ us, ratio [\d.]+", out)) == 2
+    assert re.search(r"median of 2 rounds of 1,500 runs: zsched [\d.]+ us a run", out)
+    rounds = json.loads(out.strip().splitlines()[-1])
+    assert [sorted(r) for r in rounds] == [sorted(rounds[0])] * 2
+    assert all(r["zsched_redis_us_per_run"] > 0 and r["floor_redis_us_per_run"] > 0 for r in rounds)
+    bad = subprocess.run([sys.executable, "-m", "bench.enqueue_cpu", "--rounds", "0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "--rounds and --n must be at least 1" in bad.stderr
