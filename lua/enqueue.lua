@@ -513,8 +513,17 @@ for pass = 1, 2 do
       end
     end
   end
+  if added == 0 or single then break end
+  -- Under pcall: a refusal of the first write (OOM, READONLY) is a clean error reply, as for
+  -- one run's HSETNX (redis.call would add the script's line to it). A refusal of the second
+  -- pass's HSET takes back the first's (the same fields: the batch's distinct new run ids).
+  local wrote = redis.pcall('HSET', runs, unpack(envs))
+  if type(wrote) == 'table' and wrote['err'] then
+    if pass == 2 then redis.call('HDEL', runs, unpack(add_ids, 1, added)) end
+    return redis.error_reply(wrote['err'])
+  end
   -- (The second pass's HSET adds no field: the loop ends after it.)
-  if added == 0 or single or redis.call('HSET', runs, unpack(envs)) >= added then break end
+  if wrote >= added then break end
   seen = {}
 end
 local dups = n - added

@@ -245,3 +245,21 @@ def test_a_run_id_given_twice_in_a_batch_keeps_the_first_value_and_due(backend, 
 
 def _env(run_id: str, n: int) -> bytes:
     return Envelope(run_id, "t", {"n": n}, NOW, NOW, NOW).encode()
+
+
+@pytest.mark.parametrize("size", [1, 2, 100], ids=["one run", "small batch", "fast pass"])
+def test_a_batch_refused_by_maxmemory_gets_the_clean_oom_reply_and_writes_nothing(
+    real, queue, size
+) -> None:
+    """The first write of a call (one run's HSETNX, a batch's HSET of `runs`) runs under pcall:
+    Redis's refusal comes back as it is, with no script line added to it."""
+    app = real.app(queue)
+    keys = [app.keys.runs, app.keys.delayed, app.keys.delayed_index, app.keys.stats]
+    real.sync.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError) as got:
+            run(real, queue, [group(f"c{i}", NOW + 3 + i) for i in range(size)])
+    finally:
+        real.sync.config_set("maxmemory", 0)
+    assert str(got.value) == "command not allowed when used memory > 'maxmemory'."
+    assert real.sync.exists(*keys) == 0
