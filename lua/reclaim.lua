@@ -96,7 +96,12 @@ for _, e in ipairs(r[2]) do
     local run_id, env = '', ''
     for j = 1, #fields, 2 do
       if fields[j] == 'run_id' then run_id = fields[j + 1]
-      elseif fields[j] == 'envelope' then env = fields[j + 1] end
+      elseif fields[j] == 'envelope' then env = fields[j + 1]
+      elseif fields[j] == 'value' then
+        -- The entry's other shape: the run's tagged value (cur_envelope).
+        env = fields[j + 1]
+        if string.byte(env) == 0 and #env >= 7 then env = string.sub(env, 8) end
+      end
     end
     local p = redis.call('XPENDING', ready, group, entry, entry, 1)
     local deliveries = p[1] and tonumber(p[1][4]) or 1

@@ -30,7 +30,7 @@ from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.replies import CancelCode, EnqueueCode, HoldCode
 from zsched.protocol.runids import created_ms
 from zsched.store import scripts as S
-from zsched.store.delayed import untag
+from zsched.store.delayed import tag, untag
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"
@@ -586,3 +586,23 @@ async def test_the_node_worker_dead_letters_a_reclaimed_rule_fire_with_its_lease
     assert r.get(k.lease("nightly")) == waiting.run_id.encode()
     assert not r.hexists(k.rule_waiting, "nightly")
     assert app.get_run(waiting.run_id).state == "scheduled"
+
+
+async def test_the_node_client_and_worker_read_an_entry_in_its_other_shape(real, queue, node_dir):
+    """An entry of `run_id` and `value` (the run's tagged value: docs/protocol.md, "Keys"),
+    as a later dispatch.lua may write it: `runs.js show` reads it as ready, the worker runs it."""
+    app = real.app(queue)
+    app.enqueue("echo", PAYLOAD, run_id="value-1")
+    assert await dispatch(app, real) == 1
+    r, k = real.sync, app.keys
+    ((entry, f),) = r.xrange(k.ready)
+    r.xdel(k.ready, entry)
+    value = tag(int(f[b"due_ms"]), f[b"envelope"])
+    r.hset(k.runs, "value-1", r.xadd(k.ready, {"run_id": b"value-1", "value": value}))
+    (shown,) = node(node_dir, "runs.js", "show", "--redis", real.url, "--queue", queue,
+                    "--run-id", "value-1")  # fmt: skip
+    assert (shown["state"], shown["task"], shown["attempt"]) == ("ready", "echo", 1)
+    (out,) = node_worker(node_dir, real.url, queue)
+    assert (out["run_id"], out["task"], out["payload"], out["outcome"]) == (
+        "value-1", "echo", PAYLOAD, "ack")  # fmt: skip
+    assert app.get_run("value-1").state == "done"

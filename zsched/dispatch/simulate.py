@@ -27,6 +27,7 @@ from zsched.rules.spec import State
 from zsched.rules.triggers import slot_run_id
 from zsched.store import scripts as S
 from zsched.store.delayed import leaf_number
+from zsched.store.replies import entry_payload
 from zsched.worker.recovery import ensure_group
 
 #: Dispatch rounds at one instant (each finished run may start one waiting fire).
@@ -164,7 +165,7 @@ class Driver:
         rows = await self.redis.xreadgroup(GROUP, "sim", {k.ready: ">"}, count=1000)
         for _, entries in rows or []:
             for eid, f in entries:
-                env = decode(f[b"envelope"], f[b"run_id"].decode())
+                env = decode(entry_payload(f)[0], f[b"run_id"].decode())
                 finish = t + self.slow_ms
                 self.running[eid.decode()] = (finish, env.run_id, env.schedule_id or "",
                                               env.lease_ms)  # fmt: skip

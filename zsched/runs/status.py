@@ -20,6 +20,7 @@ from zsched.runs import outcomes as _outcomes
 from zsched.store import counts as _counts
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
+from zsched.store.replies import entry_payload
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
@@ -133,8 +134,8 @@ def stream_reads(pipe: Any, k: QueueKeys, run_id: str, entry: bytes) -> None:
 
 
 def entry_envelope(rows: Any) -> bytes | None:
-    """The `envelope` field of an XRANGE reply of one entry (None when it is gone)."""
-    return rows[0][1].get(b"envelope") if rows else None
+    """The envelope of an XRANGE reply of one entry, in either shape (None when it is gone)."""
+    return entry_payload(rows[0][1])[0] if rows else None
 
 
 #: Reads of get_run when a run's entry leaves the stream between its two round trips.

@@ -23,6 +23,7 @@ from zsched.observability.metrics import Metrics
 from zsched.protocol.envelope import Payload, decode
 from zsched.runs.status import DeadLetter, is_entry_id, stream_entry
 from zsched.store.delayed import leaf_number, untag
+from zsched.store.replies import entry_payload
 
 __all__ = ["FakeClock", "Kit", "Outcome", "QueuedRun", "fakeredis_module"]
 
@@ -238,7 +239,7 @@ class Kit:
             for _eid, f in await r.xrange(view.keys.ready):
                 run_id = f[b"run_id"].decode()
                 try:
-                    env = decode(f[b"envelope"], run_id)
+                    env = decode(entry_payload(f)[0], run_id)
                     runs.append((run_id, env.task, env.attempt))
                 except PayloadError:
                     runs.append((run_id, "?", 0))
@@ -289,7 +290,7 @@ class Kit:
             legacy = {a.decode(): e for a, e in r.hgetall(k.legacy_entries).items()}
             if r.type(k.entries) == b"hash":  # still zsched 0.2's: no 0.3 dispatch yet
                 legacy.update((a.decode(), e) for a, e in r.hgetall(k.entries).items())
-            in_stream = {e: f.get(b"envelope") for e, f in r.xrange(k.ready)}
+            in_stream = {e: entry_payload(f)[0] for e, f in r.xrange(k.ready)}
             for raw_id, raw in r.hgetall(k.runs).items():
                 run_id = raw_id.decode()
                 entry = stream_entry(raw, legacy.get(run_id))

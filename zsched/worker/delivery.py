@@ -14,6 +14,7 @@ import redis.exceptions
 
 from zsched.protocol.keys import GROUP
 from zsched.protocol.text import lossy_text
+from zsched.store.replies import TAG_BYTES, entry_payload
 from zsched.worker.tasks import RunInfo
 
 
@@ -46,8 +47,9 @@ class Delivery:
 #: The execute_command option that has an XREADGROUP reply come back as Redis sent it
 #: (`raw_reads`, `from_reply`).
 RAW = "zsched_raw"
-#: The fields of an entry as the dispatch script writes them, in its order.
-_RUN_ID, _ENVELOPE, _DUE_MS = b"run_id", b"envelope", b"due_ms"
+#: The fields of an entry as the dispatch script writes them, in its order; `value` is the
+#: entry's other shape (`run_id`, `value`: the run's tagged value; store.replies.entry_payload).
+_RUN_ID, _ENVELOPE, _DUE_MS, _VALUE = b"run_id", b"envelope", b"due_ms", b"value"
 
 
 def raw_reads(client: Any) -> bool:
@@ -96,13 +98,13 @@ async def read_entries(reader: Any, raw: bool, consumer: str, stream: str, count
 
 def from_reply(reply: Any) -> list[Delivery]:
     """The Deliveries of an unparsed XREADGROUP reply (RESP2: [[stream, [[id, [field, value,
-    ...]], ...]]], or None). Entries with the dispatch script's three fields in its order take
-    the short way; any other shape goes through `from_entry`."""
+    ...]], ...]]], or None). Entries in either shape the dispatch script writes, fields in its
+    order, take the short way; any other goes through `from_entry`."""
     out: list[Delivery] = []
     for _stream, entries in reply or ():
         for entry_id, f in entries:
-            if f is not None and len(f) == 6 and f[0] == _RUN_ID and f[2] == _ENVELOPE \
-                    and f[4] == _DUE_MS:  # fmt: skip
+            n = len(f) if f is not None else 0
+            if n == 6 and f[0] == _RUN_ID and f[2] == _ENVELOPE and f[4] == _DUE_MS:
                 due, run_id = f[5], f[1]
                 # lossy_text inlined for the bytes Redis sends (a call each is ~2 % of a run)
                 out.append(Delivery(
@@ -111,6 +113,14 @@ def from_reply(reply: Any) -> list[Delivery]:
                     run_id.decode("utf-8", "replace") if type(run_id) is bytes
                     else lossy_text(run_id),
                     f[3], int(due) if due.isdigit() else None))  # fmt: skip
+            elif n == 4 and f[0] == _RUN_ID and f[2] == _VALUE and type(f[1]) is bytes \
+                    and type(f[3]) is bytes and f[3][:1] == b"\0" and len(f[3]) >= TAG_BYTES:  # fmt: skip
+                v = f[3]
+                out.append(Delivery(
+                    entry_id.decode("utf-8", "replace") if type(entry_id) is bytes
+                    else lossy_text(entry_id),
+                    f[1].decode("utf-8", "replace"), v[TAG_BYTES:],
+                    int.from_bytes(v[1:TAG_BYTES], "big")))  # fmt: skip
             else:
                 pairs = f or []
                 out.append(from_entry(entry_id, dict(zip(pairs[::2], pairs[1::2], strict=False))))
@@ -118,9 +128,7 @@ def from_reply(reply: Any) -> list[Delivery]:
 
 
 def from_entry(entry_id: Any, fields: dict[bytes, bytes]) -> Delivery:
-    """The Delivery of one XREADGROUP entry (fields as the dispatch script wrote them)."""
-    due = fields.get(b"due_ms")
-    return Delivery(
-        lossy_text(entry_id), lossy_text(fields.get(b"run_id", b"")), fields.get(b"envelope", b""),
-        int(due) if due and due.isdigit() else None,
-    )  # fmt: skip
+    """The Delivery of one XREADGROUP entry (fields as the dispatch script wrote them, in
+    either shape: store.replies.entry_payload)."""
+    env, due = entry_payload(fields)
+    return Delivery(lossy_text(entry_id), lossy_text(fields.get(b"run_id", b"")), env, due)

@@ -22,6 +22,7 @@ from zsched.errors import EvictionPolicyError
 from zsched.protocol.keys import GROUP
 from zsched.store.connection import RETRYABLE_ERRORS
 from zsched.store.eviction import EvictionWatch
+from zsched.store.replies import entry_payload
 from zsched.store.retrying import REFUSALS, PassFailures
 from zsched.worker import admission
 from zsched.worker import cancel as worker_cancel
@@ -142,7 +143,7 @@ class ReadLoop:
             replies = await p.execute()
         gone = []
         for d, rows in zip(need, replies, strict=True):
-            d.raw, d.spilled = (rows[0][1].get(b"envelope", b""), False) if rows else (b"", True)
+            d.raw, d.spilled = (entry_payload(rows[0][1])[0], False) if rows else (b"", True)
             if not rows:
                 gone.append(d)
         if gone:

@@ -237,7 +237,7 @@ export class Client {
       if (rowsErr) throw rowsErr;
       const pending = pendErr ? [] : pendRows;
       let raw = untag(value)[1];
-      if (onStream) raw = rows.length ? fieldMap(rows[0][1]).envelope : null;
+      if (onStream) raw = rows.length ? entryEnvelope(fieldMap(rows[0][1])) : null;
       const envelope = raw ? safeDecode(raw, runId) : null;
       // The entry left the stream between the reads (the run finished or moved): read again.
       if (onStream && !rows.length && !pending.length && tries > 1) {
@@ -276,6 +276,16 @@ function safeDecode(raw, runId) {
 }
 
 /** [k1, v1, k2, v2 ...] (Buffers) -> {k1: v1, ...} with string keys and Buffer values. */
+/**
+ * The envelope of a ready-stream entry's fields (fieldMap), in either shape: run_id, envelope,
+ * due_ms (as dispatch.lua writes it), or run_id, value (the run's value of `runs` as it was:
+ * due tag, then envelope; docs/protocol.md, "Keys"). null without either.
+ */
+export function entryEnvelope(f) {
+  if (f.value) return untag(f.value)[1];
+  return f.envelope ?? null;
+}
+
 export function fieldMap(flat) {
   const out = {};
   for (let i = 0; i < flat.length; i += 2) out[flat[i].toString()] = flat[i + 1];

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 
 import { decode, encode, nextAttempt } from './envelope.js';
-import { DEFAULT_DEDUPE_WINDOW_MS, fieldMap, MAX_BATCH } from './client.js';
+import { DEFAULT_DEDUPE_WINDOW_MS, entryEnvelope, fieldMap, MAX_BATCH } from './client.js';
 import { GROUP, queueKeys } from './keys.js';
 import { runScript } from './scripts.js';
 
@@ -115,7 +115,7 @@ export class Worker {
     for (const [, entries] of reply ?? []) {
       for (const [id, fields] of entries) {
         const f = fieldMap(fields ?? []);
-        out.push({ entryId: id.toString(), runId: f.run_id?.toString() ?? '', raw: f.envelope ?? Buffer.alloc(0), deliveries: 1 });
+        out.push({ entryId: id.toString(), runId: f.run_id?.toString() ?? '', raw: entryEnvelope(f) ?? Buffer.alloc(0), deliveries: 1 });
       }
     }
     return out;

@@ -1,0 +1,145 @@
+"""Every reader of the ready stream reads an entry in its other shape too: `run_id`, `value`
+(the run's value of `runs` as it was: due tag, then envelope) instead of `run_id`, `envelope`,
+`due_ms` (docs/protocol.md, "Keys"). dispatch.lua writes the first shape today; a later one
+may write the second (BENCHMARKS.md, "Session 23") once every reader reads both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from zsched.protocol.envelope import decode
+from zsched.protocol.keys import GROUP
+from zsched.runs import controls as C
+from zsched.runs.controls import CancelOutcome
+from zsched.store import scripts as S
+from zsched.store.delayed import tag, untag
+from zsched.store.replies import entry_payload
+from zsched.worker.delivery import from_entry, from_reply
+
+NOW = 1_800_000_000_000
+
+
+def dispatch_as_values(backend, app, n: int) -> dict[str, int]:
+    """Enqueue runs r0..r{n-1} due in the past, dispatch them, and write each entry again in
+    the other shape (the group has read none of them yet). Returns each run's due."""
+    r, k = backend.sync, app.keys
+    for i in range(n):
+        app.enqueue("t", {"i": i}, run_id=f"r{i}", run_at=(NOW + i) / 1000)
+    r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    app.scripts.run(S.dispatch(k, now_ms=NOW + 10_000, limit=100, max_backlog=0))
+    dues = {}
+    for entry, f in r.xrange(k.ready):
+        r.xdel(k.ready, entry)
+        due = int(f[b"due_ms"])
+        new = r.xadd(k.ready, {"run_id": f[b"run_id"], "value": tag(due, f[b"envelope"])})
+        r.hset(k.runs, f[b"run_id"], new)
+        dues[f[b"run_id"].decode()] = due
+    return dues
+
+
+def test_both_shapes_give_the_same_envelope_and_due() -> None:
+    env = b"\x93\xa1t\x80\x01"
+    old = {b"run_id": b"a", b"envelope": env, b"due_ms": b"1234"}
+    new = {b"run_id": b"a", b"value": tag(1234, env)}
+    assert entry_payload(old) == entry_payload(new) == (env, 1234)
+    assert entry_payload({b"run_id": b"a", b"value": env}) == (env, None)  # no tag
+    for f in (old, new):
+        d = from_entry(b"1-0", f)
+        assert (d.entry_id, d.run_id, d.raw, d.due_ms) == ("1-0", "a", env, 1234)
+        flat = [x for kv in f.items() for x in kv]
+        (r,) = from_reply([[b"s", [[b"1-0", flat]]]])
+        assert (r.entry_id, r.run_id, r.raw, r.due_ms) == ("1-0", "a", env, 1234)
+    # A tagless or odd value in the short shape goes the long way, and reads as from_entry.
+    (r,) = from_reply([[b"s", [[b"1-0", [b"run_id", b"a", b"value", env]]]]])
+    assert (r.raw, r.due_ms) == (env, None)
+
+
+async def test_a_worker_runs_and_finishes_value_entries(backend, queue) -> None:
+    app = backend.app(queue)
+    done: list[Any] = []
+    app.task(name="t")(lambda payload: done.append(payload["i"]))
+    r, k = backend.sync, app.keys
+    dispatch_as_values(backend, app, 3)
+    got = app.get_run("r1")
+    assert (got.state, got.task, got.attempt) == ("ready", "t", 1)
+    assert got.run_at is not None and round(got.run_at.timestamp() * 1000) == NOW + 1
+    w = app.worker(redis=backend.async_client())
+    try:
+        for _ in range(20):
+            await w.tick()
+            if r.hlen(k.runs) == 0:
+                break
+    finally:
+        await w.close()
+    assert sorted(done) == [0, 1, 2]
+    assert {app.get_run(f"r{i}").state for i in range(3)} == {"done"}
+    assert r.xlen(k.ready) == 0
+
+
+def test_release_puts_a_value_entry_back_in_the_tree_tagged_once(backend, queue) -> None:
+    app = backend.app(queue)
+    r, k = backend.sync, app.keys
+    dues = dispatch_as_values(backend, app, 2)
+    ((_, entries),) = r.xreadgroup(GROUP, "c", {k.ready: ">"}, count=10)
+    pairs = [(e.decode(), f[b"run_id"].decode()) for e, f in entries]
+    assert app.scripts.run(S.release(k, "c", pairs, now_ms=NOW + 20_000)) == [1, 1]
+    for run_id in dues:
+        at, env = untag(r.hget(k.runs, run_id))
+        assert at == NOW + 20_000  # released: due now
+        assert decode(env, run_id).payload == {"i": int(run_id[1:])}
+    assert r.xlen(k.ready) == 0
+
+
+def test_revoke_of_a_ready_value_entry_returns_its_envelope(backend, queue) -> None:
+    app = backend.app(queue)
+    r, k = backend.sync, app.keys
+    dispatch_as_values(backend, app, 1)
+    got = app.scripts.run(C.revoke(k, "r0", now_ms=NOW + 20_000, dedupe_window_ms=60_000))
+    assert got.outcome == CancelOutcome.CANCELLED_READY
+    assert got.envelope is not None and decode(got.envelope, "r0").payload == {"i": 0}
+    assert r.xlen(k.ready) == 0 and not r.hexists(k.runs, "r0")
+
+
+@pytest.mark.parametrize("hand_over", [False, True])
+def test_reclaim_hands_over_or_dead_letters_value_entries_with_their_envelope(
+    backend, queue, hand_over
+) -> None:
+    app = backend.app(queue)
+    r, k = backend.sync, app.keys
+    dispatch_as_values(backend, app, 2)
+    r.xreadgroup(GROUP, "gone", {k.ready: ">"}, count=10)
+
+    def reclaim(max_deliveries: int) -> Any:
+        return app.scripts.run(S.reclaim(k, "c", now_ms=None, min_idle_ms=0, count=10,
+                                         max_deliveries=max_deliveries, hand_over=hand_over))  # fmt: skip
+
+    claimed = reclaim(10).claimed
+    assert sorted(decode(c.envelope, c.run_id).payload["i"] for c in claimed) == [0, 1]
+    res = reclaim(1)  # delivered twice now: past max_deliveries
+    if hand_over:
+        assert [decode(c.envelope, c.run_id).payload for c in res.over] == []  # not rule runs
+    letters = r.xrange(k.dead)
+    assert len(letters) == 2
+    for _, f in letters:
+        assert decode(f[b"envelope"], f[b"run_id"].decode()).payload["i"] in (0, 1)
+
+
+def test_the_testing_kit_lists_a_value_entry_as_ready() -> None:
+    from zsched.testing import Kit
+
+    kit = Kit()
+    try:
+        app, r = kit.app, kit.app.redis
+        app.task(name="t")(lambda payload: None)
+
+        class Sync:
+            sync = r
+
+        dispatch_as_values(Sync, app, 2)
+        got = kit.enqueued()
+        assert [(q.run_id, q.state, q.payload) for q in got] == [
+            ("r0", "ready", {"i": 0}), ("r1", "ready", {"i": 1})]  # fmt: skip
+    finally:
+        kit.close()
