@@ -5,6 +5,8 @@ may write the second (BENCHMARKS.md, "Session 23") once every reader reads both.
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -29,13 +31,8 @@ def dispatch_as_values(backend, app, n: int) -> dict[str, int]:
         app.enqueue("t", {"i": i}, run_id=f"r{i}", run_at=(NOW + i) / 1000)
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
     app.scripts.run(S.dispatch(k, now_ms=NOW + 10_000, limit=100, max_backlog=0))
-    dues = {}
-    for entry, f in r.xrange(k.ready):
-        r.xdel(k.ready, entry)
-        due = int(f[b"due_ms"])
-        new = r.xadd(k.ready, {"run_id": f[b"run_id"], "value": tag(due, f[b"envelope"])})
-        r.hset(k.runs, f[b"run_id"], new)
-        dues[f[b"run_id"].decode()] = due
+    dues = {f[b"run_id"].decode(): int(f[b"due_ms"]) for _, f in r.xrange(k.ready)}
+    _as_values(r, k)
     return dues
 
 
@@ -141,5 +138,72 @@ def test_the_testing_kit_lists_a_value_entry_as_ready() -> None:
         got = kit.enqueued()
         assert [(q.run_id, q.state, q.payload) for q in got] == [
             ("r0", "ready", {"i": 0}), ("r1", "ready", {"i": 1})]  # fmt: skip
+    finally:
+        kit.close()
+
+
+def _as_values(r, k) -> None:
+    """Write every (unread) ready entry again in its other shape: run_id, value."""
+    for entry, f in r.xrange(k.ready):
+        r.xdel(k.ready, entry)
+        new = r.xadd(k.ready, {"run_id": f[b"run_id"],
+                               "value": tag(int(f[b"due_ms"]), f[b"envelope"])})  # fmt: skip
+        r.hset(k.runs, f[b"run_id"], new)
+
+
+async def test_a_spilled_value_entry_is_refilled_with_its_envelope(real, queue) -> None:
+    ran: list = []
+    release = asyncio.Event()
+    app = real.app(queue)
+
+    @app.task(name="t")
+    async def t(payload):
+        ran.append(payload)
+        await release.wait()
+
+    big = ["x" * 1000 + str(i) for i in range(3)]
+    for p in big:
+        app.enqueue("t", p)
+    d = app.dispatcher(redis=real.async_client())
+    w = app.worker(
+        redis=real.async_client(), concurrency=1, read_ahead=2, max_read_ahead_bytes=1500
+    )
+    await w.setup()
+    await d.tick()
+    _as_values(real.sync, app.keys)
+    assert await w.reader.tick() == 1
+    assert any(x.spilled for x in w.runner.waiting)
+    release.set()
+    for _ in range(20):
+        if len(ran) == len(big):
+            break
+        await w.runner.drain()
+        await w.reader.tick()
+    await w.runner.drain()
+    await w.flush()
+    assert ran == big  # reverted refill: the spilled run gets b"" and is dead-lettered
+    assert int(app.redis.xpending(app.keys.ready, GROUP)["pending"]) == 0
+    await d.close()
+    await w.close()
+
+
+def test_the_testing_kit_drains_value_entries() -> None:
+    from zsched.testing import Kit
+
+    kit = Kit()
+    try:
+        app = kit.app
+        seen: list = []
+        app.task(name="t")(lambda payload: seen.append(payload["i"]))
+        for i in range(2):
+            app.enqueue("t", {"i": i}, run_id=f"r{i}")
+        kit.advance(timedelta(seconds=0))  # dispatch
+        _as_values(app.redis, app.keys)
+        out = kit.drain()
+        assert sorted((o.run_id, o.task, o.outcome) for o in out) == [
+            ("r0", "t", "done"),
+            ("r1", "t", "done"),
+        ]
+        assert sorted(seen) == [0, 1]
     finally:
         kit.close()
