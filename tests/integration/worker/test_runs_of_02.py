@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from worker_ticks import tick_until_finished
 
 from zsched.protocol.keys import GROUP
 from zsched.store import scripts as S
@@ -35,13 +36,7 @@ async def test_a_03_worker_finishes_runs_a_02_dispatcher_put_on_the_stream(
         r.hset(old, rid, entry)
     assert app.get_run("r0").state == "ready" and app.get_run("r0").task == "t"
     w = app.worker(redis=backend.async_client())
-    try:
-        for _ in range(20):
-            await w.tick()
-            if r.hlen(k.runs) == 0:
-                break
-    finally:
-        await w.close()
+    await tick_until_finished(w, r, k.runs)
     assert sorted(done) == [0, 1, 2]
     assert {app.get_run(f"r{i}").state for i in range(3)} == {"done"}
     assert r.hlen(k.runs) == 0 and r.exists(old) == 0 and r.xlen(k.ready) == 0

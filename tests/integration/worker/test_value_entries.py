@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from worker_ticks import tick_until_finished
 
 from zsched.protocol.envelope import decode
 from zsched.protocol.keys import GROUP
@@ -63,13 +64,7 @@ async def test_a_worker_runs_and_finishes_value_entries(backend, queue) -> None:
     assert (got.state, got.task, got.attempt) == ("ready", "t", 1)
     assert got.run_at is not None and round(got.run_at.timestamp() * 1000) == NOW + 1
     w = app.worker(redis=backend.async_client())
-    try:
-        for _ in range(20):
-            await w.tick()
-            if r.hlen(k.runs) == 0:
-                break
-    finally:
-        await w.close()
+    await tick_until_finished(w, r, k.runs)
     assert sorted(done) == [0, 1, 2]
     assert {app.get_run(f"r{i}").state for i in range(3)} == {"done"}
     assert r.xlen(k.ready) == 0
