@@ -96,10 +96,9 @@ for _, e in ipairs(r[2]) do
     local run_id, env = '', ''
     for j = 1, #fields, 2 do
       if fields[j] == 'run_id' then run_id = fields[j + 1]
-      elseif fields[j] == 'envelope' then env = fields[j + 1]
-      elseif fields[j] == 'value' then
-        -- The entry's other shape: the run's tagged value (cur_envelope).
+      elseif fields[j] == 'envelope' then
         env = fields[j + 1]
+        -- The entry's other shape: the run's tagged value (cur_envelope).
         if string.byte(env) == 0 and #env >= 7 then env = string.sub(env, 8) end
       end
     end

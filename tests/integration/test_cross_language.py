@@ -589,8 +589,9 @@ async def test_the_node_worker_dead_letters_a_reclaimed_rule_fire_with_its_lease
 
 
 async def test_the_node_client_and_worker_read_an_entry_in_its_other_shape(real, queue, node_dir):
-    """An entry of `run_id` and `value` (the run's tagged value: docs/protocol.md, "Keys"),
-    as a later dispatch.lua may write it: `runs.js show` reads it as ready, the worker runs it."""
+    """An entry of `run_id` and `envelope` holding the run's tagged value (docs/protocol.md,
+    "Keys"), as a later dispatch.lua may write it: `runs.js show` reads it as ready, the worker
+    runs it."""
     app = real.app(queue)
     app.enqueue("echo", PAYLOAD, run_id="value-1")
     assert await dispatch(app, real) == 1
@@ -598,7 +599,7 @@ async def test_the_node_client_and_worker_read_an_entry_in_its_other_shape(real,
     ((entry, f),) = r.xrange(k.ready)
     r.xdel(k.ready, entry)
     value = tag(int(f[b"due_ms"]), f[b"envelope"])
-    r.hset(k.runs, "value-1", r.xadd(k.ready, {"run_id": b"value-1", "value": value}))
+    r.hset(k.runs, "value-1", r.xadd(k.ready, {"run_id": b"value-1", "envelope": value}))
     (shown,) = node(node_dir, "runs.js", "show", "--redis", real.url, "--queue", queue,
                     "--run-id", "value-1")  # fmt: skip
     assert (shown["state"], shown["task"], shown["attempt"]) == ("ready", "echo", 1)

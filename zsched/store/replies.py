@@ -48,13 +48,15 @@ def untag(value: bytes) -> tuple[int | None, bytes]:
 def entry_payload(fields: Mapping[bytes, bytes]) -> tuple[bytes, int | None]:
     """(envelope, due_ms) of the fields of an entry of the ready stream, in either shape
     (docs/protocol.md, "Keys"): `run_id`, `envelope`, `due_ms`, as dispatch.lua writes it, or
-    `run_id`, `value`: the run's value of `runs` as it was (due tag, then envelope). Every
-    reader reads both, so that a later dispatch.lua may write the second once no reader of
-    the first only is left: it costs Redis ~5.6 k fewer instructions a run (no substring
-    made, one field fewer; BENCHMARKS.md, "Session 23")."""
-    value = fields.get(b"value")
-    if value is not None:
-        due, env = untag(value)
+    `run_id`, `envelope` holding the run's value of `runs` as it was: its due tag, then the
+    envelope (told by its first byte, 0x00, which no envelope starts with). Every reader reads
+    both, so that a later dispatch.lua may write the second once no reader of the first only
+    is left: it costs Redis ~5.6 k fewer instructions a run (no substring made, one field
+    fewer; BENCHMARKS.md, "Session 23"). A reader that knows only the first keeps such an
+    entry's bytes whole: it dead-letters it as undecodable, and the letter can be replayed."""
+    env = fields.get(b"envelope", b"")
+    if env[:1] == b"\0" and len(env) >= TAG_BYTES:
+        due, env = untag(env)
         return env, due
     text = fields.get(b"due_ms")
-    return fields.get(b"envelope", b""), int(text) if text and text.isdigit() else None
+    return env, int(text) if text and text.isdigit() else None

@@ -47,9 +47,9 @@ class Delivery:
 #: The execute_command option that has an XREADGROUP reply come back as Redis sent it
 #: (`raw_reads`, `from_reply`).
 RAW = "zsched_raw"
-#: The fields of an entry as the dispatch script writes them, in its order; `value` is the
-#: entry's other shape (`run_id`, `value`: the run's tagged value; store.replies.entry_payload).
-_RUN_ID, _ENVELOPE, _DUE_MS, _VALUE = b"run_id", b"envelope", b"due_ms", b"value"
+#: The fields of an entry as the dispatch script writes them, in its order (its other shape:
+#: `run_id`, `envelope` holding the run's tagged value; store.replies.entry_payload).
+_RUN_ID, _ENVELOPE, _DUE_MS = b"run_id", b"envelope", b"due_ms"
 
 
 def raw_reads(client: Any) -> bool:
@@ -113,7 +113,7 @@ def from_reply(reply: Any) -> list[Delivery]:
                     run_id.decode("utf-8", "replace") if type(run_id) is bytes
                     else lossy_text(run_id),
                     f[3], int(due) if due.isdigit() else None))  # fmt: skip
-            elif n == 4 and f[0] == _RUN_ID and f[2] == _VALUE and type(f[1]) is bytes \
+            elif n == 4 and f[0] == _RUN_ID and f[2] == _ENVELOPE and type(f[1]) is bytes \
                     and type(f[3]) is bytes and f[3][:1] == b"\0" and len(f[3]) >= TAG_BYTES:  # fmt: skip
                 v = f[3]
                 out.append(Delivery(

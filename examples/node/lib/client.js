@@ -278,12 +278,12 @@ function safeDecode(raw, runId) {
 /** [k1, v1, k2, v2 ...] (Buffers) -> {k1: v1, ...} with string keys and Buffer values. */
 /**
  * The envelope of a ready-stream entry's fields (fieldMap), in either shape: run_id, envelope,
- * due_ms (as dispatch.lua writes it), or run_id, value (the run's value of `runs` as it was:
- * due tag, then envelope; docs/protocol.md, "Keys"). null without either.
+ * due_ms (as dispatch.lua writes it), or run_id, envelope holding the run's value of `runs` as
+ * it was: due tag (first byte 0, which no envelope starts with), then envelope
+ * (docs/protocol.md, "Keys"). null without an envelope.
  */
 export function entryEnvelope(f) {
-  if (f.value) return untag(f.value)[1];
-  return f.envelope ?? null;
+  return f.envelope ? untag(f.envelope)[1] : null;
 }
 
 export function fieldMap(flat) {

@@ -1,7 +1,7 @@
-"""Every reader of the ready stream reads an entry in its other shape too: `run_id`, `value`
-(the run's value of `runs` as it was: due tag, then envelope) instead of `run_id`, `envelope`,
-`due_ms` (docs/protocol.md, "Keys"). dispatch.lua writes the first shape today; a later one
-may write the second (BENCHMARKS.md, "Session 23") once every reader reads both."""
+"""Every reader of the ready stream reads an entry in its other shape too: `run_id`, `envelope`
+holding the run's value of `runs` as it was (due tag, then envelope), instead of `run_id`,
+`envelope`, `due_ms` (docs/protocol.md, "Keys"). dispatch.lua writes the first shape today; a
+later one may write the second (BENCHMARKS.md, "Session 23") once every reader reads both."""
 
 from __future__ import annotations
 
@@ -40,21 +40,23 @@ def dispatch_as_values(backend, app, n: int) -> dict[str, int]:
 def test_both_shapes_give_the_same_envelope_and_due() -> None:
     env = b"\x93\xa1t\x80\x01"
     old = {b"run_id": b"a", b"envelope": env, b"due_ms": b"1234"}
-    new = {b"run_id": b"a", b"value": tag(1234, env)}
+    new = {b"run_id": b"a", b"envelope": tag(1234, env)}
     assert entry_payload(old) == entry_payload(new) == (env, 1234)
-    assert entry_payload({b"run_id": b"a", b"value": env}) == (env, None)  # no tag
+    assert entry_payload({b"run_id": b"a", b"envelope": env}) == (env, None)  # untagged, no due
+    short = b"\0\0\1"  # starts like a tag but is shorter than one: taken as it is
+    assert entry_payload({b"run_id": b"a", b"envelope": short}) == (short, None)
     for f in (old, new):
         d = from_entry(b"1-0", f)
         assert (d.entry_id, d.run_id, d.raw, d.due_ms) == ("1-0", "a", env, 1234)
         flat = [x for kv in f.items() for x in kv]
         (r,) = from_reply([[b"s", [[b"1-0", flat]]]])
         assert (r.entry_id, r.run_id, r.raw, r.due_ms) == ("1-0", "a", env, 1234)
-    # A tagless or odd value in the short shape goes the long way, and reads as from_entry.
-    (r,) = from_reply([[b"s", [[b"1-0", [b"run_id", b"a", b"value", env]]]]])
+    # An untagged envelope without due_ms goes the long way, and reads as from_entry.
+    (r,) = from_reply([[b"s", [[b"1-0", [b"run_id", b"a", b"envelope", env]]]]])
     assert (r.raw, r.due_ms) == (env, None)
 
 
-async def test_a_worker_runs_and_finishes_value_entries(backend, queue) -> None:
+async def test_a_worker_runs_and_finishes_tagged_entries(backend, queue) -> None:
     app = backend.app(queue)
     done: list[Any] = []
     app.task(name="t")(lambda payload: done.append(payload["i"]))
@@ -70,7 +72,7 @@ async def test_a_worker_runs_and_finishes_value_entries(backend, queue) -> None:
     assert r.xlen(k.ready) == 0
 
 
-def test_release_puts_a_value_entry_back_in_the_tree_tagged_once(backend, queue) -> None:
+def test_release_puts_a_tagged_entry_back_in_the_tree_tagged_once(backend, queue) -> None:
     app = backend.app(queue)
     r, k = backend.sync, app.keys
     dues = dispatch_as_values(backend, app, 2)
@@ -84,7 +86,7 @@ def test_release_puts_a_value_entry_back_in_the_tree_tagged_once(backend, queue)
     assert r.xlen(k.ready) == 0
 
 
-def test_revoke_of_a_ready_value_entry_returns_its_envelope(backend, queue) -> None:
+def test_revoke_of_a_ready_tagged_entry_returns_its_envelope(backend, queue) -> None:
     app = backend.app(queue)
     r, k = backend.sync, app.keys
     dispatch_as_values(backend, app, 1)
@@ -95,7 +97,7 @@ def test_revoke_of_a_ready_value_entry_returns_its_envelope(backend, queue) -> N
 
 
 @pytest.mark.parametrize("hand_over", [False, True])
-def test_reclaim_hands_over_or_dead_letters_value_entries_with_their_envelope(
+def test_reclaim_hands_over_or_dead_letters_tagged_entries_with_their_envelope(
     backend, queue, hand_over
 ) -> None:
     app = backend.app(queue)
@@ -118,7 +120,7 @@ def test_reclaim_hands_over_or_dead_letters_value_entries_with_their_envelope(
         assert decode(f[b"envelope"], f[b"run_id"].decode()).payload["i"] in (0, 1)
 
 
-def test_the_testing_kit_lists_a_value_entry_as_ready() -> None:
+def test_the_testing_kit_lists_a_tagged_entry_as_ready() -> None:
     from zsched.testing import Kit
 
     kit = Kit()
@@ -138,15 +140,15 @@ def test_the_testing_kit_lists_a_value_entry_as_ready() -> None:
 
 
 def _as_values(r, k) -> None:
-    """Write every (unread) ready entry again in its other shape: run_id, value."""
+    """Write every (unread) ready entry again in its other shape: run_id, envelope (tagged)."""
     for entry, f in r.xrange(k.ready):
         r.xdel(k.ready, entry)
         new = r.xadd(k.ready, {"run_id": f[b"run_id"],
-                               "value": tag(int(f[b"due_ms"]), f[b"envelope"])})  # fmt: skip
+                               "envelope": tag(int(f[b"due_ms"]), f[b"envelope"])})  # fmt: skip
         r.hset(k.runs, f[b"run_id"], new)
 
 
-async def test_a_spilled_value_entry_is_refilled_with_its_envelope(real, queue) -> None:
+async def test_a_spilled_tagged_entry_is_refilled_with_its_envelope(real, queue) -> None:
     ran: list = []
     release = asyncio.Event()
     app = real.app(queue)
@@ -182,7 +184,7 @@ async def test_a_spilled_value_entry_is_refilled_with_its_envelope(real, queue) 
     await w.close()
 
 
-def test_the_testing_kit_drains_value_entries() -> None:
+def test_the_testing_kit_drains_tagged_entries() -> None:
     from zsched.testing import Kit
 
     kit = Kit()
