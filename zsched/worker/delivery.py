@@ -105,25 +105,22 @@ def from_reply(reply: Any) -> list[Delivery]:
         for entry_id, f in entries:
             n = len(f) if f is not None else 0
             if n == 6 and f[0] == _RUN_ID and f[2] == _ENVELOPE and f[4] == _DUE_MS:
-                due, run_id = f[5], f[1]
-                # lossy_text inlined for the bytes Redis sends (a call each is ~2 % of a run)
-                out.append(Delivery(
-                    entry_id.decode("utf-8", "replace") if type(entry_id) is bytes
-                    else lossy_text(entry_id),
-                    run_id.decode("utf-8", "replace") if type(run_id) is bytes
-                    else lossy_text(run_id),
-                    f[3], int(due) if due.isdigit() else None))  # fmt: skip
-            elif n == 4 and f[0] == _RUN_ID and f[2] == _ENVELOPE and type(f[1]) is bytes \
-                    and type(f[3]) is bytes and f[3][:1] == b"\0" and len(f[3]) >= TAG_BYTES:  # fmt: skip
-                v = f[3]
-                out.append(Delivery(
-                    entry_id.decode("utf-8", "replace") if type(entry_id) is bytes
-                    else lossy_text(entry_id),
-                    f[1].decode("utf-8", "replace"), v[TAG_BYTES:],
-                    int.from_bytes(v[1:TAG_BYTES], "big")))  # fmt: skip
+                env, due = f[3], (int(f[5]) if f[5].isdigit() else None)
+            elif n == 4 and f[0] == _RUN_ID and f[2] == _ENVELOPE and type(f[3]) is bytes \
+                    and f[3][:1] == b"\0" and len(f[3]) >= TAG_BYTES:  # fmt: skip
+                env, due = f[3][TAG_BYTES:], int.from_bytes(f[3][1:TAG_BYTES], "big")
             else:
                 pairs = f or []
                 out.append(from_entry(entry_id, dict(zip(pairs[::2], pairs[1::2], strict=False))))
+                continue
+            run_id = f[1]
+            # lossy_text inlined for the bytes Redis sends (a call each is ~2 % of a run)
+            out.append(Delivery(
+                entry_id.decode("utf-8", "replace") if type(entry_id) is bytes
+                else lossy_text(entry_id),
+                run_id.decode("utf-8", "replace") if type(run_id) is bytes
+                else lossy_text(run_id),
+                env, due))  # fmt: skip
     return out
 
 

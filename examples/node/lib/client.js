@@ -275,7 +275,6 @@ function safeDecode(raw, runId) {
   }
 }
 
-/** [k1, v1, k2, v2 ...] (Buffers) -> {k1: v1, ...} with string keys and Buffer values. */
 /**
  * The envelope of a ready-stream entry's fields (fieldMap), in either shape: run_id, envelope,
  * due_ms (as dispatch.lua writes it), or run_id, envelope holding the run's value of `runs` as
@@ -286,6 +285,7 @@ export function entryEnvelope(f) {
   return f.envelope ? untag(f.envelope)[1] : null;
 }
 
+/** [k1, v1, k2, v2 ...] (Buffers) -> {k1: v1, ...} with string keys and Buffer values. */
 export function fieldMap(flat) {
   const out = {};
   for (let i = 0; i < flat.length; i += 2) out[flat[i].toString()] = flat[i + 1];
