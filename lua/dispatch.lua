@@ -1,10 +1,14 @@
 -- dispatch: move due runs from the delayed set onto the ready stream.
 -- KEYS[1] delayed (the B-tree's root, key layout 3: see the btree block)
 -- KEYS[2] runs (hash: run_id -> due tag .. envelope; this call sets a moved run's to its entry id)
--- KEYS[3] ready (stream; fields run_id, envelope, due_ms)
+-- KEYS[3] ready (stream; fields run_id, envelope, due_ms; or, while control's `entries` is
+--   'tagged', run_id and envelope holding the run's value of `runs`: due tag, envelope)
 -- KEYS[4] entries (a string from zsched 0.3 on, so 0.2's scripts refuse to run; its hash of
 --   0.2 moves to <entries>:legacy)   KEYS[5] stats (hash)
--- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua)
+-- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua; entries = 'tagged'
+--   once every reader reads the second shape of an entry: set here at a queue's first move,
+--   or by `zsched queue entries`)
+-- KEYS[7] readers (hash: consumer -> the entry shapes it reads; read at a queue's first move)
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
 -- ARGV[3] max_backlog  move nothing while XLEN ready >= this; 0 = no limit
@@ -18,7 +22,8 @@
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
 -- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to BT_MAX = 64
 --   runs, one HMGET of their values and one HSET of their entry ids in `runs`), one TYPE of
---   `entries` per call that moves runs (and once per queue, after zsched 0.2, its RENAME).
+--   `entries` per call that moves runs (and once per queue, after zsched 0.2, its RENAME; at
+--   a new queue's first move, one XINFO CONSUMERS and an HEXISTS per consumer).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -95,6 +100,7 @@ end
 -- What `entries` holds from zsched 0.3 on: a note for whoever reads it.
 local ENTRIES_MARK = 'zsched 0.3+: a run on the stream is known in runs by its entry id; see docs/operations.md, Upgrading from zsched 0.2'
 local delayed, runs, ready, entries, stats, control = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local readers = KEYS[7]
 local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 -- Check types before any write: a script is atomic but not transactional. The index is checked
 -- by its first read (pcall), the others only once there is something to move (the idle pass
@@ -136,10 +142,12 @@ for key, want in pairs({[runs] = 'hash', [ready] = 'stream', [stats] = 'hash'}) 
 end
 if not started_us then started_us = micros(redis.call('TIME')) end
 
--- Paused (one command, and only when something is due): nothing moves.
-local paused = redis.pcall('HEXISTS', control, 'paused_ms')
-if type(paused) == 'table' and paused['err'] then return wrong_type(control, 'hash') or redis.error_reply(paused['err']) end
-if paused == 1 then
+-- Paused (one command, and only when something is due): nothing moves. The same read tells the
+-- shape of the entries to write.
+local ctl = redis.pcall('HMGET', control, 'paused_ms', 'entries')
+if ctl['err'] then return wrong_type(control, 'hash') or redis.error_reply(ctl['err']) end
+local tagged = ctl[2] == 'tagged'
+if ctl[1] then
   out[4] = 2
   limit = 0
 elseif max_backlog > 0 then
@@ -179,6 +187,25 @@ if limit > 0 then
       end
     elseif kind ~= 'none' then
       return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. entries .. ' is a ' .. kind .. ', expected a string (or a hash of zsched 0.2)')
+    elseif not ctl[2] then
+      -- A queue's first move: it writes the second shape of entries from the start when every
+      -- consumer of the group (if any) registered as a reader of it. A queue that moved runs
+      -- before (zsched 0.3) keeps the first until `zsched queue entries tagged`, which checks
+      -- the workers that read it (docs/operations.md, "The ready stream's entry shape").
+      local all = true
+      local cs = redis.pcall('XINFO', 'CONSUMERS', ready, 'workers')
+      if not cs['err'] then
+        for j = 1, #cs do
+          local c = cs[j]
+          for f = 1, #c, 2 do
+            if c[f] == 'name' and redis.call('HEXISTS', readers, c[f + 1]) == 0 then all = false end
+          end
+        end
+      end
+      if all then
+        redis.call('HSET', control, 'entries', 'tagged')
+        tagged = true
+      end
     end
     redis.call('SET', entries, ENTRIES_MARK)
   end
@@ -199,13 +226,18 @@ if limit > 0 then
       -- on the stream already; no envelope starts so), cannot happen through the scripts: it
       -- is dropped and counted, not sent.
       if z and (z < 48 or z > 57) then
-        local due = now_ms
+        local due, entry = now_ms, nil
         if z == 0 and b6 then
           due = ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
-          env = string.sub(env, 8)
+          -- The second shape: the value as it is (~5.6 k fewer instructions a run than
+          -- making the substring and formatting the due; BENCHMARKS.md, "Session 23").
+          if tagged then entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env)
+          else env = string.sub(env, 8) end
         end
-        if due ~= last_due then last_due, due_text = due, string.format('%d', due) end
-        local entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', due_text)
+        if not entry then
+          if due ~= last_due then last_due, due_text = due, string.format('%d', due) end
+          entry = redis.call('XADD', ready, '*', 'run_id', ids[i], 'envelope', env, 'due_ms', due_text)
+        end
         recorded[r + 1], recorded[r + 2], r = ids[i], entry, r + 2
         o = o + 1
         out[o] = due

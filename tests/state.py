@@ -10,6 +10,7 @@ from zsched.protocol.envelope import v2_named
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.runs.status import entry_envelope, is_entry_id
 from zsched.store import delayed
+from zsched.store.replies import entry_payload
 
 
 def _s(b: Any) -> Any:
@@ -39,7 +40,7 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
     # the envelope of that entry, as a delayed run is shown with its own.
     raw_runs = r.hgetall(k.runs)
     in_stream = (
-        {_s(e): f.get(b"envelope") for e, f in r.xrange(k.ready)} if r.exists(k.ready) else {}
+        {_s(e): entry_payload(f)[0] for e, f in r.xrange(k.ready)} if r.exists(k.ready) else {}
     )
     on_stream = {_s(a) for a, b in raw_runs.items() if is_entry_id(b)}
     out["runs"] = {
@@ -54,6 +55,9 @@ def snapshot(r: Any, k: QueueKeys) -> dict[str, Any]:
         for eid, f in rows:
             ids[_s(eid)] = len(out[name])
             d = {_s(a): _s(b) for a, b in f.items() if a != b"envelope"}
+            if name == "ready":  # either shape of entry (docs/protocol.md, "Keys"): its due
+                due = entry_payload(f)[1]
+                d["due_ms"] = None if due is None else str(due)
             d.pop("dead_at_ms", None)
             d.pop("entry_id", None)
             out[name].append(d)

@@ -29,8 +29,9 @@ from zsched.protocol.envelope import Envelope, decode, v2_named
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.replies import CancelCode, EnqueueCode, HoldCode
 from zsched.protocol.runids import created_ms
+from zsched.runs import entry_shape
 from zsched.store import scripts as S
-from zsched.store.delayed import tag, untag
+from zsched.store.delayed import untag
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"
@@ -588,18 +589,21 @@ async def test_the_node_worker_dead_letters_a_reclaimed_rule_fire_with_its_lease
     assert app.get_run(waiting.run_id).state == "scheduled"
 
 
-async def test_the_node_client_and_worker_read_an_entry_in_its_other_shape(real, queue, node_dir):
-    """An entry of `run_id` and `envelope` holding the run's tagged value (docs/protocol.md,
-    "Keys"), as a later dispatch.lua may write it: `runs.js show` reads it as ready, the worker
-    runs it."""
+@pytest.mark.parametrize("shape", ["plain", "tagged"])
+async def test_the_node_client_and_worker_read_an_entry_in_either_shape(
+    real, queue, node_dir, shape
+):
+    """An entry of `run_id`, `envelope`, `due_ms` (plain) or of `run_id` and `envelope` holding
+    the run's tagged value (docs/protocol.md, "Keys"): `runs.js show` reads it as ready, the
+    worker registers as a reader of both and runs it."""
     app = real.app(queue)
+    r, k = real.sync, app.keys
+    entry_shape.write(r, k, shape)
     app.enqueue("echo", PAYLOAD, run_id="value-1")
     assert await dispatch(app, real) == 1
-    r, k = real.sync, app.keys
-    ((entry, f),) = r.xrange(k.ready)
-    r.xdel(k.ready, entry)
-    value = tag(int(f[b"due_ms"]), f[b"envelope"])
-    r.hset(k.runs, "value-1", r.xadd(k.ready, {"run_id": b"value-1", "envelope": value}))
+    ((_, f),) = r.xrange(k.ready)
+    tagged = untag(f[b"envelope"])[0] is not None
+    assert (b"due_ms" in f, tagged) == ((False, True) if shape == "tagged" else (True, False))
     (shown,) = node(node_dir, "runs.js", "show", "--redis", real.url, "--queue", queue,
                     "--run-id", "value-1")  # fmt: skip
     assert (shown["state"], shown["task"], shown["attempt"]) == ("ready", "echo", 1)
@@ -607,3 +611,4 @@ async def test_the_node_client_and_worker_read_an_entry_in_its_other_shape(real,
     assert (out["run_id"], out["task"], out["payload"], out["outcome"]) == (
         "value-1", "echo", PAYLOAD, "ack")  # fmt: skip
     assert app.get_run("value-1").state == "done"
+    assert list(r.hvals(k.readers)) == [b"plain,tagged"]

@@ -18,6 +18,7 @@ from zsched.protocol.replies import CancelCode, EnqueueCode
 from zsched.store import delayed
 from zsched.store import scripts as S
 from zsched.store.luagen import stale
+from zsched.store.replies import entry_payload
 
 MAX = 64
 
@@ -187,7 +188,7 @@ def test_cancel_tells_a_dispatched_run_from_a_delayed_and_an_unknown_one(backend
     assert app.scripts.run(S.cancel(k, "nope")) == CancelCode.NOT_FOUND
     check_tree(backend, k, {"r2": NOW + 2})
     ((_, fields),) = backend.sync.xrange(k.ready)
-    assert fields[b"envelope"] == env("x"), "dispatch strips the due tag"
+    assert entry_payload(fields) == (env("x"), NOW), "the entry's envelope and due"
 
 
 def test_status_counts_due_runs_exactly_from_either_end_and_estimates_beyond(

@@ -9,6 +9,7 @@ from state import delayed_due, snapshot
 
 from zsched.protocol.envelope import decode
 from zsched.store import scripts as S
+from zsched.store.replies import entry_payload
 
 
 def dispatch(app, now=NOW, limit=100, max_backlog=0):
@@ -34,7 +35,7 @@ def test_stream_entry_carries_the_envelope(backend, queue) -> None:
     dispatch(app)
     ((_, fields),) = backend.sync.xrange(app.keys.ready)
     assert fields[b"run_id"] == b"a"
-    assert decode(fields[b"envelope"], "a").run_id == "a"
+    assert decode(entry_payload(fields)[0], "a").run_id == "a"
 
 
 def test_dispatch_moves_at_most_limit_runs_oldest_first(backend, queue) -> None:

@@ -1,4 +1,5 @@
-"""`zsched pause|resume|drain`: hold a queue's dispatch for a deploy, and wait for it to drain."""
+"""`zsched pause|resume|drain`: hold a queue's dispatch for a deploy, and wait for it to drain;
+`zsched entries`: the ready stream's entry shape, and the switch after an upgrade."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from zsched.cli.common import add_connection, add_json, emit, make_app
 from zsched.cli.enqueue import parse_seconds
+from zsched.runs import entry_shape
 
 
 def register(sub: Any) -> None:
@@ -31,6 +33,24 @@ def register(sub: Any) -> None:
     add_connection(d)
     add_json(d)
     d.set_defaults(func=cmd_drain)
+    e = sub.add_parser(
+        "entries", help="show or switch the shape of the entries dispatchers write",
+        description="Show the shape of the entries dispatchers write on the ready stream "
+                    "(plain, or tagged: cheaper for Redis), and the workers that read it. "
+                    "`tagged` switches a queue created before zsched 0.4 once every worker "
+                    "reading it is 0.4 or later: it refuses while a consumer that did not "
+                    "register as a reader of tagged entries read the stream within "
+                    "--idle-over. `plain` switches back, before a rollback of workers "
+                    "(docs/operations.md).")  # fmt: skip
+    e.add_argument("shape", nargs="?", choices=entry_shape.SHAPES, help="switch to this shape")
+    e.add_argument("--idle-over", default="600", metavar="SECONDS",
+                   help="a consumer idle longer than this has stopped (600 s)")  # fmt: skip
+    e.add_argument("--force", action="store_true",
+                   help="switch to tagged even with such consumers (they dead-letter tagged "
+                   "entries, which a replay recovers)")  # fmt: skip
+    add_connection(e)
+    add_json(e)
+    e.set_defaults(func=cmd_entries)
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -62,3 +82,33 @@ def cmd_drain(args: argparse.Namespace) -> int:
         else f"timed out: {st.stream_length} runs still on the stream; the queue stays paused"  # fmt: skip
     emit(args, {"drained": drained, "stream_length": st.stream_length, "paused": st.paused}, text)
     return 0 if drained else 1
+
+
+def cmd_entries(args: argparse.Namespace) -> int:
+    idle_over_ms = int(parse_seconds(args.idle_over, "--idle-over") * 1000)
+    app = make_app(args)
+    views = app.ctx.views()
+    before = [entry_shape.read(v.redis, v.keys) for v in views]
+    blocking = {p.partition: p.blocking(idle_over_ms) for p in before}
+    refused = args.shape == "tagged" and not args.force and any(blocking.values())
+    if args.shape and not refused:
+        for v in views:
+            entry_shape.write(v.redis, v.keys, args.shape)
+    after = [entry_shape.read(v.redis, v.keys) for v in views] if args.shape else before
+    shapes = sorted({p.shape for p in after})
+    lines = [f"entries: {', '.join(shapes)}"]
+    for p in after:
+        where = "" if p.partition is None else f"partition {p.partition}: "
+        for c in p.consumers:
+            reads = c.reads or "plain only (did not register: zsched 0.3 or another reader)"
+            lines.append(f"  {where}{c.name} idle {c.idle_ms / 1000:.0f} s, "
+                         f"pending {c.pending}, reads {reads}")  # fmt: skip
+    if refused:
+        names = sorted({c.name for cs in blocking.values() for c in cs})
+        lines.append(f"refused: {len(names)} consumer(s) that may read only plain entries "
+                     f"read the stream within {args.idle_over} s: {', '.join(names)}; "
+                     "upgrade or stop them, or pass --force")  # fmt: skip
+    emit(args, {"shape": shapes[0] if len(shapes) == 1 else shapes, "changed": bool(
+        args.shape and not refused and any(p.shape != args.shape for p in before)),
+        "refused": refused, "partitions": [p.as_dict() for p in after]}, "\n".join(lines))  # fmt: skip
+    return 1 if refused else 0

@@ -85,10 +85,17 @@ class QueueKeys:
     outcomes: str = field(init=False)
     #: ZSET run_id -> recorded_at_ms: when each outcome was kept (trimmed after the window).
     outcome_times: str = field(init=False)
-    #: HASH paused_ms, pause_note: present while the queue (partition) is paused (pause.lua).
+    #: Queue controls. paused_ms, pause_note: present while the queue (partition) is paused
+    #: (pause.lua); entries: "tagged" while dispatch.lua writes tagged ready entries.
+    #: HASH paused_ms, pause_note, entries.
     control: str = field(init=False)
     #: ZSET dispatcher name -> its last heartbeat ms (zsched/dispatch/heartbeat.py; old ones trimmed).
     dispatchers: str = field(init=False)
+    #: Consumers of the ready stream that read an entry's second shape (docs/protocol.md):
+    #: set by each worker as it starts and removed as it stops; dispatch.lua and `zsched
+    #: queue entries` read it to tell that no reader of the first shape only is left.
+    #: HASH consumer name -> the entry shapes it reads ("plain,tagged").
+    readers: str = field(init=False)
 
     def __post_init__(self) -> None:
         tag = hash_tag(self.queue, self.partition)
@@ -117,6 +124,7 @@ class QueueKeys:
             "outcome_times",
             "control",
             "dispatchers",
+            "readers",
         ):
             set_(self, name, base + name)
         set_(self, "delayed_index", self.delayed + ":index")

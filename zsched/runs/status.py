@@ -20,7 +20,7 @@ from zsched.runs import outcomes as _outcomes
 from zsched.store import counts as _counts
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
-from zsched.store.replies import entry_payload
+from zsched.store.replies import dead_envelope, entry_payload
 
 if TYPE_CHECKING:
     from zsched.context import QueueContext
@@ -200,7 +200,7 @@ def dead(run_id: str, fields: dict[bytes, Any]) -> RunStatus | None:
         return None
     dead_ms = fields.get(b"dead_at_ms")
     return _from_envelope(
-        run_id, "dead", fields.get(b"envelope"), dead_reason=lossy_text(fields.get(b"reason", b"")),
+        run_id, "dead", dead_envelope(fields), dead_reason=lossy_text(fields.get(b"reason", b"")),
         finished_at=ms_to_datetime(int(dead_ms)) if dead_ms and dead_ms.isdigit() else None,
     )  # fmt: skip
 
@@ -332,7 +332,7 @@ class DeadLetter:
 
 
 def _dead_letter(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
-    raw = f.get(b"envelope", b"")
+    raw = dead_envelope(f)
     try:
         task: str | None = decode(raw, lossy_text(f.get(b"run_id", b""))).task
     except PayloadError:

@@ -45,6 +45,14 @@ def untag(value: bytes) -> tuple[int | None, bytes]:
     return None, value
 
 
+def dead_envelope(fields: Mapping[bytes, bytes]) -> bytes:
+    """The envelope of a dead letter's fields. A worker of zsched 0.3, which reads only the
+    first shape of a ready entry, dead-letters an entry of the second as undecodable with its
+    bytes whole, due tag and all: the tag is taken off here, so the letter reads, and
+    replays, like any other."""
+    return untag(fields.get(b"envelope") or b"")[1]
+
+
 def entry_payload(fields: Mapping[bytes, bytes]) -> tuple[bytes, int | None]:
     """(envelope, due_ms) of the fields of an entry of the ready stream, in either shape
     (docs/protocol.md, "Keys"): `run_id`, `envelope`, `due_ms`, as dispatch.lua writes it, or

@@ -22,6 +22,7 @@ from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.text import lossy_text
 from zsched.runs.status import entry_envelope, is_entry_id
 from zsched.store.delayed import leaf_number, untag
+from zsched.store.replies import dead_envelope
 
 #: Most rows on one page of any list.
 PAGE_MAX = 100
@@ -176,7 +177,7 @@ def dead_hit(batch: list[Any], run_id: str, seen: int) -> tuple[bytes | None, st
     seen)."""
     for _eid, f in batch:
         if lossy_text(f.get(b"run_id", b"")) == run_id:
-            return f.get(b"envelope") or b"", None, seen
+            return dead_envelope(f), None, seen
     seen += len(batch)
     if len(batch) < DEAD_BATCH or seen >= DEAD_SCAN_MAX:
         return None, None, seen

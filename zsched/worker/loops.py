@@ -28,7 +28,7 @@ from zsched.worker import admission
 from zsched.worker import cancel as worker_cancel
 from zsched.worker.context import WorkerContext
 from zsched.worker.delivery import Delivery, raw_reads, read_entries
-from zsched.worker.recovery import Holds, ensure_group
+from zsched.worker.recovery import READS, Holds, ensure_group
 from zsched.worker.runner import Runner
 from zsched.worker.writer import Writer
 
@@ -66,7 +66,11 @@ class ReadLoop:
 
     async def setup(self) -> None:
         if not self.group_ready:
-            await ensure_group(self.ctx.redis, self.ctx.keys)
+            ctx = self.ctx
+            await ensure_group(ctx.redis, ctx.keys)
+            # Before the first read makes this consumer: a reader of both entry shapes
+            # (recovery.READS), so a dispatcher may write the second (dispatch.lua).
+            await ctx.redis.hset(ctx.keys.readers, ctx.consumer, READS)
             self.group_ready = True
 
     async def read(self, count: int, block_ms: int | None) -> list[Delivery]:

@@ -28,6 +28,11 @@ _worker_log = logging.getLogger("zsched.worker.worker")
 _FENCED = HoldCode.FENCED
 
 
+#: The entry shapes of the ready stream this worker reads (docs/protocol.md, "Keys"), its
+#: value in `readers`.
+READS = "plain,tagged"
+
+
 async def ensure_group(r: Any, k: QueueKeys) -> bool:
     """Create the consumer group (and the stream) if missing. True if it was created.
 
@@ -200,6 +205,7 @@ class Holds:
                             codes.count(HoldCode.GONE))  # fmt: skip
         if not await self.own_pending():
             await r.xgroup_delconsumer(k.ready, GROUP, ctx.consumer)
+            await r.hdel(k.readers, ctx.consumer)
 
     async def release_waiting(self, ds: list[Delivery]) -> list[int]:
         """Hand back runs read ahead and never started, because every slot is stuck (release:

@@ -256,7 +256,8 @@ export class Client {
       for (const [id, fields] of batch) {
         const f = fieldMap(fields);
         if (f.run_id && f.run_id.toString() === runId) {
-          return { runId, state: 'dead', reason: f.reason?.toString(), envelope: safeDecode(f.envelope, runId) };
+          // untag: a worker of zsched 0.3 dead-letters a tagged entry whole.
+          return { runId, state: 'dead', reason: f.reason?.toString(), envelope: safeDecode(entryEnvelope(f), runId) };
         }
       }
       if (batch.length < 500) break;

@@ -24,7 +24,7 @@ export function queueKeys(queue, partition = null) {
     tag,
     delayed: key('delayed'), // the delayed set, key layout 3 (docs/protocol.md, "The delayed set")
     runs: key('runs'), // HASH run_id -> due tag + envelope (see untag in client.js)
-    ready: key('ready'), // STREAM of due runs (fields run_id, envelope, due_ms)
+    ready: key('ready'), // STREAM of due runs (fields run_id, envelope[, due_ms]: see entryEnvelope)
     entries: key('entries'), // a STRING from zsched 0.3 on (0.2: HASH run_id -> ready stream entry id)
     legacyEntries: key('entries:legacy'), // HASH run_id -> entry id, of the runs zsched 0.2 dispatched
     dead: key('dead'), // STREAM of dead letters
@@ -33,6 +33,7 @@ export function queueKeys(queue, partition = null) {
     wake: key('wake'), // pub/sub CHANNEL
     rule_waiting: key('rule_waiting'), // HASH schedule_id -> a fire waiting for the lease
     cancelled: key('cancelled'), // ZSET run_id -> cancelled_at_ms
+    readers: key('readers'), // HASH consumer -> the entry shapes it reads ("plain,tagged")
     cancelRequest: (runId) => key(`cancel:${runId}`), // STRING, TTL: a running run's cancel request
     lease: (scheduleId) => key(`lease:${scheduleId}`), // STRING, TTL: a rule's overlap lease
   };

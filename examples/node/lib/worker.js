@@ -74,13 +74,19 @@ export class Worker {
     return Math.round(Date.now() + this.offsetMs);
   }
 
-  /** Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. */
+  /**
+   * Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. Then
+   * register as a reader of both entry shapes (entryEnvelope), so dispatchers may write the
+   * cheaper one (docs/protocol.md, "Keys": readers).
+   */
   async setup() {
     try {
       await this.redis.xgroup('CREATE', this.keys.ready, GROUP, '0', 'MKSTREAM');
     } catch (err) {
       if (!String(err.message).startsWith('BUSYGROUP')) throw err;
     }
+    if (!this.registered) await this.redis.hset(this.keys.readers, this.consumer, 'plain,tagged');
+    this.registered = true;
   }
 
   /** Read up to `count` runs (waiting up to blockMs when given), run them, write outcomes. */

@@ -10,6 +10,7 @@ import pytest
 from worker_ticks import tick_until_finished
 
 from zsched.protocol.keys import GROUP
+from zsched.runs import entry_shape
 from zsched.store import scripts as S
 from zsched.store.delayed import tag
 
@@ -25,6 +26,7 @@ async def test_a_03_worker_finishes_runs_a_02_dispatcher_put_on_the_stream(
     for i in range(3):
         app.enqueue("t", i, run_id=f"r{i}")
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    entry_shape.write(r, k, "plain")  # the entries as 0.2 wrote them
     app.scripts.run(S.dispatch(k, now_ms=None, limit=10, max_backlog=0))
     # As zsched 0.2 left them: each value tagged (its due, its envelope), the entry ids in
     # the `entries` hash (a 0.3 dispatch then renames it to `legacy_entries`).

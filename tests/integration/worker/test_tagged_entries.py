@@ -1,7 +1,8 @@
-"""Every reader of the ready stream reads an entry in its other shape too: `run_id`, `envelope`
-holding the run's value of `runs` as it was (due tag, then envelope), instead of `run_id`,
-`envelope`, `due_ms` (docs/protocol.md, "Keys"). dispatch.lua writes the first shape today; a
-later one may write the second (BENCHMARKS.md, "Session 23") once every reader reads both."""
+"""Every reader of the ready stream reads an entry in both its shapes (docs/protocol.md,
+"Keys"): plain (`run_id`, `envelope`, `due_ms`) and tagged (`run_id`, `envelope` holding the
+run's value of `runs` as it was: due tag, then envelope). dispatch.lua writes tagged entries
+on a new queue, plain ones on a queue of zsched 0.3 until it is switched
+(tests/integration/worker/test_entry_shape.py); each test here runs on both."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from worker_ticks import tick_until_finished
 from zsched.protocol.envelope import decode
 from zsched.protocol.keys import GROUP
 from zsched.runs import controls as C
+from zsched.runs import entry_shape
 from zsched.runs.controls import CancelOutcome
 from zsched.store import scripts as S
 from zsched.store.delayed import tag, untag
@@ -24,16 +26,30 @@ from zsched.worker.delivery import from_entry, from_reply
 NOW = 1_800_000_000_000
 
 
-def dispatch_as_values(backend, app, n: int) -> dict[str, int]:
-    """Enqueue runs r0..r{n-1} due in the past, dispatch them, and write each entry again in
-    the other shape (the group has read none of them yet). Returns each run's due."""
-    r, k = backend.sync, app.keys
+@pytest.fixture(params=entry_shape.SHAPES)
+def shape(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def dispatch_in(shape: str, r, app, n: int) -> dict[str, int]:
+    """Enqueue runs r0..r{n-1} due in the past and dispatch them as entries of `shape`.
+    Returns each run's due."""
+    k = app.keys
+    entry_shape.write(r, k, shape)
     for i in range(n):
         app.enqueue("t", {"i": i}, run_id=f"r{i}", run_at=(NOW + i) / 1000)
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
     app.scripts.run(S.dispatch(k, now_ms=NOW + 10_000, limit=100, max_backlog=0))
-    dues = {f[b"run_id"].decode(): int(f[b"due_ms"]) for _, f in r.xrange(k.ready)}
-    _as_values(r, k)
+    return dues_of(r, k, shape)
+
+
+def dues_of(r, k, shape: str) -> dict[str, int]:
+    """Each ready entry's run id and due, checking that every entry is of `shape`."""
+    dues = {}
+    for _, f in r.xrange(k.ready):
+        tagged = b"due_ms" not in f and f[b"envelope"][:1] == b"\0"
+        assert tagged == (shape == "tagged"), f
+        dues[f[b"run_id"].decode()] = entry_payload(f)[1]
     return dues
 
 
@@ -56,12 +72,12 @@ def test_both_shapes_give_the_same_envelope_and_due() -> None:
     assert (r.raw, r.due_ms) == (env, None)
 
 
-async def test_a_worker_runs_and_finishes_tagged_entries(backend, queue) -> None:
+async def test_a_worker_runs_and_finishes_tagged_entries(backend, queue, shape) -> None:
     app = backend.app(queue)
     done: list[Any] = []
     app.task(name="t")(lambda payload: done.append(payload["i"]))
     r, k = backend.sync, app.keys
-    dispatch_as_values(backend, app, 3)
+    dispatch_in(shape, backend.sync, app, 3)
     got = app.get_run("r1")
     assert (got.state, got.task, got.attempt) == ("ready", "t", 1)
     assert got.run_at is not None and round(got.run_at.timestamp() * 1000) == NOW + 1
@@ -72,10 +88,10 @@ async def test_a_worker_runs_and_finishes_tagged_entries(backend, queue) -> None
     assert r.xlen(k.ready) == 0
 
 
-def test_release_puts_a_tagged_entry_back_in_the_tree_tagged_once(backend, queue) -> None:
+def test_release_puts_a_tagged_entry_back_in_the_tree_tagged_once(backend, queue, shape) -> None:
     app = backend.app(queue)
     r, k = backend.sync, app.keys
-    dues = dispatch_as_values(backend, app, 2)
+    dues = dispatch_in(shape, backend.sync, app, 2)
     ((_, entries),) = r.xreadgroup(GROUP, "c", {k.ready: ">"}, count=10)
     pairs = [(e.decode(), f[b"run_id"].decode()) for e, f in entries]
     assert app.scripts.run(S.release(k, "c", pairs, now_ms=NOW + 20_000)) == [1, 1]
@@ -86,10 +102,10 @@ def test_release_puts_a_tagged_entry_back_in_the_tree_tagged_once(backend, queue
     assert r.xlen(k.ready) == 0
 
 
-def test_revoke_of_a_ready_tagged_entry_returns_its_envelope(backend, queue) -> None:
+def test_revoke_of_a_ready_tagged_entry_returns_its_envelope(backend, queue, shape) -> None:
     app = backend.app(queue)
     r, k = backend.sync, app.keys
-    dispatch_as_values(backend, app, 1)
+    dispatch_in(shape, backend.sync, app, 1)
     got = app.scripts.run(C.revoke(k, "r0", now_ms=NOW + 20_000, dedupe_window_ms=60_000))
     assert got.outcome == CancelOutcome.CANCELLED_READY
     assert got.envelope is not None and decode(got.envelope, "r0").payload == {"i": 0}
@@ -98,11 +114,11 @@ def test_revoke_of_a_ready_tagged_entry_returns_its_envelope(backend, queue) -> 
 
 @pytest.mark.parametrize("hand_over", [False, True])
 def test_reclaim_hands_over_or_dead_letters_tagged_entries_with_their_envelope(
-    backend, queue, hand_over
+    backend, queue, hand_over, shape
 ) -> None:
     app = backend.app(queue)
     r, k = backend.sync, app.keys
-    dispatch_as_values(backend, app, 2)
+    dispatch_in(shape, backend.sync, app, 2)
     r.xreadgroup(GROUP, "gone", {k.ready: ">"}, count=10)
 
     def reclaim(max_deliveries: int) -> Any:
@@ -120,7 +136,7 @@ def test_reclaim_hands_over_or_dead_letters_tagged_entries_with_their_envelope(
         assert decode(f[b"envelope"], f[b"run_id"].decode()).payload["i"] in (0, 1)
 
 
-def test_the_testing_kit_lists_a_tagged_entry_as_ready() -> None:
+def test_the_testing_kit_lists_a_tagged_entry_as_ready(shape) -> None:
     from zsched.testing import Kit
 
     kit = Kit()
@@ -128,10 +144,7 @@ def test_the_testing_kit_lists_a_tagged_entry_as_ready() -> None:
         app, r = kit.app, kit.app.redis
         app.task(name="t")(lambda payload: None)
 
-        class Sync:
-            sync = r
-
-        dispatch_as_values(Sync, app, 2)
+        dispatch_in(shape, r, app, 2)
         got = kit.enqueued()
         assert [(q.run_id, q.state, q.payload) for q in got] == [
             ("r0", "ready", {"i": 0}), ("r1", "ready", {"i": 1})]  # fmt: skip
@@ -139,19 +152,11 @@ def test_the_testing_kit_lists_a_tagged_entry_as_ready() -> None:
         kit.close()
 
 
-def _as_values(r, k) -> None:
-    """Write every (unread) ready entry again in its other shape: run_id, envelope (tagged)."""
-    for entry, f in r.xrange(k.ready):
-        r.xdel(k.ready, entry)
-        new = r.xadd(k.ready, {"run_id": f[b"run_id"],
-                               "envelope": tag(int(f[b"due_ms"]), f[b"envelope"])})  # fmt: skip
-        r.hset(k.runs, f[b"run_id"], new)
-
-
-async def test_a_spilled_tagged_entry_is_refilled_with_its_envelope(real, queue) -> None:
+async def test_a_spilled_tagged_entry_is_refilled_with_its_envelope(real, queue, shape) -> None:
     ran: list = []
     release = asyncio.Event()
     app = real.app(queue)
+    entry_shape.write(real.sync, app.keys, shape)
 
     @app.task(name="t")
     async def t(payload):
@@ -167,7 +172,7 @@ async def test_a_spilled_tagged_entry_is_refilled_with_its_envelope(real, queue)
     )
     await w.setup()
     await d.tick()
-    _as_values(real.sync, app.keys)
+    assert len(dues_of(real.sync, app.keys, shape)) == 3
     assert await w.reader.tick() == 1
     assert any(x.spilled for x in w.runner.waiting)
     release.set()
@@ -184,7 +189,7 @@ async def test_a_spilled_tagged_entry_is_refilled_with_its_envelope(real, queue)
     await w.close()
 
 
-def test_the_testing_kit_drains_tagged_entries() -> None:
+def test_the_testing_kit_drains_tagged_entries(shape) -> None:
     from zsched.testing import Kit
 
     kit = Kit()
@@ -192,10 +197,11 @@ def test_the_testing_kit_drains_tagged_entries() -> None:
         app = kit.app
         seen: list = []
         app.task(name="t")(lambda payload: seen.append(payload["i"]))
+        entry_shape.write(app.redis, app.keys, shape)
         for i in range(2):
             app.enqueue("t", {"i": i}, run_id=f"r{i}")
         kit.advance(timedelta(seconds=0))  # dispatch
-        _as_values(app.redis, app.keys)
+        assert len(dues_of(app.redis, app.keys, shape)) == 2
         out = kit.drain()
         assert sorted((o.run_id, o.task, o.outcome) for o in out) == [
             ("r0", "t", "done"),

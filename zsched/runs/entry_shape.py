@@ -1,0 +1,94 @@
+"""The shape of the entries dispatch.lua writes on the ready stream, and the switch between them.
+
+An entry has two shapes (docs/protocol.md, "Keys"): `plain` (`run_id`, `envelope`, `due_ms`)
+and `tagged` (`run_id`, `envelope` holding the run's value of `runs`: due tag, envelope).
+Tagged costs Redis ~5.6 k fewer instructions a run (BENCHMARKS.md, "Session 23"), but a
+worker of zsched 0.3 reads only plain: it dead-letters a tagged entry as undecodable (bytes
+kept; a replay untags them). So a queue writes tagged once no such worker reads it:
+
+- a new queue from its first move on, when every consumer of its group registered as a reader
+  of both shapes (`readers`; each worker registers as it starts), which dispatch.lua checks;
+- a queue that moved runs before (zsched 0.3), after `zsched entries tagged`, which looks at
+  the group's consumers first (`check`) and refuses while one that is not registered read the
+  stream lately.
+
+`control`'s `entries` field holds the shape; dispatch.lua reads it with the pause flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.exceptions
+
+from zsched.errors import InvalidArgument
+from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.text import lossy_text
+
+SHAPES = ("plain", "tagged")
+#: A consumer not registered as a reader of both shapes blocks the switch to tagged while it
+#: read the stream within this long: a live worker reads at least every few seconds (its
+#: blocking read's timeout), so one idle for 10 minutes has stopped.
+DEFAULT_IDLE_OVER_MS = 600_000
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """A consumer of the ready stream's group, as XINFO CONSUMERS tells it."""
+
+    name: str
+    idle_ms: int
+    pending: int
+    #: Its value in `readers` ("plain,tagged"), None when it did not register (zsched 0.3).
+    reads: str | None
+
+
+@dataclass(frozen=True)
+class PartitionShape:
+    """One queue partition's entry shape and the consumers of its stream."""
+
+    partition: int | None
+    shape: str
+    consumers: list[Consumer] = field(default_factory=list)
+
+    def blocking(self, idle_over_ms: int) -> list[Consumer]:
+        """The consumers that may read only plain entries: not registered as readers of
+        tagged ones, and seen within `idle_over_ms`."""
+        return [c for c in self.consumers
+                if not (c.reads and "tagged" in c.reads.split(",")) and c.idle_ms < idle_over_ms]  # fmt: skip
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"partition": self.partition, "shape": self.shape,
+                "consumers": [vars(c) for c in self.consumers]}  # fmt: skip
+
+
+def read(r: Any, k: QueueKeys) -> PartitionShape:
+    """The partition's shape (plain unless `control` says tagged) and its consumers."""
+    shape = lossy_text(r.hget(k.control, "entries") or b"plain")
+    try:
+        rows = r.xinfo_consumers(k.ready, GROUP)
+    except redis.exceptions.ResponseError as exc:  # no stream or no group yet: no consumers
+        if "NOGROUP" not in str(exc) and "no such key" not in str(exc).lower():
+            raise
+        rows = []
+    names = [lossy_text(row["name"]) for row in rows]
+    reads = r.hmget(k.readers, names) if names else []
+    consumers = [
+        Consumer(n, int(row.get("idle", 0)), int(row.get("pending", 0)),
+                 lossy_text(v) if v is not None else None)
+        for n, row, v in zip(names, rows, reads, strict=True)
+    ]  # fmt: skip
+    return PartitionShape(k.partition, "tagged" if shape == "tagged" else "plain", consumers)
+
+
+def check_shape(shape: str) -> str:
+    if shape not in SHAPES:
+        raise InvalidArgument(f"entry shape must be one of {', '.join(SHAPES)}, got {shape!r}",
+                              "shape")  # fmt: skip
+    return shape
+
+
+def write(r: Any, k: QueueKeys, shape: str) -> None:
+    """Set the partition's shape; dispatch.lua writes it from its next call on."""
+    r.hset(k.control, "entries", check_shape(shape))
