@@ -256,3 +256,29 @@ def test_who_paused_a_rule_is_the_login_and_is_shown_as_text(client, seeded) -> 
                   follow_redirects=False)  # fmt: skip
     assert r.status_code == 303 and "error" not in r.headers["location"]
     assert {i.schedule_id: i.paused_by for i in app.schedules()}["tick"] == evil
+
+
+def test_the_overview_shows_the_entry_shape_and_workers_that_read_plain_entries_only(
+    client, queue
+) -> None:
+    """A consumer that did not register in `readers` (a zsched 0.3 worker) blocks the switch
+    to tagged entries (docs/operations.md): the overview names it, escaped."""
+    app = zsched.App(client, queue=queue, metrics=Metrics())
+    k = app.keys
+    client.xgroup_create(k.ready, "workers", id="0", mkstream=True)
+    client.xgroup_createconsumer(k.ready, "workers", "new-1")
+    client.hset(k.readers, "new-1", "plain,tagged")
+    old = "old-" + XSS
+    client.xgroup_createconsumer(k.ready, "workers", old)
+    c = console(client, queue)
+    ov = c.get("/api/overview", headers=AUTH).json()["queues"][0]["partitions"][0]
+    assert ov["entries"] == "plain"
+    assert {x["name"]: x["reads"] for x in ov["consumers"]} == {"new-1": "plain,tagged", old: None}
+    page = c.get("/", headers=AUTH).text
+    assert '<b data-k="entries">plain</b>' in page
+    assert "new-1: 0 running, last read" in page
+    lines = [ln for ln in page.split("<li>") if "did not register" in ln]
+    assert len(lines) == 1 and XSS not in lines[0] and "old-" in lines[0]
+    client.hset(k.control, "entries", "tagged")
+    ov = c.get("/api/overview", headers=AUTH).json()["queues"][0]["partitions"][0]
+    assert ov["entries"] == "tagged"

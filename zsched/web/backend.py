@@ -158,6 +158,7 @@ class SyncBackend(RunControls):
         name = k.queue if k.partition is None else f"{k.queue}#{k.partition}"
         self.sampler.add(name, st.now_ms, st.stats, st.due)
         late = reads.late_rule(r, k, st.now_ms - self.thresholds.late_rule_ms)
+        entries, consumers = reads.consumers(r, k)
         part: dict[str, Any] = {
             "name": name, "now_ms": st.now_ms, "delayed": st.delayed, "due": st.due,
             "oldest_due_age_ms": st.oldest_due_age_ms,
@@ -166,7 +167,8 @@ class SyncBackend(RunControls):
             "stats": st.stats, "rates": self.sampler.rates(name),
             "backlog_growing": self.sampler.backlog_growing(name),
             "new_dead": self.sampler.new_dead(name),
-            "consumers": [vars(c) for c in reads.consumers(r, k)],
+            "consumers": [vars(c) for c in consumers],
+            "entries": entries,
             "dispatchers": self.dispatchers(view, st.now_ms),
             "paused": paused_line(st.paused_ms, st.pause_note) if st.paused else "",
             "newest_ready": [{"entry_id": e, "run_id": rid} for e, rid in reads.newest_ready(r, k)],

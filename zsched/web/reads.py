@@ -14,12 +14,11 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis.exceptions
-
 from zsched.errors import PayloadError
 from zsched.protocol.envelope import Envelope, decode
-from zsched.protocol.keys import GROUP, QueueKeys
+from zsched.protocol.keys import QueueKeys
 from zsched.protocol.text import lossy_text
+from zsched.runs import entry_shape
 from zsched.runs.status import entry_envelope, is_entry_id
 from zsched.store.delayed import leaf_number, untag
 from zsched.store.replies import dead_envelope
@@ -241,25 +240,12 @@ def dead_matching(app: Any, task: str = "", reason: str = "", keep: int = 0) -> 
 # -- processes and the stream -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Consumer:
-    """A worker seen in the consumer group: its name, pending runs, ms since it last read."""
-
-    name: str
-    pending: int
-    idle_ms: int
-
-
-def consumers(r: Any, k: QueueKeys) -> list[Consumer]:
-    """The group's consumers (XINFO CONSUMERS), at most CONSUMERS_MAX, least idle first."""
-    try:
-        rows = r.xinfo_consumers(k.ready, GROUP)
-    except redis.exceptions.ResponseError as exc:
-        if "NOGROUP" in str(exc) or "no such key" in str(exc).lower():
-            return []
-        raise
-    out = [Consumer(lossy_text(c["name"]), int(c["pending"]), int(c["idle"])) for c in rows]
-    return sorted(out, key=lambda c: c.idle_ms)[:CONSUMERS_MAX]
+def consumers(r: Any, k: QueueKeys) -> tuple[str, list[entry_shape.Consumer]]:
+    """The shape of the entries dispatchers write, and the group's consumers (XINFO
+    CONSUMERS, with what each registered it reads), at most CONSUMERS_MAX, least idle
+    first."""
+    part = entry_shape.read(r, k)
+    return part.shape, sorted(part.consumers, key=lambda c: c.idle_ms)[:CONSUMERS_MAX]
 
 
 def newest_ready(r: Any, k: QueueKeys, count: int = 5) -> list[tuple[str, str]]:

@@ -74,8 +74,10 @@
           list(row, "dispatchers", p.dispatchers, function (li, d) {
             li.textContent = d.name + ": heartbeat " + age(d.age_ms) + " ago";
           });
+          setText(row, "entries", p.entries);
           list(row, "consumers", p.consumers, function (li, c) {
-            li.textContent = c.name + ": " + c.pending + " running, last read " + age(c.idle_ms) + " ago";
+            li.textContent = c.name + ": " + c.pending + " running, last read " + age(c.idle_ms) + " ago" +
+              (c.reads ? "" : ", reads plain entries only (did not register)");
           });
           list(row, "unreadable", p.unreadable, function (li, u) {
             var a = document.createElement("a");
