@@ -6,9 +6,9 @@
 -- KEYS[4] entries (a string from zsched 0.3 on, so 0.2's scripts refuse to run; its hash of
 --   0.2 moves to <entries>:legacy)   KEYS[5] stats (hash)
 -- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua; entries = 'tagged'
---   once every reader reads the second shape of an entry: set here at a queue's first move,
---   or by `zsched queue entries`)
--- KEYS[7] readers (hash: consumer -> the entry shapes it reads; read at a queue's first move)
+--   while no reader of plain entries only is left: set by the worker that creates the group
+--   of a queue that never moved runs, here at a queue's first move when no stream exists yet,
+--   or by `zsched entries tagged`)
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
 -- ARGV[3] max_backlog  move nothing while XLEN ready >= this; 0 = no limit
@@ -23,7 +23,7 @@
 -- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to BT_MAX = 64
 --   runs, one HMGET of their values and one HSET of their entry ids in `runs`), one TYPE of
 --   `entries` per call that moves runs (and once per queue, after zsched 0.2, its RENAME; at
---   a new queue's first move, one XINFO CONSUMERS and an HEXISTS per consumer).
+--   a queue's first move, one EXISTS of `ready`).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -100,7 +100,6 @@ end
 -- What `entries` holds from zsched 0.3 on: a note for whoever reads it.
 local ENTRIES_MARK = 'zsched 0.3+: a run on the stream is known in runs by its entry id; see docs/operations.md, Upgrading from zsched 0.2'
 local delayed, runs, ready, entries, stats, control = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local readers = KEYS[7]
 local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 -- Check types before any write: a script is atomic but not transactional. The index is checked
 -- by its first read (pcall), the others only once there is something to move (the idle pass
@@ -187,25 +186,15 @@ if limit > 0 then
       end
     elseif kind ~= 'none' then
       return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. entries .. ' is a ' .. kind .. ', expected a string (or a hash of zsched 0.2)')
-    elseif not ctl[2] then
-      -- A queue's first move: it writes the second shape of entries from the start when every
-      -- consumer of the group (if any) registered as a reader of it. A queue that moved runs
-      -- before (zsched 0.3) keeps the first until `zsched queue entries tagged`, which checks
-      -- the workers that read it (docs/operations.md, "The ready stream's entry shape").
-      local all = true
-      local cs = redis.pcall('XINFO', 'CONSUMERS', ready, 'workers')
-      if not cs['err'] then
-        for j = 1, #cs do
-          local c = cs[j]
-          for f = 1, #c, 2 do
-            if c[f] == 'name' and redis.call('HEXISTS', readers, c[f + 1]) == 0 then all = false end
-          end
-        end
-      end
-      if all then
-        redis.call('HSET', control, 'entries', 'tagged')
-        tagged = true
-      end
+    elseif not ctl[2] and redis.call('EXISTS', ready) == 0 then
+      -- A queue's first move, and no worker has made its group yet (each makes it as it
+      -- starts, zsched 0.3 too): no reader of plain entries only can be reading, so tagged
+      -- from the start. A 0.4 worker that makes the group sets the field itself. Any other
+      -- queue stays plain until `zsched entries tagged`: Redis 7.0 lists a consumer only once
+      -- an entry was delivered to it, so an idle 0.3 worker cannot be seen (docs/operations.md,
+      -- "Upgrading from zsched 0.3").
+      redis.call('HSET', control, 'entries', 'tagged')
+      tagged = true
     end
     redis.call('SET', entries, ENTRIES_MARK)
   end

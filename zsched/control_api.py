@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from zsched.errors import InvalidArgument
 from zsched.runs import controls as C
+from zsched.runs import entry_shape
 from zsched.runs.enqueue import EnqueuedId, Group
 from zsched.runs.runinput import check_names, check_pause_note, delay_ms, to_ms
 from zsched.store import durable as _durable
@@ -86,6 +87,19 @@ class ControlMethods:
         app = self.ctx
         now = app.clock.now_ms()
         return any([v.scripts.run(C.resume(v.keys, now_ms=now)) for v in app.views()])
+
+    def entry_shapes(self) -> list[entry_shape.PartitionShape]:
+        """The shape of entry each partition's dispatchers write on the ready stream (plain or
+        tagged), with the consumers of its group and what each registered that it reads
+        (docs/operations.md, "Upgrading from zsched 0.3")."""
+        return [entry_shape.read(v.redis, v.keys) for v in self.ctx.views()]
+
+    def set_entry_shape(self, shape: str) -> None:
+        """Set the shape on every partition; dispatchers write it from their next move. It
+        checks no consumer: `entry_shapes()` names those that may read plain entries only."""
+        entry_shape.check_shape(shape)
+        for v in self.ctx.views():
+            entry_shape.write(v.redis, v.keys, shape)
 
     def drain(
         self,

@@ -72,7 +72,7 @@ def test_bad_limit_is_an_error(backend, queue, limit) -> None:
         app.scripts.run(S.dispatch(app.keys, now_ms=NOW, limit=limit, max_backlog=0))
 
 
-@pytest.mark.parametrize("key", ["ready", "runs", "stats"])
+@pytest.mark.parametrize("key", ["ready", "runs", "stats", "control"])
 def test_wrong_type_key_fails_before_anything_moves(backend, queue, key) -> None:
     app = seed_delayed(backend, queue, {"a": NOW})
     backend.sync.set(getattr(app.keys, key), "oops")

@@ -87,16 +87,15 @@ def cmd_drain(args: argparse.Namespace) -> int:
 def cmd_entries(args: argparse.Namespace) -> int:
     idle_over_ms = int(parse_seconds(args.idle_over, "--idle-over") * 1000)
     app = make_app(args)
-    views = app.ctx.views()
-    before = [entry_shape.read(v.redis, v.keys) for v in views]
-    blocking = {p.partition: p.blocking(idle_over_ms) for p in before}
-    refused = args.shape == "tagged" and not args.force and any(blocking.values())
+    before = app.entry_shapes()
+    blocking = [c for p in before for c in p.blocking(idle_over_ms)]
+    refused = args.shape == "tagged" and not args.force and bool(blocking)
     if args.shape and not refused:
-        for v in views:
-            entry_shape.write(v.redis, v.keys, args.shape)
-    after = [entry_shape.read(v.redis, v.keys) for v in views] if args.shape else before
+        app.set_entry_shape(args.shape)
+    after = app.entry_shapes() if args.shape else before
     shapes = sorted({p.shape for p in after})
-    lines = [f"entries: {', '.join(shapes)}"]
+    shape = shapes[0] if len(shapes) == 1 else "mixed"
+    lines = [f"entries: {shape}" + ("" if len(shapes) == 1 else f" ({', '.join(shapes)})")]
     for p in after:
         where = "" if p.partition is None else f"partition {p.partition}: "
         for c in p.consumers:
@@ -104,11 +103,11 @@ def cmd_entries(args: argparse.Namespace) -> int:
             lines.append(f"  {where}{c.name} idle {c.idle_ms / 1000:.0f} s, "
                          f"pending {c.pending}, reads {reads}")  # fmt: skip
     if refused:
-        names = sorted({c.name for cs in blocking.values() for c in cs})
+        names = sorted({c.name for c in blocking})
         lines.append(f"refused: {len(names)} consumer(s) that may read only plain entries "
                      f"read the stream within {args.idle_over} s: {', '.join(names)}; "
                      "upgrade or stop them, or pass --force")  # fmt: skip
-    emit(args, {"shape": shapes[0] if len(shapes) == 1 else shapes, "changed": bool(
-        args.shape and not refused and any(p.shape != args.shape for p in before)),
-        "refused": refused, "partitions": [p.as_dict() for p in after]}, "\n".join(lines))  # fmt: skip
+    changed = bool(args.shape) and not refused and any(p.shape != args.shape for p in before)
+    emit(args, {"shape": shape, "changed": changed, "refused": refused,
+                "partitions": [p.as_dict() for p in after]}, "\n".join(lines))  # fmt: skip
     return 1 if refused else 0

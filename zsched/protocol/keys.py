@@ -91,9 +91,10 @@ class QueueKeys:
     control: str = field(init=False)
     #: ZSET dispatcher name -> its last heartbeat ms (zsched/dispatch/heartbeat.py; old ones trimmed).
     dispatchers: str = field(init=False)
-    #: Consumers of the ready stream that read an entry's second shape (docs/protocol.md):
-    #: set by each worker as it starts and removed as it stops; dispatch.lua and `zsched
-    #: queue entries` read it to tell that no reader of the first shape only is left.
+    #: Consumers of the ready stream that read both shapes of an entry (docs/protocol.md):
+    #: set by each worker as it starts and removed as it leaves the group (a crashed worker's
+    #: stays, like its consumer); `zsched entries` and the console read it to name the
+    #: consumers that may read plain entries only.
     #: HASH consumer name -> the entry shapes it reads ("plain,tagged").
     readers: str = field(init=False)
 

@@ -2,17 +2,18 @@
 
 An entry has two shapes (docs/protocol.md, "Keys"): `plain` (`run_id`, `envelope`, `due_ms`)
 and `tagged` (`run_id`, `envelope` holding the run's value of `runs`: due tag, envelope).
-Tagged costs Redis ~5.6 k fewer instructions a run (BENCHMARKS.md, "Session 23"), but a
+Tagged costs Redis ~5.6 k fewer instructions a run (BENCHMARKS.md, "Session 24"), but a
 worker of zsched 0.3 reads only plain: it dead-letters a tagged entry as undecodable (bytes
-kept; a replay untags them). So a queue writes tagged once no such worker reads it:
+kept; a replay untags them). `control`'s `entries` field holds the shape; dispatch.lua reads it
+with the pause flag. A queue writes tagged:
 
-- a new queue from its first move on, when every consumer of its group registered as a reader
-  of both shapes (`readers`; each worker registers as it starts), which dispatch.lua checks;
-- a queue that moved runs before (zsched 0.3), after `zsched entries tagged`, which looks at
-  the group's consumers first (`check`) and refuses while one that is not registered read the
-  stream lately.
-
-`control`'s `entries` field holds the shape; dispatch.lua reads it with the pause flag.
+- when it never moved runs and a 0.4 worker makes its consumer group (every 0.3 worker makes
+  the group as it starts, so none is reading: zsched/worker/recovery.py, ensure_group), or no
+  stream exists at its first move (dispatch.lua);
+- otherwise (a queue of zsched 0.3) after `zsched entries tagged`, which lists the group's
+  consumers first and refuses while one that did not register as a reader of both shapes
+  (`readers`) read the stream lately. Redis before 7.2 lists a consumer only once an entry was
+  delivered to it, so a 0.3 worker that never got one is not seen: upgrade every worker first.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import redis.exceptions
 from zsched.errors import InvalidArgument
 from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.protocol.text import lossy_text
+from zsched.store.counts import is_missing
 
 SHAPES = ("plain", "tagged")
 #: A consumer not registered as a reader of both shapes blocks the switch to tagged while it
@@ -64,12 +66,16 @@ class PartitionShape:
 
 
 def read(r: Any, k: QueueKeys) -> PartitionShape:
-    """The partition's shape (plain unless `control` says tagged) and its consumers."""
-    shape = lossy_text(r.hget(k.control, "entries") or b"plain")
+    """The shape the partition's next move writes, and its consumers."""
+    field = r.hget(k.control, "entries")
+    if field is not None:
+        shape = lossy_text(field)
+    else:  # undecided: the first move decides (dispatch.lua), as here
+        shape = "plain" if r.exists(k.entries) or r.exists(k.ready) else "tagged"
     try:
         rows = r.xinfo_consumers(k.ready, GROUP)
-    except redis.exceptions.ResponseError as exc:  # no stream or no group yet: no consumers
-        if "NOGROUP" not in str(exc) and "no such key" not in str(exc).lower():
+    except redis.exceptions.ResponseError as exc:
+        if not is_missing(exc):  # no stream or no group yet: no consumers
             raise
         rows = []
     names = [lossy_text(row["name"]) for row in rows]

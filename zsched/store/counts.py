@@ -63,7 +63,7 @@ def decode(status_reply: list[Any], replies: list[Any]) -> QueueCounts:
     raise_on_error=False). Only "this stream/group does not exist yet" is tolerated (read as
     no group); any other error reply is raised."""
     for i, reply in enumerate(replies):
-        if isinstance(reply, Exception) and not (i >= 5 and _is_missing(reply)):
+        if isinstance(reply, Exception) and not (i >= 5 and is_missing(reply)):
             raise reply
     sec, usec, delayed, due, head, _exact = status_reply
     xlen, dead, done, stats, (paused_ms, note), groups, summary, rows = replies
@@ -90,7 +90,7 @@ def _group_lag(groups: Any, stream_length: int, pending: int) -> int:
     return max(0, stream_length - pending)
 
 
-def _is_missing(exc: BaseException) -> bool:
+def is_missing(exc: BaseException) -> bool:
     """Whether a reply error only says that a stream or its group does not exist yet."""
     if not isinstance(exc, redis.exceptions.ResponseError):
         return False

@@ -90,7 +90,7 @@ def dispatch(
 ) -> Call[DispatchResult]:
     return Call(
         "dispatch",
-        [k.delayed, k.runs, k.ready, k.entries, k.stats, k.control, k.readers],
+        [k.delayed, k.runs, k.ready, k.entries, k.stats, k.control],
         [_now(now_ms), limit, max_backlog],
         _decode_dispatch,
     )

@@ -38,14 +38,21 @@ async def ensure_group(r: Any, k: QueueKeys) -> bool:
 
     The group starts at id 0 so entries dispatched before any worker existed are read too.
     This is the one place that matches BUSYGROUP.
+
+    Making the group of a queue that never moved runs (no `entries` key), this worker is the
+    first to read it: every worker of zsched 0.3 makes the group as it starts, so none is
+    reading, and dispatchers may write tagged entries from the first (HSETNX: a choice made
+    already, `zsched entries plain`, stays). docs/operations.md, "Upgrading from zsched 0.3".
     """
     try:
         await r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
-        return True
     except redis.exceptions.ResponseError as exc:
         if "BUSYGROUP" in str(exc):
             return False
         raise
+    if not await r.exists(k.entries):
+        await r.hsetnx(k.control, "entries", "tagged")
+    return True
 
 
 class Holds:

@@ -34,6 +34,7 @@ export function queueKeys(queue, partition = null) {
     rule_waiting: key('rule_waiting'), // HASH schedule_id -> a fire waiting for the lease
     cancelled: key('cancelled'), // ZSET run_id -> cancelled_at_ms
     readers: key('readers'), // HASH consumer -> the entry shapes it reads ("plain,tagged")
+    control: key('control'), // HASH paused_ms, pause_note, entries (the shape dispatchers write)
     cancelRequest: (runId) => key(`cancel:${runId}`), // STRING, TTL: a running run's cancel request
     lease: (scheduleId) => key(`lease:${scheduleId}`), // STRING, TTL: a rule's overlap lease
   };

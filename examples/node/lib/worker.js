@@ -75,13 +75,16 @@ export class Worker {
   }
 
   /**
-   * Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. Then
-   * register as a reader of both entry shapes (entryEnvelope), so dispatchers may write the
-   * cheaper one (docs/protocol.md, "Keys": readers).
+   * Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. Making
+   * the group of a queue that never moved runs (no `entries` key), this worker is the first
+   * reader, so dispatchers may write tagged entries from the start (HSETNX control entries).
+   * Then register as a reader of both entry shapes (entryEnvelope), so operators can tell it
+   * from a zsched 0.3 worker (docs/protocol.md, "Keys": readers; docs/operations.md).
    */
   async setup() {
     try {
       await this.redis.xgroup('CREATE', this.keys.ready, GROUP, '0', 'MKSTREAM');
+      if (!(await this.redis.exists(this.keys.entries))) await this.redis.hsetnx(this.keys.control, 'entries', 'tagged');
     } catch (err) {
       if (!String(err.message).startsWith('BUSYGROUP')) throw err;
     }

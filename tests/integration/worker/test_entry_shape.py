@@ -1,8 +1,8 @@
 """Which shape of ready entry dispatch.lua writes (docs/operations.md, "Upgrading from zsched
-0.3"): tagged on a new queue whose consumers all registered as readers of it, plain on a
-queue that moved runs before (zsched 0.3) until `zsched entries tagged`, which refuses while
-a consumer that may read only plain entries is live; and what a 0.3 worker does with a tagged
-entry (dead-letters it whole), which a replay recovers."""
+0.3"): tagged on a new queue (its group made by a 0.4 worker, or no stream at its first move),
+plain on a queue a 0.3 worker reads or a 0.3 dispatcher moved runs of, until `zsched entries
+tagged`, which refuses while a consumer that may read only plain entries is live; and what a
+0.3 worker does with a tagged entry (dead-letters it whole), which a replay recovers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from worker_ticks import tick_until_finished
 
 from zsched.cli.main import main
-from zsched.protocol.keys import GROUP
+from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.runs import entry_shape
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
@@ -49,20 +49,41 @@ def test_a_new_queue_writes_tagged_entries_and_records_it(backend, queue) -> Non
 
 
 @pytest.mark.parametrize("registered", [False, True])
-def test_a_new_queue_with_a_consumer_that_did_not_register_writes_plain(
-    backend, queue, registered
-) -> None:
+def test_a_queue_whose_group_a_03_worker_made_stays_plain(backend, queue, registered) -> None:
+    """A 0.3 worker makes the group as it starts, and waits: on Redis 7.0 no consumer is
+    listed until an entry is delivered to it, so nothing in Redis tells it from a 0.4 worker
+    that registered. The first move keeps plain either way (the safe side)."""
     app = backend.app(queue)
     r, k = backend.sync, app.keys
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
-    # A 0.3 worker that read an entry. (Redis 7.0 makes a consumer at its first delivered
-    # entry, not at a read that finds none: docs/operations.md says what that misses.)
-    r.xgroup_createconsumer(k.ready, GROUP, "old-worker")
+    r.xreadgroup(GROUP, "old-worker", {k.ready: ">"}, count=1)  # an empty read
     if registered:
-        r.hset(k.readers, "old-worker", READS)
-    want = "tagged" if registered else "plain"
+        r.hset(k.readers, "new-worker", READS)
+    assert entry_shape.read(r, k).shape == "plain"
+    assert {shape_of(f) for f in enqueue_and_dispatch(app)} == {"plain"}
+    assert r.hget(k.control, "entries") is None
+
+
+@pytest.mark.parametrize("before", ["nothing", "a 0.3 dispatch", "plain chosen"])
+async def test_a_04_worker_that_makes_the_group_of_a_new_queue_marks_it_tagged(
+    backend, queue, before
+) -> None:
+    app = backend.app(queue)
+    r, k = backend.sync, app.keys
+    if before == "a 0.3 dispatch":
+        r.set(k.entries, "zsched 0.3+: ...")
+    elif before == "plain chosen":
+        entry_shape.write(r, k, "plain")
+    w = app.worker(redis=backend.async_client())
+    await w.setup()
+    want = "tagged" if before == "nothing" else "plain"
+    assert entry_shape.read(r, k).shape == want
+    w2 = app.worker(redis=backend.async_client())
+    await w2.setup()  # finds the group (BUSYGROUP): decides nothing
+    assert entry_shape.read(r, k).shape == want
     assert {shape_of(f) for f in enqueue_and_dispatch(app)} == {want}
-    assert r.hget(k.control, "entries") == (b"tagged" if registered else None)
+    await w.close()
+    await w2.close()
 
 
 def test_a_queue_that_moved_runs_before_keeps_plain_until_switched(backend, queue) -> None:
@@ -103,7 +124,6 @@ async def test_a_worker_registers_before_its_first_read_and_leaves_when_it_stops
     w = app.worker(redis=backend.async_client())
     await w.setup()
     assert r.hgetall(k.readers) == {w.consumer.encode(): READS.encode()}
-    # Its consumer exists once it read: the first move sees a registered reader only.
     await w.reader.tick()
     assert {shape_of(f) for f in enqueue_and_dispatch(app)} == {"tagged"}
     await tick_until_finished(w, r, k.runs)
@@ -122,12 +142,16 @@ def test_zsched_entries_refuses_while_a_live_consumer_did_not_register(
 ) -> None:
     app = real.app(queue)
     r, k = real.sync, app.keys
+    base = ["--redis", redis_url, "--queue", queue]
+    code, out = run_cli(["entries", *base], capsys)
+    assert (code, out["shape"]) == (0, "tagged")  # what the first move will write
     r.set(k.entries, "zsched 0.3+: ...")
+    code, out = run_cli(["entries", *base], capsys)
+    assert (code, out["shape"]) == (0, "plain")
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
     r.xgroup_createconsumer(k.ready, GROUP, "new-worker")
     r.hset(k.readers, "new-worker", READS)
-    r.xgroup_createconsumer(k.ready, GROUP, "old-worker")
-    base = ["--redis", redis_url, "--queue", queue]
+    r.xgroup_createconsumer(k.ready, GROUP, "old-worker")  # listed: an entry reached it
 
     code, out = run_cli(["entries", *base], capsys)
     assert code == 0 and out["shape"] == "plain" and not out["changed"]
@@ -157,9 +181,13 @@ def test_zsched_entries_refuses_while_a_live_consumer_did_not_register(
 
 def test_zsched_entries_switches_every_partition(real, redis_url, queue, capsys) -> None:
     base = ["--redis", redis_url, "--queue", queue, "--partitions", "3"]
+    real.sync.set(QueueKeys(queue, 1).entries, "zsched 0.3+: ...")  # partition 1 moved runs
+    code, out = run_cli(["entries", *base], capsys)
+    assert out["shape"] == "mixed" and [p["shape"] for p in out["partitions"]] == [
+        "tagged", "plain", "tagged"]  # fmt: skip
     code, out = run_cli(["entries", "tagged", *base], capsys)
     assert code == 0 and [p["shape"] for p in out["partitions"]] == ["tagged"] * 3
-    assert [p["partition"] for p in out["partitions"]] == [0, 1, 2]
+    assert [p["partition"] for p in out["partitions"]] == [0, 1, 2] and out["shape"] == "tagged"
 
 
 async def test_a_tagged_entry_a_0_3_worker_dead_lettered_reads_and_replays(backend, queue) -> None:
@@ -168,6 +196,7 @@ async def test_a_tagged_entry_a_0_3_worker_dead_lettered_reads_and_replays(backe
     ran: list[Any] = []
     app.task(name="t")(lambda payload: ran.append(payload["i"]))
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    entry_shape.write(r, k, "tagged")  # switched (--force) with a 0.3 worker still reading
     (fields,) = enqueue_and_dispatch(app, 1)
     # A 0.3 worker reads the envelope field as it is, fails to decode it, and calls dead.lua
     # with the bytes whole (worker/delivery.py of 0.3).
