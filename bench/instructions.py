@@ -4,7 +4,8 @@ A noise-free measure for a shared machine: redis-server runs under callgrind (`-
 cron adds little), the counters are zeroed before each phase and dumped after it
 (`callgrind_control`), and a phase's instructions are divided by its runs. Phases: one-call
 enqueue, batched enqueue (1,000 a call), then dispatch, XREADGROUP and ack of due runs, each
-beside the bare floor's same operations (bench/peers/bare.py). `--lua DIR` loads enqueue,
+beside the bare floor's same operations (bench/peers/bare.py); ready entries are tagged, or
+plain with `--plain` (docs/operations.md, "Upgrading from zsched 0.3"). `--lua DIR` loads enqueue,
 dispatch and ack from DIR instead (an older tree, to compare). Instructions leave out the
 kernel's share (socket reads and writes), so ratios are larger than in CPU time.
 BENCHMARKS.md, "Redis's cost per run".
@@ -126,8 +127,9 @@ def _enqueue(
 
 
 def _drain(r: redis.Redis, cost: Callable[[], tuple[int, int]], shas: dict[str, str], n: int,
-           batch: int, limit: int) -> list[Any]:  # fmt: skip
+           batch: int, limit: int, shape: str = "tagged") -> list[Any]:  # fmt: skip
     from zsched.protocol.keys import GROUP, QueueKeys
+    from zsched.runs import entry_shape
     from zsched.store import scripts as S
 
     from .peers.bare import DISPATCH
@@ -144,6 +146,9 @@ def _drain(r: redis.Redis, cost: Callable[[], tuple[int, int]], shas: dict[str, 
         pipe.zadd(FLOOR[0], {rid: due})
     pipe.execute()
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
+    # The entry shape, as the 0.4 worker that makes a new queue's group chooses it (tagged),
+    # or as a queue of 0.3 keeps it (--plain).
+    entry_shape.write(r, k, shape)
     r.xgroup_create(FLOOR[2], "g", id="0", mkstream=True)
     floor = r.script_load(DISPATCH)
     cost()
@@ -181,6 +186,8 @@ def main() -> None:
     ap.add_argument("--drain", type=int, default=5000, help="due runs drained")
     ap.add_argument("--batch", type=int, default=50, help="read and ack batch")
     ap.add_argument("--limit", type=int, default=500, help="runs per dispatch call")
+    ap.add_argument("--plain", action="store_true",
+                    help="dispatch plain ready entries (a queue of zsched 0.3), not tagged")  # fmt: skip
     ap.add_argument("--untagged", action="store_true",
                     help="enqueue envelopes without their due tag (a client before 867c5d6)")  # fmt: skip
     a = ap.parse_args()
@@ -194,7 +201,7 @@ def main() -> None:
         shas = {name: r.script_load((lua / f"{name}.lua").read_text())
                 for name in ("enqueue", "dispatch", "ack")}  # fmt: skip
         _enqueue(r, cost, shas["enqueue"], a.one, a.untagged)
-        _drain(r, cost, shas, a.drain, a.batch, a.limit)
+        _drain(r, cost, shas, a.drain, a.batch, a.limit, "plain" if a.plain else "tagged")
 
 
 if __name__ == "__main__":
