@@ -612,3 +612,23 @@ async def test_the_node_client_and_worker_read_an_entry_in_either_shape(
         "value-1", "echo", PAYLOAD, "ack")  # fmt: skip
     assert app.get_run("value-1").state == "done"
     assert list(r.hvals(k.readers)) == [b"plain,tagged"]
+
+
+@pytest.mark.parametrize("moved_before", [False, True])
+def test_the_node_worker_that_makes_a_new_queues_group_marks_it_tagged(
+    real, queue, node_dir, moved_before
+):
+    """As the Python worker (zsched/worker/recovery.py, ensure_group): the first reader of a
+    queue that never moved runs lets dispatchers write tagged entries; a queue a 0.3
+    dispatcher moved runs of keeps plain (docs/operations.md, "Upgrading from zsched 0.3")."""
+    app = real.app(queue)
+    r, k = real.sync, app.keys
+    if moved_before:
+        r.set(k.entries, "zsched 0.3+: ...")
+    assert node_worker(node_dir, real.url, queue) == []
+    assert r.hget(k.control, "entries") == (None if moved_before else b"tagged")
+    assert list(r.hvals(k.readers)) == [b"plain,tagged"]
+    app.enqueue("echo", PAYLOAD, run_id="n-1")
+    app.scripts.run(S.dispatch(k, now_ms=None, limit=10, max_backlog=0))
+    ((_, f),) = r.xrange(k.ready)
+    assert (b"due_ms" in f) == moved_before
