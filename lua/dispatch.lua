@@ -6,9 +6,8 @@
 -- KEYS[4] entries (a string from zsched 0.3 on, so 0.2's scripts refuse to run; its hash of
 --   0.2 moves to <entries>:legacy)   KEYS[5] stats (hash)
 -- KEYS[6] control (hash: paused_ms while the queue is paused, pause.lua; entries = 'tagged'
---   while no reader of plain entries only is left: set by the worker that creates the group
---   of a queue that never moved runs, here at a queue's first move when no stream exists yet,
---   or by `zsched entries tagged`)
+--   while no reader of plain entries only is left: set by the 0.4 worker whose start creates
+--   the group of a new queue, or by `zsched entries tagged`; never here)
 -- ARGV[1] now_ms       "" = server TIME; tests pass a value
 -- ARGV[2] limit        max runs moved by this call (1..1000)
 -- ARGV[3] max_backlog  move nothing while XLEN ready >= this; 0 = no limit
@@ -22,8 +21,7 @@
 --   `delayed` without an envelope (impossible through the scripts) is dropped and counted.
 -- Bound: `limit` runs per call (one XADD each, a few commands per leaf of up to BT_MAX = 64
 --   runs, one HMGET of their values and one HSET of their entry ids in `runs`), one TYPE of
---   `entries` per call that moves runs (and once per queue, after zsched 0.2, its RENAME; at
---   a queue's first move, one EXISTS of `ready`).
+--   `entries` per call that moves runs (and once per queue, after zsched 0.2, its RENAME).
 -- BEGIN btree: the delayed set, key layout 3. Source: lua/lib/btree.lua; `make lua` copies the
 --   functions a script calls into it, and a test keeps the copies equal. Edit it there.
 -- A B-tree of small ZSETs, so a waiting run costs ~40 bytes of index instead of the ~130 of
@@ -97,8 +95,10 @@ local function bt_check(d, script, index_too)
   end
 end
 -- END btree
--- What `entries` holds from zsched 0.3 on: a note for whoever reads it.
-local ENTRIES_MARK = 'zsched 0.3+: a run on the stream is known in runs by its entry id; see docs/operations.md, Upgrading from zsched 0.2'
+-- What `entries` holds from zsched 0.3 on: a note for whoever reads it. 0.4's begins so (0.3's
+-- with 'zsched 0.3+'): a 0.4 worker that creates the group tells from it that no 0.3
+-- dispatcher moved runs here (zsched/worker/recovery.py, ensure_group).
+local ENTRIES_MARK = 'zsched 0.4+: a run on the stream is known in runs by its entry id; see docs/operations.md, Upgrading from zsched 0.2'
 local delayed, runs, ready, entries, stats, control = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
 -- Check types before any write: a script is atomic but not transactional. The index is checked
@@ -186,16 +186,9 @@ if limit > 0 then
       end
     elseif kind ~= 'none' then
       return redis.error_reply('WRONGTYPE zsched dispatch: key ' .. entries .. ' is a ' .. kind .. ', expected a string (or a hash of zsched 0.2)')
-    elseif not ctl[2] and redis.call('EXISTS', ready) == 0 then
-      -- A queue's first move, and no worker has made its group yet (each makes it as it
-      -- starts, zsched 0.3 too): no reader of plain entries only can be reading, so tagged
-      -- from the start. A 0.4 worker that makes the group sets the field itself. Any other
-      -- queue stays plain until `zsched entries tagged`: Redis 7.0 lists a consumer only once
-      -- an entry was delivered to it, so an idle 0.3 worker cannot be seen (docs/operations.md,
-      -- "Upgrading from zsched 0.3").
-      redis.call('HSET', control, 'entries', 'tagged')
-      tagged = true
     end
+    -- (No shape is chosen here: missing keys cannot tell a new queue from one whose data Redis
+    -- lost while 0.3 workers read it. docs/operations.md, "Upgrading from zsched 0.3".)
     redis.call('SET', entries, ENTRIES_MARK)
   end
   local ids, n = bt_take(delayed, now_ms, limit)

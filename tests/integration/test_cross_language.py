@@ -614,17 +614,18 @@ async def test_the_node_client_and_worker_read_an_entry_in_either_shape(
     assert list(r.hvals(k.readers)) == [b"plain,tagged"]
 
 
-@pytest.mark.parametrize("moved_before", [False, True])
+@pytest.mark.parametrize("before", ["nothing", "a 0.4 dispatch", "a 0.3 dispatch"])
 def test_the_node_worker_that_makes_a_new_queues_group_marks_it_tagged(
-    real, queue, node_dir, moved_before
+    real, queue, node_dir, before
 ):
     """As the Python worker (zsched/worker/recovery.py, ensure_group): the first reader of a
-    queue that never moved runs lets dispatchers write tagged entries; a queue a 0.3
+    queue no 0.3 dispatcher moved runs of lets dispatchers write tagged entries; a queue a 0.3
     dispatcher moved runs of keeps plain (docs/operations.md, "Upgrading from zsched 0.3")."""
     app = real.app(queue)
     r, k = real.sync, app.keys
-    if moved_before:
-        r.set(k.entries, "zsched 0.3+: ...")
+    moved_before = before == "a 0.3 dispatch"
+    if before != "nothing":
+        r.set(k.entries, "zsched 0.3+: ..." if moved_before else "zsched 0.4+: ...")
     assert node_worker(node_dir, real.url, queue) == []
     assert r.hget(k.control, "entries") == (None if moved_before else b"tagged")
     assert list(r.hvals(k.readers)) == [b"plain,tagged"]

@@ -7,10 +7,11 @@ worker of zsched 0.3 reads only plain: it dead-letters a tagged entry as undecod
 kept; a replay untags them). `control`'s `entries` field holds the shape; dispatch.lua reads it
 with the pause flag. A queue writes tagged:
 
-- when it never moved runs and a 0.4 worker makes its consumer group (every 0.3 worker makes
-  the group as it starts, so none is reading: zsched/worker/recovery.py, ensure_group), or no
-  stream exists at its first move (dispatch.lua);
-- otherwise (a queue of zsched 0.3) after `zsched entries tagged`, which lists the group's
+- when a 0.4 worker, as it starts, creates the consumer group of a queue no 0.3 dispatcher
+  moved runs of (every 0.3 worker creates the group as it starts, so none is reading:
+  zsched/worker/recovery.py, ensure_group);
+- otherwise (a queue of zsched 0.3, or one whose data Redis lost: missing keys cannot tell it
+  from a new one) after `zsched entries tagged`, which lists the group's
   consumers first and refuses while one that did not register as a reader of both shapes
   (`readers`) read the stream lately. Redis before 7.2 lists a consumer only once an entry was
   delivered to it, so a 0.3 worker that never got one is not seen: upgrade every worker first.
@@ -66,12 +67,8 @@ class PartitionShape:
 
 
 def read(r: Any, k: QueueKeys) -> PartitionShape:
-    """The shape the partition's next move writes, and its consumers."""
-    field = r.hget(k.control, "entries")
-    if field is not None:
-        shape = lossy_text(field)
-    else:  # undecided: the first move decides (dispatch.lua), as here
-        shape = "plain" if r.exists(k.entries) or r.exists(k.ready) else "tagged"
+    """The shape the partition's dispatchers write, and its consumers."""
+    shape = lossy_text(r.hget(k.control, "entries") or b"plain")
     try:
         rows = r.xinfo_consumers(k.ready, GROUP)
     except redis.exceptions.ResponseError as exc:

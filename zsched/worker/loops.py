@@ -45,6 +45,8 @@ class ReadLoop:
         self.eviction = eviction
         #: The consumer group exists (made once; again after a NOGROUP).
         self.group_ready = False
+        #: Whether setup ran once (a later one re-creates a group that vanished).
+        self.started = False
         self.max_block_ms = _max_block_ms(ctx.reader)
         #: Reads come back unparsed (`from_reply`): the client is pinned to RESP2.
         self.raw = raw_reads(ctx.reader)
@@ -67,9 +69,10 @@ class ReadLoop:
     async def setup(self) -> None:
         if not self.group_ready:
             ctx = self.ctx
-            await ensure_group(ctx.redis, ctx.keys)
+            await ensure_group(ctx.redis, ctx.keys, starting=not self.started)
+            self.started = True
             # Before the first read makes this consumer: a reader of both entry shapes
-            # (recovery.READS), so a dispatcher may write the second (dispatch.lua).
+            # (recovery.READS), which `zsched entries` tells from a 0.3 worker.
             await ctx.redis.hset(ctx.keys.readers, ctx.consumer, READS)
             self.group_ready = True
 

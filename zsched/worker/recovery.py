@@ -31,18 +31,22 @@ _FENCED = HoldCode.FENCED
 #: The entry shapes of the ready stream this worker reads (docs/protocol.md, "Keys"), its
 #: value in `readers`.
 READS = "plain,tagged"
+#: How the note a 0.4 dispatch.lua leaves in `entries` begins (0.3's: b"zsched 0.3+").
+NEW_QUEUE_NOTE = b"zsched 0.4+"
 
 
-async def ensure_group(r: Any, k: QueueKeys) -> bool:
+async def ensure_group(r: Any, k: QueueKeys, starting: bool = False) -> bool:
     """Create the consumer group (and the stream) if missing. True if it was created.
 
     The group starts at id 0 so entries dispatched before any worker existed are read too.
     This is the one place that matches BUSYGROUP.
 
-    Making the group of a queue that never moved runs (no `entries` key), this worker is the
-    first to read it: every worker of zsched 0.3 makes the group as it starts, so none is
-    reading, and dispatchers may write tagged entries from the first (HSETNX: a choice made
-    already, `zsched entries plain`, stays). docs/operations.md, "Upgrading from zsched 0.3".
+    `starting`: this worker process reads the queue for the first time. If it creates the
+    group then, of a queue no 0.3 dispatcher moved runs of (`entries` missing, or 0.4's note),
+    it is the queue's first reader (every 0.3 worker creates the group as it starts), so
+    dispatchers may write tagged entries (HSETNX: a choice made already stays). Not when the
+    group vanished later (NOGROUP): Redis lost its data, and 0.3 workers may be about to
+    create it again. docs/operations.md, "Upgrading from zsched 0.3".
     """
     try:
         await r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
@@ -50,8 +54,13 @@ async def ensure_group(r: Any, k: QueueKeys) -> bool:
         if "BUSYGROUP" in str(exc):
             return False
         raise
-    if not await r.exists(k.entries):
-        await r.hsetnx(k.control, "entries", "tagged")
+    if starting:
+        try:
+            note = await r.get(k.entries)
+        except redis.exceptions.ResponseError:  # 0.2's hash: not a new queue
+            return True
+        if note is None or note.startswith(NEW_QUEUE_NOTE):
+            await r.hsetnx(k.control, "entries", "tagged")
     return True
 
 

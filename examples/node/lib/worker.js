@@ -75,19 +75,27 @@ export class Worker {
   }
 
   /**
-   * Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. Making
-   * the group of a queue that never moved runs (no `entries` key), this worker is the first
-   * reader, so dispatchers may write tagged entries from the start (HSETNX control entries).
-   * Then register as a reader of both entry shapes (entryEnvelope), so operators can tell it
-   * from a zsched 0.3 worker (docs/protocol.md, "Keys": readers; docs/operations.md).
+   * Create the consumer group (and the stream) if missing; BUSYGROUP means it exists. If this
+   * worker's first setup creates it, on a queue no zsched 0.3 dispatcher moved runs of (no
+   * `entries` key, or one 0.4 wrote), it is the queue's first reader, so dispatchers may write
+   * tagged entries (HSETNX control entries). Not on a later setup: the group vanished, Redis
+   * lost its data (docs/operations.md, "Upgrading from zsched 0.3"). Then register as a reader
+   * of both entry shapes (entryEnvelope), so operators can tell it from a 0.3 worker.
    */
   async setup() {
+    let created = true;
     try {
       await this.redis.xgroup('CREATE', this.keys.ready, GROUP, '0', 'MKSTREAM');
-      if (!(await this.redis.exists(this.keys.entries))) await this.redis.hsetnx(this.keys.control, 'entries', 'tagged');
     } catch (err) {
       if (!String(err.message).startsWith('BUSYGROUP')) throw err;
+      created = false;
     }
+    if (created && !this.started) {
+      const kind = await this.redis.type(this.keys.entries);
+      const fresh = kind === 'none' || (kind === 'string' && (await this.redis.get(this.keys.entries)).startsWith('zsched 0.4+'));
+      if (fresh) await this.redis.hsetnx(this.keys.control, 'entries', 'tagged');
+    }
+    this.started = true;
     if (!this.registered) await this.redis.hset(this.keys.readers, this.consumer, 'plain,tagged');
     this.registered = true;
   }

@@ -1,8 +1,9 @@
 """Which shape of ready entry dispatch.lua writes (docs/operations.md, "Upgrading from zsched
-0.3"): tagged on a new queue (its group made by a 0.4 worker, or no stream at its first move),
-plain on a queue a 0.3 worker reads or a 0.3 dispatcher moved runs of, until `zsched entries
-tagged`, which refuses while a consumer that may read only plain entries is live; and what a
-0.3 worker does with a tagged entry (dead-letters it whole), which a replay recovers."""
+0.3"): tagged on a new queue (its group made by a 0.4 worker as it starts), plain on a queue
+a 0.3 worker reads, a 0.3 dispatcher moved runs of, or whose group vanished (Redis lost its
+data), until `zsched entries tagged`, which refuses while a consumer that may read only plain
+entries is live; and what a 0.3 worker does with a tagged entry (dead-letters it whole),
+which a replay recovers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+import redis.exceptions
 from worker_ticks import tick_until_finished
 
 from zsched.cli.main import main
@@ -17,7 +19,7 @@ from zsched.protocol.keys import GROUP, QueueKeys
 from zsched.runs import entry_shape
 from zsched.store import scripts as S
 from zsched.store.delayed import untag
-from zsched.worker.recovery import READS
+from zsched.worker.recovery import NEW_QUEUE_NOTE, READS
 
 NOW = 1_800_000_000_000
 
@@ -39,13 +41,23 @@ def shape_of(fields: dict[bytes, bytes]) -> str:
     return "tagged"
 
 
-def test_a_new_queue_writes_tagged_entries_and_records_it(backend, queue) -> None:
+async def test_a_new_queue_is_tagged_by_the_first_worker_and_never_by_a_dispatch(
+    backend, queue
+) -> None:
+    """A dispatch decides nothing (missing keys cannot tell a new queue from a lost one); the
+    0.4 note it leaves in `entries` lets the worker that starts next choose tagged."""
     app = backend.app(queue)
     r, k = backend.sync, app.keys
-    entries = enqueue_and_dispatch(app)
-    assert [shape_of(f) for f in entries] == ["tagged", "tagged"]
-    assert [untag(f[b"envelope"])[0] for f in entries] == [NOW, NOW + 1]
+    assert {shape_of(f) for f in enqueue_and_dispatch(app)} == {"plain"}
+    assert r.hget(k.control, "entries") is None and r.get(k.entries).startswith(NEW_QUEUE_NOTE)
+    w = app.worker(redis=backend.async_client())
+    await w.setup()  # the stream exists (the dispatch made it), the group is new
     assert r.hget(k.control, "entries") == b"tagged"
+    app.enqueue("t", {"i": 2}, run_id="r2", run_at=NOW / 1000)
+    app.scripts.run(S.dispatch(k, now_ms=NOW + 10_000, limit=100, max_backlog=0))
+    assert [shape_of(f) for _, f in r.xrange(k.ready)] == ["plain", "plain", "tagged"]
+    assert untag(r.xrange(k.ready)[-1][1][b"envelope"])[0] == NOW
+    await w.close()
 
 
 @pytest.mark.parametrize("registered", [False, True])
@@ -64,19 +76,24 @@ def test_a_queue_whose_group_a_03_worker_made_stays_plain(backend, queue, regist
     assert r.hget(k.control, "entries") is None
 
 
-@pytest.mark.parametrize("before", ["nothing", "a 0.3 dispatch", "plain chosen"])
+@pytest.mark.parametrize("before", ["nothing", "a 0.4 dispatch", "a 0.3 dispatch", "a 0.2 dispatch",
+                                    "plain chosen"])  # fmt: skip
 async def test_a_04_worker_that_makes_the_group_of_a_new_queue_marks_it_tagged(
     backend, queue, before
 ) -> None:
     app = backend.app(queue)
     r, k = backend.sync, app.keys
-    if before == "a 0.3 dispatch":
+    if before == "a 0.4 dispatch":
+        r.set(k.entries, NEW_QUEUE_NOTE + b": ...")
+    elif before == "a 0.3 dispatch":
         r.set(k.entries, "zsched 0.3+: ...")
+    elif before == "a 0.2 dispatch":
+        r.hset(k.entries, "r", "1-1")
     elif before == "plain chosen":
         entry_shape.write(r, k, "plain")
     w = app.worker(redis=backend.async_client())
     await w.setup()
-    want = "tagged" if before == "nothing" else "plain"
+    want = "tagged" if before in ("nothing", "a 0.4 dispatch") else "plain"
     assert entry_shape.read(r, k).shape == want
     w2 = app.worker(redis=backend.async_client())
     await w2.setup()  # finds the group (BUSYGROUP): decides nothing
@@ -84,6 +101,27 @@ async def test_a_04_worker_that_makes_the_group_of_a_new_queue_marks_it_tagged(
     assert {shape_of(f) for f in enqueue_and_dispatch(app)} == {want}
     await w.close()
     await w2.close()
+
+
+async def test_a_group_that_vanished_is_made_again_without_choosing_tagged(
+    backend, queue
+) -> None:
+    """The group gone mid-life means Redis lost its data; 0.3 workers reading the queue make it
+    again too, so the worker that does it first keeps the queue plain."""
+    app = backend.app(queue)
+    r, k = backend.sync, app.keys
+    app.task(name="t")(lambda payload: None)
+    entry_shape.write(r, k, "plain")  # chosen while 0.3 workers read it
+    w = app.worker(redis=backend.async_client())
+    await w.setup()
+    r.flushdb()  # the data is lost: `control` too
+    with pytest.raises(redis.exceptions.ResponseError, match="NOGROUP"):
+        await w.reader.tick()
+    w.reader.group_ready = False  # as the loop's guard does on NOGROUP (Guard.run)
+    await w.reader.setup()  # the group is made again
+    assert r.exists(k.ready) and r.hget(k.control, "entries") is None
+    assert {shape_of(f) for f in enqueue_and_dispatch(app)} == {"plain"}
+    await w.close()
 
 
 def test_a_queue_that_moved_runs_before_keeps_plain_until_switched(backend, queue) -> None:
@@ -144,10 +182,8 @@ def test_zsched_entries_refuses_while_a_live_consumer_did_not_register(
     r, k = real.sync, app.keys
     base = ["--redis", redis_url, "--queue", queue]
     code, out = run_cli(["entries", *base], capsys)
-    assert (code, out["shape"]) == (0, "tagged")  # what the first move will write
+    assert (code, out["shape"], out["partitions"][0]["consumers"]) == (0, "plain", [])
     r.set(k.entries, "zsched 0.3+: ...")
-    code, out = run_cli(["entries", *base], capsys)
-    assert (code, out["shape"]) == (0, "plain")
     r.xgroup_create(k.ready, GROUP, id="0", mkstream=True)
     r.xgroup_createconsumer(k.ready, GROUP, "new-worker")
     r.hset(k.readers, "new-worker", READS)
@@ -181,10 +217,10 @@ def test_zsched_entries_refuses_while_a_live_consumer_did_not_register(
 
 def test_zsched_entries_switches_every_partition(real, redis_url, queue, capsys) -> None:
     base = ["--redis", redis_url, "--queue", queue, "--partitions", "3"]
-    real.sync.set(QueueKeys(queue, 1).entries, "zsched 0.3+: ...")  # partition 1 moved runs
+    entry_shape.write(real.sync, QueueKeys(queue, 1), "tagged")
     code, out = run_cli(["entries", *base], capsys)
     assert out["shape"] == "mixed" and [p["shape"] for p in out["partitions"]] == [
-        "tagged", "plain", "tagged"]  # fmt: skip
+        "plain", "tagged", "plain"]  # fmt: skip
     code, out = run_cli(["entries", "tagged", *base], capsys)
     assert code == 0 and [p["shape"] for p in out["partitions"]] == ["tagged"] * 3
     assert [p["partition"] for p in out["partitions"]] == [0, 1, 2] and out["shape"] == "tagged"
