@@ -94,6 +94,11 @@ class Zsched:
         from zsched.observability.metrics import Metrics
 
         self.app = zsched.App(url, queue=queue, metrics=Metrics())
+        # The entry shape a queue of a 0.4 deployment has once its first worker started (its
+        # start creates the group and chooses tagged; docs/operations.md). Here the consumers
+        # start after the runs are due, so the dispatcher would move many in the plain shape
+        # before the worker's start chose: a new queue's first moments, not a running one.
+        self.app.set_entry_shape("tagged")
 
     def enqueue_one(self, due_ms: int, payload: dict[str, Any]) -> None:
         self.app.enqueue("noop", payload, run_at=due_ms / 1000)
