@@ -66,6 +66,13 @@ local function cur_is(runs, entries, legacy, run_id, entry, v)
   end
   return false
 end
+-- The envelope in an entry's `envelope` field, in either shape dispatch.lua writes: plain (the
+-- envelope; a `due_ms` field beside it) or tagged (the run's value of `runs` as it was: due
+-- tag, then envelope; its first byte 0, which no envelope starts with; docs/protocol.md, "Keys").
+local function cur_untag(v)
+  if string.byte(v) == 0 and #v >= 7 then return string.sub(v, 8) end
+  return v
+end
 -- END current
 local ready, runs, entries, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local legacy = entries .. ':legacy' -- entries of runs dispatched by zsched 0.2 (current block)
@@ -96,11 +103,7 @@ for _, e in ipairs(r[2]) do
     local run_id, env = '', ''
     for j = 1, #fields, 2 do
       if fields[j] == 'run_id' then run_id = fields[j + 1]
-      elseif fields[j] == 'envelope' then
-        env = fields[j + 1]
-        -- The entry's other shape: the run's tagged value (cur_envelope).
-        if string.byte(env) == 0 and #env >= 7 then env = string.sub(env, 8) end
-      end
+      elseif fields[j] == 'envelope' then env = cur_untag(fields[j + 1]) end
     end
     local p = redis.call('XPENDING', ready, group, entry, entry, 1)
     local deliveries = p[1] and tonumber(p[1][4]) or 1

@@ -97,7 +97,6 @@ class ControlMethods:
     def set_entry_shape(self, shape: str) -> None:
         """Set the shape on every partition; dispatchers write it from their next move. It
         checks no consumer: `entry_shapes()` names those that may read plain entries only."""
-        entry_shape.check_shape(shape)
         for v in self.ctx.views():
             entry_shape.write(v.redis, v.keys, shape)
 

@@ -58,20 +58,20 @@ local function cur_spelling(script, first, step, upto)
     end
   end
 end
--- The envelope of stream entry `entry` (nil when it is gone), in either shape of an entry:
--- `run_id`, `envelope`, `due_ms` (as dispatch.lua writes it), or `run_id`, `envelope` holding
--- the run's value of `runs` as it was: due tag, then envelope (its first byte 0, which no
--- envelope starts with; docs/protocol.md, "Keys").
+-- The envelope in an entry's `envelope` field, in either shape dispatch.lua writes: plain (the
+-- envelope; a `due_ms` field beside it) or tagged (the run's value of `runs` as it was: due
+-- tag, then envelope; its first byte 0, which no envelope starts with; docs/protocol.md, "Keys").
+local function cur_untag(v)
+  if string.byte(v) == 0 and #v >= 7 then return string.sub(v, 8) end
+  return v
+end
+-- The envelope of stream entry `entry` (nil when it is gone), in either shape (cur_untag).
 local function cur_envelope(ready, entry)
   local row = redis.call('XRANGE', ready, entry, entry)[1]
   if not row then return nil end
   local f = row[2]
   for j = 1, #f, 2 do
-    if f[j] == 'envelope' then
-      local v = f[j + 1]
-      if string.byte(v) == 0 and #v >= 7 then return string.sub(v, 8) end
-      return v
-    end
+    if f[j] == 'envelope' then return cur_untag(f[j + 1]) end
   end
 end
 -- END current

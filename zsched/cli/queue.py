@@ -43,8 +43,9 @@ def register(sub: Any) -> None:
                     "--idle-over. `plain` switches back, before a rollback of workers "
                     "(docs/operations.md).")  # fmt: skip
     e.add_argument("shape", nargs="?", choices=entry_shape.SHAPES, help="switch to this shape")
-    e.add_argument("--idle-over", default="600", metavar="SECONDS",
-                   help="a consumer idle longer than this has stopped (600 s)")  # fmt: skip
+    idle_s = entry_shape.DEFAULT_IDLE_OVER_MS // 1000
+    e.add_argument("--idle-over", default=str(idle_s), metavar="SECONDS",
+                   help=f"a consumer idle longer than this has stopped ({idle_s} s)")  # fmt: skip
     e.add_argument("--force", action="store_true",
                    help="switch to tagged even with such consumers (they dead-letter tagged "
                    "entries, which a replay recovers)")  # fmt: skip

@@ -68,7 +68,7 @@ class PartitionShape:
 
 def read(r: Any, k: QueueKeys) -> PartitionShape:
     """The shape the partition's dispatchers write, and its consumers."""
-    shape = lossy_text(r.hget(k.control, "entries") or b"plain")
+    shape = "tagged" if r.hget(k.control, "entries") == b"tagged" else "plain"
     try:
         rows = r.xinfo_consumers(k.ready, GROUP)
     except redis.exceptions.ResponseError as exc:
@@ -82,7 +82,7 @@ def read(r: Any, k: QueueKeys) -> PartitionShape:
                  lossy_text(v) if v is not None else None)
         for n, row, v in zip(names, rows, reads, strict=True)
     ]  # fmt: skip
-    return PartitionShape(k.partition, "tagged" if shape == "tagged" else "plain", consumers)
+    return PartitionShape(k.partition, shape, consumers)
 
 
 def check_shape(shape: str) -> str:

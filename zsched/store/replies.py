@@ -55,16 +55,13 @@ def dead_envelope(fields: Mapping[bytes, bytes]) -> bytes:
 
 def entry_payload(fields: Mapping[bytes, bytes]) -> tuple[bytes, int | None]:
     """(envelope, due_ms) of the fields of an entry of the ready stream, in either shape
-    (docs/protocol.md, "Keys"): `run_id`, `envelope`, `due_ms`, as dispatch.lua writes it, or
-    `run_id`, `envelope` holding the run's value of `runs` as it was: its due tag, then the
-    envelope (told by its first byte, 0x00, which no envelope starts with). Every reader reads
-    both, so that a later dispatch.lua may write the second once no reader of the first only
-    is left: it costs Redis ~5.6 k fewer instructions a run (no substring made, one field
-    fewer; BENCHMARKS.md, "Session 23"). A reader that knows only the first keeps such an
-    entry's bytes whole: it dead-letters it as undecodable, and the letter can be replayed."""
-    env = fields.get(b"envelope", b"")
-    if env[:1] == b"\0" and len(env) >= TAG_BYTES:
-        due, env = untag(env)
+    dispatch.lua writes (docs/protocol.md, "Keys"): plain, `run_id`, `envelope`, `due_ms`; or
+    tagged, `run_id` and `envelope` holding the run's value of `runs` as it was: its due tag,
+    then the envelope (told by its first byte, 0x00, which no envelope starts with). Tagged
+    costs Redis ~5 k fewer instructions a run (BENCHMARKS.md, "Session 24"); a reader that
+    knows only plain (zsched 0.3) dead-letters a tagged entry whole (zsched/runs/entry_shape.py)."""
+    due, env = untag(fields.get(b"envelope", b""))
+    if due is not None:
         return env, due
     text = fields.get(b"due_ms")
     return env, int(text) if text and text.isdigit() else None
