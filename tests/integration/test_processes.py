@@ -22,6 +22,9 @@ def test_four_dispatchers_never_dispatch_a_run_twice(redis_url, queue) -> None:
     procs = [zsched_proc("dispatcher", "--queue", queue, "--batch-size", "50", url=redis_url)
              for _ in range(4)]  # fmt: skip
     try:
+        # All four running (each beats as it starts) before runs come due, so they race for
+        # them; and none is still starting when it is stopped (SIGTERM before its handler).
+        wait_for(lambda: r.zcard(app.keys.dispatchers) == 4, 60, "four dispatchers running")
         # Runs come due while all four race for them.
         now = time.time()
         for b in range(10):
